@@ -1,0 +1,1 @@
+"""A real multi-node Slurm cluster with fake GPUs, as local processes or Docker containers."""
