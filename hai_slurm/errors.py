@@ -29,6 +29,18 @@ class ConfigError(HaiSlurmError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class DirectiveError(ConfigError):
+    """``#HAI`` directives in a batch script are invalid or not allowed for the job's account.
+
+    ``problems`` holds one line per problem (``line N (#HAI ...): what is wrong; what is allowed``);
+    the message is exactly what job_submit.lua shows the user through sbatch.
+    """
+
+    def __init__(self, message: str, *, problems: tuple[str, ...] = ()) -> None:
+        self.problems = problems
+        super().__init__(message)
+
+
 class SlurmError(HaiSlurmError):
     """A Slurm command failed. Carries the command and Slurm's own message."""
 

@@ -8,7 +8,7 @@ bash scripts/setup-host.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== ruff"; ruff check .
-echo "== mypy (strict)"; mypy -p hai_slurm
+echo "== mypy (strict)"; bash scripts/typecheck.sh
 if [ "${HAI_SKIP_DOCKER:-0}" != 1 ]; then
   echo "== docker engine"; bash docker-slurm-testbed/start-dockerd.sh
   export HAI_REQUIRE_DOCKER=1

@@ -1,0 +1,161 @@
+"""The decision job_submit.lua makes for one submission, in pure Python.
+
+:func:`evaluate_submission` mirrors ``slurm_job_submit`` in ``job_submit.lua`` step by step, with
+the same messages (the unit tests compare the two on a shared list of cases). It is what
+``priority explain`` and the tests use to say what job_submit would do with a script.
+
+Decisions, in order:
+
+1. The account is ``--account`` or the user's default account (Slurm fills the latter in
+   ``job_desc.default_account``), lower case; its rule is its own entry, else the ``*`` entry.
+2. Team: ``--team`` must be the account itself or one of the rule's ``teams`` (``*``: any);
+   without ``--team`` the team is the account (or the table's ``default_team`` if there is none).
+3. Class: ``--priority`` must be one of the account's classes (``AUTO``: the rule must have an
+   AUTO order). Without it, an explicit ``sbatch --qos`` naming a class's QOS chooses that class
+   (same checks); any other ``--qos`` is rejected. Neither: the account's default class. With
+   ``--priority``, an explicit ``--qos`` must be that class's QOS; ``AUTO`` takes no ``--qos``.
+4. ``AUTO`` is recorded as asked; the job gets a provisional class now (the account's default
+   class if AUTO may choose it, else the last class AUTO may choose) and the daemon resolves it
+   against live quota. Because the daemon may pick any class of the AUTO order, ``--preemptible=no``
+   and ``--grace`` must suit every one of them.
+5. ``--preemptible=no`` only where the class allows it; default ``yes``. ``--grace`` above the
+   class's cap is rejected (the message names the cap); default is the class's default grace
+   (for AUTO capped by the smallest cap of the order).
+
+Every problem is reported, not only the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hai_slurm.slurm_plugins.directives import (
+    AUTO,
+    HaiJobInfo,
+    Source,
+    ascii_lower,
+    format_admin_comment,
+    parse_script,
+    problem_at,
+    rejection,
+)
+from hai_slurm.slurm_plugins.entitlements import ANY, AccountRule, ClassRule, Entitlements
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """An accepted submission: the record, the QOS and ``admin_comment`` to set, warnings."""
+
+    info: HaiJobInfo
+    qos: str
+    admin_comment: str
+    message: str | None
+
+
+def _allowed_classes(rule: AccountRule) -> str:
+    names = list(rule.classes)
+    if rule.auto:
+        names.append(AUTO)
+    return ", ".join(names)
+
+
+def evaluate_submission(script: str | None, *, account: str | None, qos: str | None,
+                        admin_comment: str | None, table: Entitlements) -> Accepted:
+    """Accept or reject one submission as job_submit.lua does (see the module docstring).
+
+    Raises :class:`~hai_slurm.errors.DirectiveError` with the user's message on rejection.
+    """
+    directives = parse_script(script or "")
+    acct = ascii_lower(account or "")
+    who = f"account '{acct}'" if acct else "a job without account"
+    rule = table.account_rule(acct)
+    if rule is None:
+        raise rejection([f"{who} has no entry in the priority entitlements table and there is "
+                         "no '*' entry; ask an administrator"])
+    problems: list[str] = []
+
+    team = acct if acct else table.default_team
+    team_line = directives.line_of("team")
+    if directives.team is not None and team_line is not None:
+        team = directives.team
+        if team != acct and team not in rule.teams and ANY not in rule.teams:
+            allowed = ([acct] if acct else []) + list(rule.teams)
+            problems.append(problem_at(team_line, f"{who} may not act for team '{team}'; "
+                                       "allowed: " + (", ".join(allowed) or "none")))
+
+    priority: str | None = None
+    source = Source.DEFAULT
+    prio_line = directives.line_of("priority")
+    if directives.priority is not None and prio_line is not None:
+        source = Source.DIRECTIVE
+        asked = directives.priority
+        if asked == AUTO and not rule.auto:
+            problems.append(problem_at(prio_line, f"{who} may not use AUTO; allowed: "
+                                       + _allowed_classes(rule)))
+        elif asked != AUTO and asked not in rule.classes:
+            problems.append(problem_at(prio_line, f"{who} may not use class {asked}; allowed: "
+                                       + _allowed_classes(rule)))
+        elif qos is not None and asked == AUTO:
+            problems.append(problem_at(prio_line, f"--qos={qos} cannot be combined with AUTO, "
+                                       "which lets hai-slurm choose the QOS; drop --qos"))
+        elif qos is not None and ascii_lower(qos) != ascii_lower(table.class_rule(asked).qos):
+            problems.append(problem_at(prio_line, f"--qos={qos} contradicts this line: class "
+                                       f"{asked} uses QOS {table.class_rule(asked).qos}; drop "
+                                       "--qos or make them agree"))
+        else:
+            priority = asked
+    elif qos is not None:
+        source = Source.QOS
+        match = [c for c in table.classes if ascii_lower(c.qos) == ascii_lower(qos)]
+        if not match:
+            problems.append(f"--qos={qos} is not the QOS of a priority class; use #HAI "
+                            "--priority=CLASS instead (class QOS: "
+                            + ", ".join(c.qos for c in table.classes) + ")")
+        elif match[0].name not in rule.classes:
+            problems.append(f"--qos={qos} (class {match[0].name}): {who} may not use class "
+                            f"{match[0].name}; allowed: " + _allowed_classes(rule))
+        else:
+            priority = match[0].name
+    else:
+        priority = rule.default_class
+
+    if priority is None:
+        raise rejection(problems)
+
+    if priority == AUTO:
+        job_class = rule.default_class if rule.default_class in rule.auto else rule.auto[-1]
+        candidates = [table.class_rule(name) for name in rule.auto]
+        note = f" (AUTO may choose it for {who})"
+    else:
+        job_class = priority
+        candidates = [table.class_rule(priority)]
+        note = ""
+
+    preemptible = directives.preemptible is not False
+    pre_line = directives.line_of("preemptible")
+    if not preemptible and pre_line is not None:
+        for c in candidates:
+            if not c.allow_non_preemptible:
+                able = [x.name for x in table.classes if x.allow_non_preemptible]
+                problems.append(problem_at(pre_line, f"class {c.name} does not allow "
+                                           f"--preemptible=no{note}; classes that do: "
+                                           + (", ".join(able) or "none")))
+                break
+
+    tightest: ClassRule = min(candidates, key=lambda c: c.max_grace)  # first on ties
+    grace = min(table.class_rule(job_class).default_grace, tightest.max_grace)
+    grace_line = directives.line_of("grace")
+    if directives.grace is not None and grace_line is not None:
+        grace = directives.grace
+        if grace > tightest.max_grace:
+            problems.append(problem_at(grace_line, f"--grace={grace} exceeds the cap of "
+                                       f"{tightest.max_grace} s for class {tightest.name}{note}; "
+                                       f"use --grace={tightest.max_grace} or less"))
+
+    if problems:
+        raise rejection(problems)
+    info = HaiJobInfo(priority=priority, job_class=job_class, team=team, preemptible=preemptible,
+                      grace=grace, source=source, checkpoint_dir=directives.checkpoint_dir)
+    return Accepted(info=info, qos=table.class_rule(job_class).qos,
+                    admin_comment=format_admin_comment(info, admin_comment),
+                    message="\n".join(directives.warnings) or None)

@@ -1,0 +1,232 @@
+"""#HAI directives through real sbatch and slurmctld's job_submit/lua plugin.
+
+The cluster is the session testbed (fixture ``testbed`` from tests/integration/conftest.py); it
+installs slurm_plugins/job_submit.lua and hai_entitlements.lua (the demo table: team-a up to
+VERY_HIGH, team-b up to HIGH) beside slurm.conf, which a module fixture checks.
+``HAI_DIRECTIVES_SLURM_CONF`` points the tests at another running cluster with the same files
+instead. Jobs are submitted held and cancelled when each test ends; the non-admin user ``nobody``
+gets an association in team-b for the module and loses it afterwards.
+
+Each rejection is compared with the Python twin: sbatch must print every line of
+``evaluate_submission``'s message, so the plugin that really runs in slurmctld says what the unit
+tests (which compare Lua and Python) say it says.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hai_slurm.errors import DirectiveError
+from hai_slurm.slurm_plugins import entitlements as entitlements_module
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, parse_admin_comment
+from hai_slurm.slurm_plugins.entitlements import demo_entitlements
+from hai_slurm.slurm_plugins.submit_check import evaluate_submission
+
+pytestmark = pytest.mark.integration
+
+SH = "#!/bin/bash\n"
+BODY = "sleep 300\n"
+CLASS_QOS = ",".join(c.qos for c in demo_entitlements().classes)
+PLUGINS = Path(entitlements_module.__file__).parent
+OTHER_USER = "nobody"  # a non-admin submitter: its association is added by a fixture
+
+
+class Cluster:
+    """sbatch/scontrol against one cluster; remembers and cancels the jobs it submits."""
+
+    def __init__(self, slurm_conf: str) -> None:
+        self.env = {**os.environ, "SLURM_CONF": slurm_conf}
+        self.jobs: list[str] = []
+
+    def run(self, argv: list[str], *, user: str | None = None, stdin: str | None = None,
+            timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        if user is not None:
+            argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={self.env['SLURM_CONF']}",
+                    *argv]
+        return subprocess.run(argv, capture_output=True, text=True, env=self.env, input=stdin,
+                              timeout=timeout, check=False)
+
+    def sbatch(self, script: str, *args: str, user: str | None = None,
+               ) -> subprocess.CompletedProcess[str]:
+        """Submit ``script`` (on standard input, so any user can read it), held."""
+        res = self.run(["sbatch", "--parsable", "--hold", "--output=/dev/null", "--chdir=/",
+                        *args], user=user, stdin=script)
+        if res.returncode == 0:
+            self.jobs.append(res.stdout.strip().split(";")[0])
+        return res
+
+    def show(self, job: str) -> dict[str, str]:
+        res = self.run(["scontrol", "show", "job", "-o", job])
+        assert res.returncode == 0, res.stderr
+        fields = dict(re.findall(r"(\w+)=(\S*)", res.stdout))
+        return fields
+
+    def cancel_all(self) -> None:
+        if self.jobs:
+            self.run(["scancel", *self.jobs])
+
+
+@pytest.fixture(scope="module")
+def slurm_conf(request: pytest.FixtureRequest) -> str:
+    override = os.environ.get("HAI_DIRECTIVES_SLURM_CONF")
+    if override:
+        return override
+    return str(request.getfixturevalue("testbed").slurm_conf)
+
+
+@pytest.fixture(scope="module")
+def installed(slurm_conf: str) -> None:
+    """The cluster runs this tree's job_submit.lua and table, not a stale copy."""
+    etc = Path(slurm_conf).parent
+    for name in ("job_submit.lua", "hai_entitlements.lua"):
+        ours = (PLUGINS / name).read_text(encoding="utf-8")
+        theirs = etc / name
+        assert theirs.is_file() and theirs.read_text(encoding="utf-8") == ours, (
+            f"{theirs} is missing or differs from slurm_plugins/{name}; restart the testbed "
+            "(it copies both files at `up`)")
+
+
+@pytest.fixture
+def cluster(slurm_conf: str, installed: None) -> Iterator[Cluster]:
+    c = Cluster(slurm_conf)
+    yield c
+    c.cancel_all()
+
+
+@pytest.fixture(scope="module")
+def other_user(slurm_conf: str) -> Iterator[str]:
+    """``nobody`` as a user of account team-b allowed every class QOS (removed afterwards)."""
+    try:
+        pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        pytest.skip(f"no local user {OTHER_USER!r} to submit as")
+    env = {**os.environ, "SLURM_CONF": slurm_conf}
+
+    def sacctmgr(*args: str) -> None:
+        res = subprocess.run(["sacctmgr", "-i", *args], capture_output=True, text=True, env=env,
+                             timeout=30, check=False)
+        assert res.returncode == 0 or "Nothing" in res.stdout + res.stderr, res.stderr
+
+    sacctmgr("add", "user", OTHER_USER, "account=team-b")
+    sacctmgr("modify", "user", "where", f"name={OTHER_USER}", "account=team-b", "set",
+             f"qos={CLASS_QOS}", "defaultqos=normal")
+    yield OTHER_USER
+    sacctmgr("delete", "user", "where", f"name={OTHER_USER}", "account=team-b")
+
+
+def expected_rejection(script: str, account: str, qos: str | None = None) -> str:
+    try:
+        evaluate_submission(script, account=account, qos=qos, admin_comment=None,
+                            table=demo_entitlements())
+    except DirectiveError as err:
+        return str(err)
+    raise AssertionError("the Python twin accepts this script; the case is wrong")
+
+
+REJECTED = [
+    ("typo-class", SH + "#HAI --priority=HIGHT\n" + BODY, "team-a", None),
+    ("typo-option", SH + "#SBATCH -N1\n#HAI --priorty=HIGH\n" + BODY, "team-a", None),
+    ("duplicate", SH + "#HAI --priority=HIGH\n#HAI --priority=LOW\n" + BODY, "team-a", None),
+    ("bad-grace", SH + "#HAI --grace=soon --priority=LOW\n" + BODY, "team-a", None),
+    ("unauthorized-class", SH + "#HAI --priority=VERY_HIGH\n" + BODY, "team-b", None),
+    ("unauthorized-team", SH + "#HAI --team=team-a\n" + BODY, "team-b", None),
+    ("preemptible-no", SH + "#HAI --priority=HIGH --preemptible=no\n" + BODY, "team-a", None),
+    ("grace-over-cap", SH + "#HAI --priority=LOW --grace=500\n" + BODY, "team-a", None),
+    ("qos-contradicts", SH + "#HAI --priority=HIGH\n" + BODY, "team-a", "low"),
+    ("qos-not-a-class", SH + BODY, "team-a", "extreme_high_not"),
+]
+
+
+@pytest.mark.parametrize(("script", "account", "qos"), [r[1:] for r in REJECTED],
+                         ids=[r[0] for r in REJECTED])
+def test_bad_directives_are_rejected_by_sbatch_with_the_message(
+        cluster: Cluster, script: str, account: str, qos: str | None) -> None:
+    """sbatch fails and prints every line of the message: line, value, what is allowed."""
+    args = [f"--account={account}"] + ([f"--qos={qos}"] if qos else [])
+    res = cluster.sbatch(script, *args)
+    assert res.returncode != 0, f"sbatch accepted the job: {res.stdout}"
+    printed = [line.removeprefix("sbatch: error: ") for line in res.stderr.splitlines()]
+    expected = expected_rejection(script, account, qos).splitlines()
+    assert printed[:len(expected)] == expected, res.stderr
+
+
+def test_good_directives_land_in_admin_comment_and_qos(cluster: Cluster) -> None:
+    """An allowed job gets the class's QOS and the normalized record in admin_comment."""
+    script = (SH + "#SBATCH --job-name=hai-directives\n# setup\n#HAI --priority=very_high "
+              "--grace=90\n#HAI --checkpoint-dir /ckpt/x --preemptible=no\n" + BODY)
+    res = cluster.sbatch(script, "--account=team-a")
+    assert res.returncode == 0, res.stderr
+    fields = cluster.show(cluster.jobs[-1])
+    assert fields["QOS"] == "very_high"
+    assert parse_admin_comment(fields["AdminComment"]) == HaiJobInfo(
+        priority="VERY_HIGH", job_class="VERY_HIGH", team="team-a", preemptible=False,
+        grace=90, source=Source.DIRECTIVE, checkpoint_dir="/ckpt/x")
+
+
+def test_job_without_directives_gets_the_default_class(cluster: Cluster) -> None:
+    """No #HAI line: the account's default class, recorded as such."""
+    res = cluster.sbatch(SH + BODY, "--account=team-b")
+    assert res.returncode == 0, res.stderr
+    fields = cluster.show(cluster.jobs[-1])
+    info = parse_admin_comment(fields["AdminComment"])
+    assert fields["QOS"] == "normal"
+    assert info is not None and (info.job_class, info.team, info.source) == (
+        "NORMAL", "team-b", Source.DEFAULT)
+
+
+def test_directive_after_first_command_is_ignored_with_a_warning(cluster: Cluster) -> None:
+    """sbatch accepts the job, tells the user which line was ignored, and the class stays."""
+    res = cluster.sbatch(SH + "#HAI --priority=LOW\nhostname\n#HAI --priority=HIGH\n" + BODY,
+                         "--account=team-a")
+    assert res.returncode == 0, res.stderr
+    assert ("hai-slurm: line 4 (#HAI --priority=HIGH): ignored, it comes after the first "
+            "command on line 3") in res.stderr
+    assert cluster.show(cluster.jobs[-1])["QOS"] == "low"
+
+
+def test_owner_rewriting_comment_gains_nothing(cluster: Cluster, other_user: str) -> None:
+    """A non-admin owner may rewrite `comment`, but admin_comment and QOS stay what we set."""
+    deadline = time.monotonic() + 20  # slurmctld learns the new association from slurmdbd
+    while True:
+        res = cluster.sbatch(SH + "#HAI --priority=HIGH\n" + BODY, "--account=team-b",
+                             user=other_user)
+        if res.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert res.returncode == 0, res.stderr
+    job = cluster.jobs[-1]
+    before = cluster.show(job)
+    forged = ("hai:v1:priority=EXTREME_HIGH;class=EXTREME_HIGH;team=team-b;preemptible=no;"
+              "grace=1800;source=directive")
+    edit = cluster.run(["scontrol", "update", f"JobId={job}", f"Comment={forged}"],
+                       user=other_user)
+    assert edit.returncode == 0, edit.stderr  # the owner may change comment...
+    refused = cluster.run(["scontrol", "update", f"JobId={job}", f"AdminComment={forged}"],
+                          user=other_user)
+    assert refused.returncode != 0  # ...but not admin_comment (Slurm's rule)
+    qos = cluster.run(["scontrol", "update", f"JobId={job}", "QOS=extreme_high"],
+                      user=other_user)
+    assert qos.returncode != 0  # ...nor the QOS (job_submit.lua's slurm_job_modify)
+    after = cluster.show(job)
+    assert after["Comment"] == forged
+    assert (after["AdminComment"], after["QOS"]) == (before["AdminComment"], "high")
+    info = parse_admin_comment(after["AdminComment"])
+    assert info is not None and info.job_class == "HIGH" and info.preemptible
+
+
+def test_auto_is_recorded_with_a_provisional_class(cluster: Cluster) -> None:
+    """AUTO stays AUTO in the record for the daemon to resolve; the job gets the default QOS."""
+    res = cluster.sbatch(SH + "#HAI --priority=Auto\n" + BODY, "--account=team-b")
+    assert res.returncode == 0, res.stderr
+    fields = cluster.show(cluster.jobs[-1])
+    info = parse_admin_comment(fields["AdminComment"])
+    assert fields["QOS"] == "normal"
+    assert info is not None and (info.priority, info.job_class) == ("AUTO", "NORMAL")

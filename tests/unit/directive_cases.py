@@ -1,0 +1,166 @@
+"""Submissions run through both job_submit.lua and its Python twin (shared by the unit tests).
+
+Each case is a submission against the demo entitlements table (team-a up to VERY_HIGH, team-b up to
+HIGH, root and ``*`` everything). ``expect`` is a fragment that must appear in the outcome: in the
+``admin_comment`` for accepted jobs, in the message for rejected ones, so a case cannot pass by both
+sides being wrong in the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Case:
+    """One submission and a fragment its outcome must contain."""
+
+    id: str
+    script: str | None
+    account: str | None = "team-a"
+    qos: str | None = None
+    admin_comment: str | None = None
+    default_account: str | None = None
+    accepted: bool = True
+    expect: str = ""
+
+
+SH = "#!/bin/bash\n"
+
+CASES: tuple[Case, ...] = (
+    # accepted
+    Case("no-directives", SH + "srun hostname\n", expect="priority=NORMAL;class=NORMAL;"
+         "team=team-a;preemptible=yes;grace=60;source=default"),
+    Case("no-script", None, expect="source=default"),
+    Case("empty-script", "", expect="priority=NORMAL"),
+    Case("high", SH + "#HAI --priority=HIGH\nsrun x\n", expect="priority=HIGH;class=HIGH;"),
+    Case("lower-case-class", SH + "#HAI --priority=very_high\nx\n", expect="priority=VERY_HIGH"),
+    Case("space-form", SH + "#HAI --priority HIGH --grace 120\nx\n",
+         expect="priority=HIGH;class=HIGH;team=team-a;preemptible=yes;grace=120;"),
+    Case("several-lines-with-comments", SH + "#SBATCH -N 1\n# a comment\n\n#HAI --priority=LOW\n"
+         "#SBATCH --gres=gpu:1\n#HAI --grace=30 # trailing comment\nsrun x\n",
+         expect="priority=LOW;class=LOW;team=team-a;preemptible=yes;grace=30;source=directive"),
+    Case("all-options", SH + "#HAI --priority=VERY_HIGH --team=TEAM-A --preemptible=No "
+         "--grace=1800 --checkpoint-dir=/ckpt/run\nx\n",
+         expect="hai:v1:priority=VERY_HIGH;class=VERY_HIGH;team=team-a;preemptible=no;"
+         "grace=1800;checkpoint_dir=/ckpt/run;source=directive"),
+    Case("ckpt-dir-encoded", SH + "#HAI --checkpoint-dir=/a;b|c=d%e/\u00e9\nx\n",
+         expect="checkpoint_dir=/a%3Bb%7Cc%3Dd%25e/%C3%A9"),
+    Case("crlf", "#!/bin/bash\r\n#HAI --priority=HIGH\r\nsrun x\r\n", expect="priority=HIGH"),
+    Case("indented-directive", SH + "   #HAI --priority=HIGH\nx\n", expect="priority=HIGH"),
+    Case("after-command-ignored", SH + "#HAI --priority=HIGH\nsrun x\n#HAI --priority=BOGUS\n",
+         expect="priority=HIGH"),
+    Case("many-ignored", SH + "#HAI --priority=LOW\n\nsrun x # #HAI --grace=1\n  #HAI --grace=2\r\n"
+         "\t#hai x\necho '#HAI'\n##HAI\n#HAIKU\n\n#HAI", expect="priority=LOW"),
+    Case("command-on-line-one", "srun x\n#HAI --priority=HIGH\n", expect="priority=NORMAL"),
+    Case("haiku-comment-not-directive", SH + "#HAIKU: old pond\nx\n", expect="priority=NORMAL"),
+    Case("auto", SH + "#HAI --priority=auto\nx\n",
+         expect="priority=AUTO;class=NORMAL;team=team-a;preemptible=yes;grace=60;"),
+    Case("auto-grace-at-cap", SH + "#HAI --priority=AUTO --grace=600\nx\n", expect="grace=600"),
+    Case("qos-selects-class", SH + "x\n", qos="high",
+         expect="priority=HIGH;class=HIGH;team=team-a;preemptible=yes;grace=60;source=qos"),
+    Case("qos-agrees", SH + "#HAI --priority=HIGH\nx\n", qos="HIGH", expect="source=directive"),
+    Case("default-account", SH + "#HAI --priority=HIGH\nx\n", account=None,
+         default_account="team-b", expect="team=team-b"),
+    Case("no-account-uses-star", SH + "#HAI --priority=EXTREME_HIGH\nx\n", account=None,
+         expect="team=default"),
+    Case("unknown-account-uses-star", SH + "#HAI --priority=EXTREME_HIGH --team=team-a\nx\n",
+         account="physics", expect="team=team-a"),
+    Case("root-any-team", SH + "#HAI --team=team-b\nx\n", account="root", expect="team=team-b"),
+    Case("admin-note-kept", SH + "x\n", admin_comment="ticket 42 | owner=ops",
+         expect="ticket 42 | owner=ops|hai:v1:priority=NORMAL"),
+    Case("forged-record-dropped", SH + "#HAI --priority=LOW\nx\n",
+         admin_comment="note|hai:v1:priority=EXTREME_HIGH;class=EXTREME_HIGH;team=x;"
+         "preemptible=no;grace=9;source=directive", expect="note|hai:v1:priority=LOW;class=LOW"),
+    Case("only-forged-record", SH + "x\n", admin_comment=" hai:v9:whatever ",
+         expect="hai:v1:priority=NORMAL"),
+    # rejected: grammar
+    Case("typo-class", SH + "#HAI --priority=HIGHT\nx\n", accepted=False,
+         expect="line 2 (#HAI --priority=HIGHT): unknown priority class 'HIGHT' (did you mean "
+         "'HIGH'?); allowed: EXTREME_HIGH, VERY_HIGH, HIGH, ABOVE_NORMAL, NORMAL, UNDER_NORMAL, "
+         "BELOW_NORMAL, LOW, AUTO"),
+    Case("far-class", SH + "#HAI --priority=urgent\nx\n", accepted=False,
+         expect="unknown priority class 'urgent'; allowed:"),
+    Case("dash-class", SH + "#HAI --priority=very-high\nx\n", accepted=False,
+         expect="(did you mean 'VERY_HIGH'?)"),
+    Case("typo-option", SH + "#HAI --priorty=HIGH\nx\n", accepted=False,
+         expect="unknown option '--priorty' (did you mean '--priority'?); allowed: --priority, "
+         "--team, --checkpoint-dir, --preemptible, --grace"),
+    Case("underscore-option", SH + "#HAI --checkpoint_dir=/x\nx\n", accepted=False,
+         expect="(did you mean '--checkpoint-dir'?)"),
+    Case("capital-option", SH + "#HAI --Grace=5\nx\n", accepted=False,
+         expect="(did you mean '--grace'?)"),
+    Case("not-an-option", SH + "#HAI priority=HIGH\nx\n", accepted=False,
+         expect="expected an option such as --priority=HIGH, got 'priority=HIGH'"),
+    Case("empty-directive", SH + "#HAI\nx\n", accepted=False, expect="no option after #HAI"),
+    Case("comment-only-directive", SH + "#HAI # nothing\nx\n", accepted=False,
+         expect="no option after #HAI"),
+    Case("lower-prefix", SH + "#hai --priority=HIGH\nx\n", accepted=False,
+         expect="line 2 (#hai --priority=HIGH): write the prefix as #HAI (upper case), not #hai"),
+    Case("no-blank", SH + "#HAI--priority=HIGH\nx\n", accepted=False,
+         expect="put a blank between #HAI and the option"),
+    Case("missing-value", SH + "#HAI --priority=\nx\n", accepted=False,
+         expect="--priority needs a value, e.g. --priority=HIGH"),
+    Case("missing-value-space", SH + "#HAI --grace --priority=HIGH\nx\n", accepted=False,
+         expect="--grace needs a value, e.g. --grace=60"),
+    Case("duplicate", SH + "#HAI --priority=HIGH\n#SBATCH -N1\n#HAI --priority=LOW\nx\n",
+         accepted=False, expect="line 4 (#HAI --priority=LOW): --priority given twice (first on "
+         "line 2)"),
+    Case("bad-team", SH + "#HAI --team=team/a\nx\n", accepted=False,
+         expect="invalid team name 'team/a'"),
+    Case("relative-ckpt", SH + "#HAI --checkpoint-dir=ckpt\nx\n", accepted=False,
+         expect="checkpoint directory 'ckpt' must be an absolute path (start with /)"),
+    Case("bad-preemptible", SH + "#HAI --preemptible=ye\nx\n", accepted=False,
+         expect="invalid value 'ye' for --preemptible (did you mean 'yes'?); allowed: yes, no"),
+    Case("bad-preemptible-far", SH + "#HAI --preemptible=maybe\nx\n", accepted=False,
+         expect="invalid value 'maybe' for --preemptible; allowed: yes, no"),
+    Case("grace-zero", SH + "#HAI --grace=0\nx\n", accepted=False,
+         expect="invalid value '0' for --grace"),
+    Case("grace-negative", SH + "#HAI --grace -5\nx\n", accepted=False,
+         expect="invalid value '-5' for --grace"),
+    Case("grace-huge", SH + "#HAI --grace=1234567890\nx\n", accepted=False,
+         expect="invalid value '1234567890' for --grace"),
+    Case("grace-float", SH + "#HAI --grace=1.5\nx\n", accepted=False,
+         expect="invalid value '1.5' for --grace"),
+    Case("several-problems", SH + "#HAI --priority=HIHG\n#HAI --grace=soon\nx\n", accepted=False,
+         expect="hai-slurm: job rejected, fix these #HAI directives:\n  line 2 (#HAI "
+         "--priority=HIHG): unknown priority class 'HIHG' (did you mean 'HIGH'?)"),
+    Case("percent-in-value", SH + "#HAI --priority=50%s\nx\n", accepted=False,
+         expect="unknown priority class '50%s'"),
+    Case("non-ascii-value", SH + "#HAI --priority=H\u00cfGH\nx\n", accepted=False,
+         expect="unknown priority class 'H\u00cfGH'"),
+    # rejected: entitlements
+    Case("class-not-allowed", SH + "#HAI --priority=EXTREME_HIGH\nx\n", accepted=False,
+         expect="line 2 (#HAI --priority=EXTREME_HIGH): account 'team-a' may not use class "
+         "EXTREME_HIGH; allowed: VERY_HIGH, HIGH, ABOVE_NORMAL, NORMAL, UNDER_NORMAL, "
+         "BELOW_NORMAL, LOW, AUTO"),
+    Case("team-b-very-high", SH + "#HAI --priority=VERY_HIGH\nx\n", account="team-b",
+         accepted=False, expect="account 'team-b' may not use class VERY_HIGH"),
+    Case("team-not-allowed", SH + "#HAI --team=team-a\nx\n", account="team-b", accepted=False,
+         expect="account 'team-b' may not act for team 'team-a'; allowed: team-b"),
+    Case("preemptible-no-not-allowed", SH + "#HAI --priority=HIGH --preemptible=no\nx\n",
+         accepted=False, expect="class HIGH does not allow --preemptible=no; classes that do: "
+         "EXTREME_HIGH, VERY_HIGH"),
+    Case("preemptible-no-default-class", SH + "#HAI --preemptible=no\nx\n", accepted=False,
+         expect="class NORMAL does not allow --preemptible=no"),
+    Case("auto-preemptible-no", SH + "#HAI --priority=AUTO --preemptible=no\nx\n",
+         accepted=False, expect="class HIGH does not allow --preemptible=no (AUTO may choose it "
+         "for account 'team-a')"),
+    Case("grace-over-cap", SH + "#HAI --priority=LOW --grace=121\nx\n", accepted=False,
+         expect="--grace=121 exceeds the cap of 120 s for class LOW; use --grace=120 or less"),
+    Case("auto-grace-over-cap", SH + "#HAI --priority=AUTO --grace=601\nx\n", accepted=False,
+         expect="cap of 600 s for class ABOVE_NORMAL (AUTO may choose it for account 'team-a')"),
+    Case("qos-contradicts", SH + "#HAI --priority=HIGH\nx\n", qos="low", accepted=False,
+         expect="--qos=low contradicts this line: class HIGH uses QOS high"),
+    Case("qos-with-auto", SH + "#HAI --priority=AUTO\nx\n", qos="low", accepted=False,
+         expect="--qos=low cannot be combined with AUTO"),
+    Case("qos-unknown", SH + "x\n", qos="debug", accepted=False,
+         expect="--qos=debug is not the QOS of a priority class; use #HAI --priority=CLASS "
+         "instead (class QOS: extreme_high, very_high"),
+    Case("qos-not-allowed", SH + "x\n", qos="extreme_high", accepted=False,
+         expect="--qos=extreme_high (class EXTREME_HIGH): account 'team-a' may not use class"),
+    Case("team-and-class-problems", SH + "#HAI --team=team-a --priority=VERY_HIGH\nx\n",
+         account="team-b", accepted=False,
+         expect="may not act for team 'team-a'; allowed: team-b\n  line 2 (#HAI --team=team-a "
+         "--priority=VERY_HIGH): account 'team-b' may not use class VERY_HIGH"),
+)

@@ -1,0 +1,40 @@
+-- Runs job_submit.lua outside slurmctld, with a fake `slurm` table, over a list of cases.
+-- Usage: lua5.1 lua_job_submit_harness.lua DIR/job_submit.lua CASES.lua
+-- CASES.lua returns a list of {id=, mode="submit"|"modify", script=, account=, default_account=,
+-- qos=, admin_comment=, uid=}. For each case one line is printed:
+-- id <TAB> rc <TAB> qos <TAB> admin_comment <TAB> user message, with \ \t \n escaped and nil as \N.
+
+local messages = {}
+slurm = {
+  SUCCESS = 0, ERROR = -1, FAILURE = -1, ESLURM_ACCESS_DENIED = 2002,
+  log_user = function(fmt, ...) messages[#messages + 1] = string.format(fmt, ...) end,
+  log_info = function() end, log_error = function() end, log_debug = function() end,
+  log_verbose = function() end,
+}
+
+local function escape(value)
+  if value == nil then return "\\N" end
+  return (tostring(value):gsub("\\", "\\\\"):gsub("\t", "\\t"):gsub("\n", "\\n"))
+end
+
+local script_path, cases_path = arg[1], arg[2]
+local rc = dofile(script_path)
+assert(rc == slurm.SUCCESS, "job_submit.lua did not return slurm.SUCCESS")
+local cases = dofile(cases_path)
+
+for _, case in ipairs(cases) do
+  messages = {}
+  local job_desc = {
+    script = case.script, account = case.account, default_account = case.default_account,
+    qos = case.qos, admin_comment = case.admin_comment, comment = case.comment,
+  }
+  local result
+  if case.mode == "modify" then
+    result = slurm_job_modify(job_desc, {}, {}, case.uid)
+  else
+    result = slurm_job_submit(job_desc, {}, case.uid or 1000)
+  end
+  local message = (#messages > 0) and table.concat(messages, "\n") or nil
+  io.write(escape(case.id), "\t", escape(result), "\t", escape(job_desc.qos), "\t",
+           escape(job_desc.admin_comment), "\t", escape(message), "\n")
+end
