@@ -1,0 +1,87 @@
+"""``hai-slurm config`` and ``hai-slurm priority``: check a configuration, explain a job's place."""
+
+from __future__ import annotations
+
+import click
+from hai_slurm.priority.config import DaemonConfig, load_config
+from hai_slurm.priority.explain import explain as explain_pending
+from hai_slurm.priority.explain import explain_running
+from hai_slurm.priority.ladder import LADDER
+from hai_slurm.priority.policy import compute_priorities
+from hai_slurm.priority.snapshot_json import load_snapshot
+from hai_slurm.priority.units import format_duration
+
+from hai_slurm.errors import ConfigError
+
+
+@click.group()
+def config() -> None:
+    """Validate the daemon's TOML configuration."""
+
+
+def summary(cfg: DaemonConfig) -> list[str]:
+    """A short human summary of a loaded configuration."""
+    p = cfg.policy
+    waits = ", ".join(f"{c.value} {format_duration(p.classes[c].max_wait)}"
+                      for c in reversed(LADDER))
+    fair = p.fairness
+    lines = [
+        f"default class {p.default_class.value}; aging up to {p.aging.max_class.value} "
+        f"(step +1 class per {p.aging.depth_per_step} queued jobs, at most {p.aging.max_step})",
+        f"max waits: {waits}",
+        f"decay: {p.decay.source.value} -> {p.decay.target.value} after "
+        f"{format_duration(p.decay.after)} of running",
+        f"fairness: window {format_duration(fair.window)}; protect for "
+        f"{format_duration(fair.protect_for)} after > {fair.protect_after} preemptions; demote "
+        f"{fair.demote_from.value}+ after > {fair.demote_after} preemptions caused",
+        f"teams: {len(p.teams)} with quotas ({sum(t.gpus for t in p.teams.values())} GPUs); "
+        f"others get {p.team_default.gpus} GPUs",
+        f"database {cfg.database_url}; redis {cfg.redis_url or 'off'}; metrics port "
+        f"{cfg.metrics_port or 'off'}; cycle every {format_duration(cfg.intervals.cycle)}",
+    ]
+    return lines
+
+
+@config.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+def check(file: str) -> None:
+    """Validate FILE; print OK and a summary, or the error (exit code 1)."""
+    cfg = load_config(file)
+    click.echo(f"OK: {file}")
+    for line in summary(cfg):
+        click.echo(f"  {line}")
+
+
+@click.group()
+def priority() -> None:
+    """Inspect the priority policy's decisions."""
+
+
+@priority.command("explain")
+@click.argument("jobid", type=int)
+@click.option("--snapshot", "snapshot_path", required=True, type=click.Path(dir_okay=False),
+              help="JSON file with the policy's inputs (see hai_slurm.priority.snapshot_json).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              envvar="HAI_SLURM_CONFIG", help="Daemon configuration (default: built-in).")
+def explain(jobid: int, snapshot_path: str, config_path: str | None) -> None:
+    """Explain in plain words why JOBID has its place."""
+    cfg = load_config(config_path) if config_path else DaemonConfig()
+    snap = load_snapshot(snapshot_path)
+    result = compute_priorities(snap.pending, snap.running, config=cfg.policy,
+                                cluster=snap.cluster, events=snap.events, state=snap.state,
+                                now=snap.now)
+    pending = {j.job_id: j for j in snap.pending}
+    running = {j.job_id: j for j in snap.running}
+    if jobid in pending:
+        job = pending[jobid]
+        mine = result.priorities[jobid]
+        ahead = sum(1 for p in result.priorities.values() if p > mine)
+        click.echo(explain_pending(job, result.pending[jobid], result.teams.get(job.team),
+                                   config=cfg.policy, jobs_ahead=ahead))
+    elif jobid in running:
+        run = running[jobid]
+        click.echo(explain_running(run, result.running[jobid], result.teams.get(run.team),
+                                   config=cfg.policy))
+    else:
+        raise ConfigError(f"job {jobid} is neither pending nor running in the snapshot",
+                          source=snapshot_path)

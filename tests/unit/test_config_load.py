@@ -1,0 +1,113 @@
+"""Loading and validating the daemon's TOML configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hai_slurm.priority.classes import PriorityClass as P
+from hai_slurm.priority.config import DaemonConfig, DeadlineAction, load_config, parse_config
+
+from hai_slurm.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "priority" / "examples" / "daemon.toml"
+
+
+def test_empty_file_gives_the_documented_defaults() -> None:
+    """Every key is optional: an empty file is the built-in configuration."""
+    cfg = parse_config("")
+    assert cfg.policy.default_class is P.NORMAL
+    assert cfg.policy.classes[P.LOW].max_wait == 86400
+    assert cfg.policy.classes[P.HIGH].max_wait == 600
+    assert cfg.policy.decay.after == 1800
+    assert cfg.database_url == "sqlite:////var/lib/hai-slurm/hai-slurm.db"
+    assert cfg.redis_url is None
+
+
+def test_example_file_loads_and_matches_defaults_where_it_says_so() -> None:
+    """The shipped, commented example is valid and sets two example teams."""
+    cfg = load_config(EXAMPLE)
+    defaults = DaemonConfig().policy
+    assert cfg.policy.classes == dict(defaults.classes)
+    assert cfg.policy.aging == defaults.aging
+    assert cfg.policy.fairness == defaults.fairness
+    assert cfg.policy.compensation.cap == 7200
+    vision = cfg.policy.teams["vision"]
+    assert vision.gpus == 64 and vision.cpus == 1024 and vision.memory_mb == 8 * 1024**2
+    assert vision.class_gpus == {P.HIGH: 16, P.ABOVE_NORMAL: 32}
+    assert P.EXTREME_HIGH not in vision.allowed_classes
+    assert cfg.policy.quota("unlisted").gpus == 0
+
+
+def test_durations_sizes_and_class_names_in_all_accepted_forms() -> None:
+    """Durations as seconds or with units; sizes with units; class names case-insensitive."""
+    cfg = parse_config('''
+default_class = "below-normal"
+state_dir = "/srv/hai"
+[classes.LOW]
+max_wait = "1h30m"
+grace_cap = 45
+on_deadline = "FORCE"
+[fairness]
+window = "2d"
+protect_for = "90s"
+[teams.x]
+gpus = 4
+memory = "512G"
+[teams.x.class_gpus]
+high = 2
+''')
+    assert cfg.policy.default_class is P.BELOW_NORMAL
+    assert cfg.policy.classes[P.LOW].max_wait == 5400
+    assert cfg.policy.classes[P.LOW].grace_cap == 45
+    assert cfg.policy.classes[P.LOW].on_deadline is DeadlineAction.FORCE
+    assert cfg.policy.fairness.window == 172800 and cfg.policy.fairness.protect_for == 90
+    assert cfg.policy.teams["x"].memory_mb == 512 * 1024
+    assert cfg.policy.teams["x"].class_gpus == {P.HIGH: 2}
+    assert cfg.database_url == "sqlite:////srv/hai/hai-slurm.db"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('defualt_class = "HIGH"\n',
+     ["line 1", "defualt_class", "unknown key", "did you mean 'default_class'"]),
+    ('[fairness]\nwindow = "1h"\nprotect_aftr = 3\n',
+     ["line 3", "fairness.protect_aftr", "did you mean 'protect_after'"]),
+    ('[classes.HIHG]\nmax_wait = "1h"\n',
+     ["line 1", "classes.HIHG", "unknown priority class 'HIHG'", "did you mean 'HIGH'",
+      "allowed: EXTREME_HIGH"]),
+    ('default_class = "NORMAL_"\n',
+     ["default_class = 'NORMAL_'", "did you mean 'NORMAL'"]),
+    ('[classes.HIGH]\nmax_wait = "10 minutes"\n',
+     ["line 2", "classes.HIGH.max_wait = '10 minutes'", "not a duration", "'10m'"]),
+    ('[classes.HIGH]\nmax_wait = 0\n', ["classes.HIGH.max_wait = 0", "longer than 0"]),
+    ('[teams.vision]\ngpus = -4\n', ["line 2", "teams.vision.gpus = -4", "integer >= 0"]),
+    ('[teams.vision]\ngpus = "eight"\n', ["teams.vision.gpus = 'eight'", "expected an integer"]),
+    ('[teams.vision.class_gpus]\nHIGHH = 2\n', ["teams.vision.class_gpus.HIGHH",
+                                                 "did you mean 'HIGH'"]),
+    ('[teams.vision]\nallowed_classes = ["LOW", "MEDIUM"]\n',
+     ["teams.vision.allowed_classes", "unknown priority class 'MEDIUM'"]),
+    ('[classes.LOW]\non_deadline = "retry"\n', ["on_deadline = 'retry'", "'abort' or 'force'"]),
+    ('[decay]\nfrom = "NORMAL"\nto = "HIGH"\n', ["decay.to", "below decay.from (NORMAL)"]),
+    ('[intervals]\ncycle = "60s"\nlock_ttl = "30s"\n', ["intervals.lock_ttl",
+                                                         "longer than intervals.cycle"]),
+    ('database_url = "postgres://x"\n', ["database_url = 'postgres://x'", "mysql+pymysql://"]),
+    ('metrics_port = 70000\n', ["metrics_port = 70000", "0 (off) to 65535"]),
+    ('[aging]\nmax_step = 9\n', ["aging.max_step = 9", "1 to 7"]),
+    ("x = [\n", ["not valid TOML"]),
+    ('fairness = 3\n', ["fairness = 3", "expected a table"]),
+])
+def test_bad_configurations_name_file_line_key_value_and_what_is_allowed(
+        text: str, expected: list[str]) -> None:
+    """Each error message carries where, which key, the bad value and the allowed values."""
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, source="site.toml")
+    message = str(err.value)
+    assert message.startswith("site.toml")
+    for part in expected:
+        assert part in message, message
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    """A path that cannot be read says so, naming the file."""
+    with pytest.raises(ConfigError, match="cannot read the configuration"):
+        load_config(tmp_path / "absent.toml")

@@ -1,0 +1,80 @@
+"""Compensation for requeued jobs: age restored, a bounded boost, GPU-hours credited."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hai_slurm.priority.aging import compensation_boost, credit_deltas, lost_work
+from hai_slurm.priority.classes import PriorityClass as P
+from hai_slurm.priority.config import CompensationConfig, PolicyConfig
+from hai_slurm.priority.ladder import RANK
+from hai_slurm.priority.policy import compute_priorities
+from hai_slurm.priority.scoring import BAND, BASE
+from hai_slurm.priority.state import PendingJob, PolicyResult, Resources
+from hai_slurm.priority.testing import NOW, pending_job, running_job
+from hypothesis import given
+from hypothesis import strategies as st
+
+CLUSTER = Resources(16, 256, 16 * 256 * 1024)
+CFG = CompensationConfig(per_restart=600, per_wait=0.5, step=600, cap=7200)
+CONFIG = replace(PolicyConfig(), compensation=CFG)
+
+
+def run(jobs: list[PendingJob]) -> PolicyResult:
+    return compute_priorities(jobs, [], config=CONFIG, cluster=CLUSTER, now=NOW)
+
+
+def test_requeued_job_regains_its_original_age() -> None:
+    """Slurm reset the submit time at requeue; the job still goes before later submissions."""
+    requeued = pending_job(1, P.HIGH, submit=NOW - 10, first_submit_time=NOW - 5000,
+                           restarts=1, prior_wait=1000)
+    newer = pending_job(2, P.HIGH, submit=NOW - 3000)
+    result = run([requeued, newer])
+    assert result.priorities[1] > result.priorities[2]
+    assert result.pending[1].reason.age_restored == 4990
+
+
+def test_boost_grows_with_restarts_and_waiting_in_whole_steps() -> None:
+    """restarts * per_restart + per_wait * waited, rounded down to whole steps, capped."""
+    assert compensation_boost(0, 10_000, CFG) == 0
+    assert compensation_boost(1, 0, CFG) == 600
+    assert compensation_boost(1, 1199, CFG) == 600      # 600 + 599.5 -> one step
+    assert compensation_boost(1, 1200, CFG) == 1200     # 600 + 600 -> two steps
+    assert compensation_boost(3, 0, CFG) == 1800
+    assert compensation_boost(50, 10**6, CFG) == 7200   # capped
+
+
+def test_boost_orders_requeued_job_before_equally_old_job() -> None:
+    """Two jobs with the same original submit time: the requeued one goes first."""
+    requeued = pending_job(1, P.HIGH, submit=NOW - 10, first_submit_time=NOW - 5000, restarts=2)
+    plain = pending_job(2, P.HIGH, submit=NOW - 5000)
+    result = run([requeued, plain])
+    assert result.pending[1].reason.boost == 1200
+    assert result.priorities[1] > result.priorities[2]
+
+
+@given(st.integers(0, 100), st.floats(0, 10 * 86400), st.sampled_from(list(P)))
+def test_boost_never_crosses_a_class_band(restarts: int, waited: float, cls: P) -> None:
+    """However large the boost, the job stays in its effective class's band."""
+    job = pending_job(1, cls, submit=NOW - waited, first_submit_time=NOW - waited - 60,
+                      restarts=restarts)
+    decision = run([job]).pending[1]
+    low = BASE + RANK[decision.effective] * BAND
+    assert low <= decision.priority < low + BAND
+    assert decision.reason.boost <= CFG.cap
+
+
+def test_lost_work_counts_since_last_checkpoint_plus_restart_cost() -> None:
+    """Lost work is the time since the last save (or start) plus the restart cost."""
+    saved = running_job(1, team="a", gpus=4, start=NOW - 3600, last_checkpoint=NOW - 600)
+    never = running_job(2, team="b", gpus=2, start=NOW - 1800)
+    assert lost_work(saved, NOW, 60).lost_seconds == 660
+    assert lost_work(never, NOW, 0).lost_seconds == 1800
+
+
+def test_credit_deltas_sum_gpu_hours_per_team() -> None:
+    """4 GPUs x 0.5 h + 2 GPUs x 1 h for team a; 8 GPUs x 0.25 h for b."""
+    a1 = lost_work(running_job(1, team="a", gpus=4, start=NOW - 1800), NOW, 0)
+    a2 = lost_work(running_job(2, team="a", gpus=2, start=NOW - 3600), NOW, 0)
+    b1 = lost_work(running_job(3, team="b", gpus=8, start=NOW - 900), NOW, 0)
+    assert credit_deltas([a1, a2, b1]) == {"a": 4.0, "b": 2.0}
