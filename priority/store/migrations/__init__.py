@@ -1,0 +1,1 @@
+"""Alembic migrations of the daemon's database (run programmatically by ``store.upgrade``)."""

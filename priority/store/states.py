@@ -1,0 +1,123 @@
+"""The vocabulary of the daemon's stored state: str enums and the legal state transitions.
+
+Pure data and pure functions; the repository enforces these rules when it writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from hai_slurm.errors import StateError
+
+
+class ClassOrigin(StrEnum):
+    """Where a job's effective priority class came from."""
+
+    DIRECTIVE = "directive"  # the job's own `#HAI --priority=...`
+    DEFAULT = "default"  # no directive: the configured default class
+    AGING = "aging"  # promoted after waiting past its class's bound
+    DECAY = "decay"  # ABOVE_NORMAL decayed to NORMAL after its running time
+    DEMOTION = "demotion"  # its team preempted too often: one class lower
+
+
+class EventKind(StrEnum):
+    """A fairness event: the team/user lost a job to a plan, or a plan ran for it."""
+
+    PREEMPTED = "preempted"
+    PREEMPTING = "preempting"
+
+
+class MissPolicy(StrEnum):
+    """What a plan does when a victim misses its checkpoint deadline."""
+
+    ABORT = "abort"  # nobody is requeued; the victims go on having lost nothing
+    FORCE = "force"  # requeue anyway
+
+
+class PlanState(StrEnum):
+    """States of a two-phase preemption plan.
+
+    ``planned -> signalled -> all_acked -> requeued -> done`` is the happy path. A victim missing
+    its deadline sends a signalled plan to ``aborted`` (policy abort) or ``forced`` (policy force,
+    after which the victims are requeued all the same). ``rolled_back`` is what crash recovery
+    writes for a plan it undid. ``done``, ``aborted`` and ``rolled_back`` are final.
+    """
+
+    PLANNED = "planned"
+    SIGNALLED = "signalled"
+    ALL_ACKED = "all_acked"
+    FORCED = "forced"
+    REQUEUED = "requeued"
+    DONE = "done"
+    ABORTED = "aborted"
+    ROLLED_BACK = "rolled_back"
+
+
+class VictimState(StrEnum):
+    """State of one victim inside a plan.
+
+    ``chosen`` is written with the plan, before anybody is asked; ``asked`` is written before the
+    checkpoint request is sent (write-ahead), so a restarted daemon knows whom it may have asked.
+    ``gone`` is a victim that ended on its own meanwhile (a harmless race: its GPUs are free).
+    """
+
+    CHOSEN = "chosen"
+    ASKED = "asked"
+    ACKED = "acked"
+    MISSED = "missed"
+    REQUEUED = "requeued"
+    GONE = "gone"
+
+
+PLAN_TRANSITIONS: Mapping[PlanState, frozenset[PlanState]] = {
+    PlanState.PLANNED: frozenset({PlanState.SIGNALLED, PlanState.ABORTED, PlanState.ROLLED_BACK}),
+    PlanState.SIGNALLED: frozenset(
+        {PlanState.ALL_ACKED, PlanState.FORCED, PlanState.ABORTED, PlanState.ROLLED_BACK}
+    ),
+    PlanState.ALL_ACKED: frozenset({PlanState.REQUEUED, PlanState.ROLLED_BACK}),
+    PlanState.FORCED: frozenset({PlanState.REQUEUED, PlanState.ROLLED_BACK}),
+    PlanState.REQUEUED: frozenset({PlanState.DONE}),
+    PlanState.DONE: frozenset(),
+    PlanState.ABORTED: frozenset(),
+    PlanState.ROLLED_BACK: frozenset(),
+}
+
+FINAL_PLAN_STATES: frozenset[PlanState] = frozenset(
+    state for state, nexts in PLAN_TRANSITIONS.items() if not nexts
+)
+
+VICTIM_TRANSITIONS: Mapping[VictimState, frozenset[VictimState]] = {
+    VictimState.CHOSEN: frozenset({VictimState.ASKED, VictimState.GONE}),
+    VictimState.ASKED: frozenset({VictimState.ACKED, VictimState.MISSED, VictimState.GONE}),
+    VictimState.MISSED: frozenset({VictimState.ACKED, VictimState.REQUEUED, VictimState.GONE}),
+    VictimState.ACKED: frozenset({VictimState.REQUEUED, VictimState.GONE}),
+    VictimState.REQUEUED: frozenset(),
+    VictimState.GONE: frozenset(),
+}
+
+
+def _allowed_text(nexts: frozenset[PlanState] | frozenset[VictimState]) -> str:
+    return ", ".join(sorted(str(s) for s in nexts)) or "nothing (final state)"
+
+
+def check_plan_transition(plan_id: int, current: PlanState, target: PlanState) -> None:
+    """Raise :class:`StateError` naming both states unless ``current -> target`` is legal."""
+    allowed = PLAN_TRANSITIONS[current]
+    if target not in allowed:
+        raise StateError(
+            f"plan {plan_id}: illegal transition {current} -> {target}; "
+            f"from {current} a plan may go to: {_allowed_text(allowed)}"
+        )
+
+
+def check_victim_transition(
+    plan_id: int, job_id: int, current: VictimState, target: VictimState
+) -> None:
+    """Raise :class:`StateError` naming both states unless a victim may go ``current -> target``."""
+    allowed = VICTIM_TRANSITIONS[current]
+    if target not in allowed:
+        raise StateError(
+            f"plan {plan_id}, victim job {job_id}: illegal transition {current} -> {target}; "
+            f"from {current} a victim may go to: {_allowed_text(allowed)}"
+        )
