@@ -1,0 +1,290 @@
+"""The SlurmClient that drives Slurm through its own commands.
+
+Reads: ``squeue --json`` plus the node/partition commands of :mod:`.version`'s plan, and
+``sacctmgr`` for QOS when accounting is on. Writes: ``scontrol`` and ``scancel``, batched (one
+command per distinct priority value, comma-separated job lists, chunked to keep argv short).
+Per-job messages Slurm prints (``"<message> for job <id>"``) are sorted into harmless races,
+reported as ``skipped``, and real failures, raised as SlurmError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_plugins.parse import (
+    job_messages,
+    parse_jobs,
+    parse_nodes,
+    parse_partitions_json,
+    parse_partitions_text,
+    parse_qos,
+)
+from hai_slurm.slurm_plugins.runner import CommandRunner, Completed, SubprocessRunner, check
+from hai_slurm.slurm_plugins.types import (
+    ActionResult,
+    ClusterSnapshot,
+    JobIds,
+    Qos,
+    SignalTarget,
+    Skipped,
+    SkipReason,
+    SlurmVersion,
+    job_id_tuple,
+)
+from hai_slurm.slurm_plugins.version import (
+    QOS_COMMAND,
+    QOS_FIELDS,
+    PartitionSource,
+    QueryPlan,
+    parse_version,
+    query_plan,
+)
+
+CHUNK = 200
+"""Job ids per command: keeps argument lists far below the kernel's limit."""
+
+_GONE = ("invalid job id specified", SkipReason.GONE)
+_DONE = ("already completing or completed", SkipReason.FINISHED)
+_PENDING = ("job is pending execution", SkipReason.PENDING)
+_HELD = ("job is in held state", SkipReason.HELD)
+_NOT_NOW = ("job can not be altered now", SkipReason.PENDING)
+_SIGNAL_RE = re.compile(r"(SIG)?[A-Z0-9]+")
+
+
+def _classify(message: str, harmless: Sequence[tuple[str, SkipReason]]) -> SkipReason | None:
+    low = message.lower()
+    return next((reason for text, reason in harmless if text in low), None)
+
+
+class CliSlurmClient:
+    """SlurmClient over ``squeue``/``sinfo``/``scontrol``/``scancel``/``sacctmgr``.
+
+    ``runner`` runs the commands (default: :class:`SubprocessRunner` with ``slurm_conf`` or
+    ``$SLURM_CONF`` and ``timeout``). ``accounting`` forces QOS reading on or off; by default it
+    follows ``AccountingStorageType`` from ``scontrol show config``. ``clock`` stamps snapshots.
+    """
+
+    def __init__(self, runner: CommandRunner | None = None, *, slurm_conf: str | None = None,
+                 timeout: float = 30.0, accounting: bool | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._run: CommandRunner = runner or SubprocessRunner(slurm_conf, timeout=timeout)
+        self._accounting = accounting
+        self._clock = clock
+        self._version: SlurmVersion | None = None
+        self._plan: QueryPlan | None = None
+        self._aliases: dict[int, str] = {}
+        """Array tasks whose own id equals the array's id: Slurm reads that id as the whole
+        array, so they are addressed as ``ARRAY_TASK`` (filled from the latest snapshot)."""
+
+    # -- reads ------------------------------------------------------------------------------
+    def version(self) -> SlurmVersion:
+        """Detect the release once (``scontrol version``) and remember it."""
+        if self._version is None:
+            res = check(self._run(["scontrol", "version"]), "scontrol version")
+            self._version = parse_version(res.stdout)
+            self._plan = query_plan(self._version)
+        return self._version
+
+    @property
+    def plan(self) -> QueryPlan:
+        """The read commands for the detected release."""
+        self.version()
+        assert self._plan is not None  # set together with _version
+        return self._plan
+
+    def accounting(self) -> bool:
+        """True when the cluster has an accounting database (QOS are read from it)."""
+        if self._accounting is None:
+            out = check(self._run(["scontrol", "show", "config"]), "scontrol show config").stdout
+            m = re.search(r"^AccountingStorageType\s*=\s*(\S+)", out, re.MULTILINE)
+            self._accounting = m is not None and m.group(1) != "accounting_storage/none"
+        return self._accounting
+
+    def _json(self, argv: Sequence[str]) -> Any:
+        res = check(self._run(argv), " ".join(argv))
+        try:
+            return json.loads(res.stdout)
+        except json.JSONDecodeError as exc:
+            raise SlurmError(f"{' '.join(argv)} printed invalid JSON ({exc}); first bytes: "
+                             f"{res.stdout[:120]!r}", command=list(argv)) from exc
+
+    def snapshot(self) -> ClusterSnapshot:
+        """Jobs, nodes, partitions and QOS; any failed query raises, nothing partial returns."""
+        plan = self.plan
+        now = int(self._clock())
+        jobs = parse_jobs(self._json(plan.jobs))
+        nodes = parse_nodes(self._json(plan.nodes), " ".join(plan.nodes))
+        if plan.partition_source is PartitionSource.SCONTROL_TEXT:
+            out = check(self._run(plan.partitions), " ".join(plan.partitions)).stdout
+            partitions = parse_partitions_text(out)
+        else:
+            partitions = parse_partitions_json(self._json(plan.partitions))
+        qos: tuple[Qos, ...] = ()
+        if self.accounting():
+            out = check(self._run(QOS_COMMAND), "sacctmgr show qos").stdout
+            qos = parse_qos(out, QOS_FIELDS)
+        self._aliases = {j.job_id: f"{j.job_id}_{j.array_task_id}" for j in jobs
+                         if j.array_job_id == j.job_id and j.array_task_id is not None}
+        return ClusterSnapshot(time=now, version=plan.version, jobs=jobs, nodes=nodes,
+                               partitions=partitions, qos=qos)
+
+    def _ref(self, job_id: int) -> str:
+        return self._aliases.get(job_id, str(job_id))
+
+    def job_states(self, job_ids: JobIds) -> dict[int, str]:
+        """Current state of each known job (gone ones are absent)."""
+        ids = job_id_tuple(job_ids)
+        states: dict[int, str] = {}
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i:i + CHUNK]
+            # %A is the job's own id (array tasks included); %i would print ARRAY_TASK.
+            res = self._run(["squeue", "--noheader", "--states=all", "--format=%A|%T",
+                             "--jobs=" + ",".join(map(str, chunk))])
+            if res.returncode != 0:
+                if "invalid job id" in res.stderr.lower():
+                    continue        # every id in the chunk is gone
+                check(res, "squeue --jobs")
+            for line in res.stdout.splitlines():
+                jid, _, state = line.strip().partition("|")
+                if jid.isdigit():
+                    states[int(jid)] = state.strip().upper()
+        return states
+
+    # -- writes -----------------------------------------------------------------------------
+    def _per_job(self, argv: Sequence[str], ids: tuple[int, ...], what: str,
+                 harmless: Sequence[tuple[str, SkipReason]]) -> ActionResult:
+        res: Completed = self._run(argv)
+        messages, other = job_messages(res.stderr)
+        by_ref = {self._ref(j): j for j in ids}
+        skipped: list[Skipped] = []
+        failures: list[str] = []
+        for ref, msg in messages.items():
+            jid = by_ref.get(ref, int(ref) if ref.isdigit() else 0)
+            reason = _classify(msg, harmless)
+            if jid not in by_ref.values():     # e.g. one task of an array we addressed whole
+                if reason is None:
+                    failures.append(f"job {ref}: {msg}")
+                continue
+            if reason is None:
+                failures.append(f"job {jid}: {msg}")
+            else:
+                skipped.append(Skipped(jid, reason, msg))
+        if res.returncode != 0 and not messages:
+            check(res, what)
+        if failures:
+            raise SlurmError(f"{what} failed: " + "; ".join(failures + other),
+                             command=list(res.argv), returncode=res.returncode,
+                             stderr=res.stderr)
+        gone = {s.job_id for s in skipped}
+        return ActionResult(tuple(j for j in ids if j not in gone), tuple(skipped), 1)
+
+    def _scontrol_ids(self, verb: Sequence[str], job_ids: JobIds, what: str,
+                      harmless: Sequence[tuple[str, SkipReason]],
+                      suffix: Sequence[str] = ()) -> ActionResult:
+        ids = job_id_tuple(job_ids)
+        result = ActionResult()
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i:i + CHUNK]
+            joined = ",".join(map(self._ref, chunk))
+            argv = ["scontrol", *verb, f"JobId={joined}" if suffix else joined, *suffix]
+            result = result.merged(self._per_job(argv, chunk, what, harmless))
+        return result
+
+    def set_priority(self, job_id: int, value: int) -> ActionResult:
+        """``scontrol update JobId=ID Priority=VALUE``."""
+        return self.set_priorities({job_id: value})
+
+    def set_priorities(self, priorities: Mapping[int, int]) -> ActionResult:
+        """One ``scontrol update`` per distinct value (scontrol takes id lists per value)."""
+        by_value: dict[int, list[int]] = defaultdict(list)
+        for jid, value in priorities.items():
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32 - 2:
+                raise ValueError(f"priority for job {jid} must be an integer in "
+                                 f"[0, 4294967293], got {value!r}")
+            by_value[value].append(jid)
+        result = ActionResult()
+        for value in sorted(by_value):
+            result = result.merged(self._scontrol_ids(
+                ["update"], by_value[value], f"scontrol update Priority={value}",
+                (_GONE, _DONE, _HELD), suffix=[f"Priority={value}"]))
+        return result
+
+    def signal(self, job_ids: JobIds, signal: str = "USR2", *,
+               target: SignalTarget = SignalTarget.FULL) -> ActionResult:
+        """``scancel --signal=SIG [--full|--batch] IDS``; a job not running is skipped."""
+        if not _SIGNAL_RE.fullmatch(signal):
+            raise ValueError(f"signal must be a name like USR2 or a number, got {signal!r}")
+        ids = job_id_tuple(job_ids)
+        flags = {SignalTarget.FULL: ["--full"], SignalTarget.BATCH: ["--batch"],
+                 SignalTarget.STEPS: []}[target]
+        result = ActionResult()
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i:i + CHUNK]
+            argv = ["scancel", f"--signal={signal}", *flags, *map(self._ref, chunk)]
+            result = result.merged(self._per_job(argv, chunk, f"scancel --signal={signal}",
+                                                 (_GONE, _DONE, _NOT_NOW)))
+        return result
+
+    def _running_only(self, ids: tuple[int, ...]) -> tuple[tuple[int, ...], list[Skipped]]:
+        # `scontrol requeue` also re-runs jobs that already COMPLETED; never do that by accident.
+        states = self.job_states(ids)
+        keep: list[int] = []
+        skipped: list[Skipped] = []
+        for jid in ids:
+            st = states.get(jid)
+            if st is None:
+                skipped.append(Skipped(jid, SkipReason.GONE, "job not known to slurmctld"))
+            elif st in ("RUNNING", "SUSPENDED", "CONFIGURING"):
+                keep.append(jid)
+            elif st == "PENDING":
+                skipped.append(Skipped(jid, SkipReason.PENDING, "job is pending"))
+            else:
+                skipped.append(Skipped(jid, SkipReason.FINISHED, f"job is {st}"))
+        return tuple(keep), skipped
+
+    def _requeue(self, verb: str, job_ids: JobIds) -> ActionResult:
+        keep, skipped = self._running_only(job_id_tuple(job_ids))
+        result = ActionResult(skipped=tuple(skipped))
+        if keep:
+            result = result.merged(self._scontrol_ids([verb], keep, f"scontrol {verb}",
+                                                      (_GONE, _DONE, _PENDING)))
+        return result
+
+    def requeue(self, job_ids: JobIds) -> ActionResult:
+        """``scontrol requeue IDS`` for the jobs that are running now (others are skipped)."""
+        return self._requeue("requeue", job_ids)
+
+    def requeue_hold(self, job_ids: JobIds) -> ActionResult:
+        """``scontrol requeuehold IDS`` for the jobs that are running now."""
+        return self._requeue("requeuehold", job_ids)
+
+    def hold(self, job_ids: JobIds) -> ActionResult:
+        """``scontrol hold IDS`` (admin hold)."""
+        return self._scontrol_ids(["hold"], job_ids, "scontrol hold", (_GONE, _DONE))
+
+    def release(self, job_ids: JobIds) -> ActionResult:
+        """``scontrol release IDS``."""
+        return self._scontrol_ids(["release"], job_ids, "scontrol release", (_GONE, _DONE))
+
+    def set_admin_comment(self, job_id: int, text: str) -> ActionResult:
+        """``scontrol update JobId=ID AdminComment=TEXT`` (one argv element, spaces allowed)."""
+        if "\n" in text or "\0" in text:
+            raise ValueError("admin_comment must be a single line without NUL bytes")
+        return self._scontrol_ids(["update"], job_id, "scontrol update AdminComment",
+                                  (_GONE, _DONE), suffix=[f"AdminComment={text}"])
+
+    def cancel(self, job_ids: JobIds) -> ActionResult:
+        """``scancel IDS``."""
+        ids = job_id_tuple(job_ids)
+        result = ActionResult()
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i:i + CHUNK]
+            result = result.merged(self._per_job(["scancel", *map(self._ref, chunk)], chunk,
+                                                 "scancel", (_GONE, _DONE)))
+        return result

@@ -1,0 +1,359 @@
+"""FakeSlurm: an in-memory, deterministic Slurm behind the same SlurmClient interface.
+
+For unit tests and the simulator. Time only moves when the caller says so (``now`` arguments),
+so runs are reproducible. It models what the daemon relies on, as measured on Slurm 22.05:
+
+* pending jobs start in priority order (ties: earlier submit, then lower id) when
+  :meth:`FakeSlurm.schedule` is called; without ``backfill`` the first job that does not fit
+  blocks the ones behind it in its partition, as Slurm's main scheduler does;
+* ``requeue`` frees the job's nodes, puts it back to PENDING with ``restart_count + 1``, resets
+  its submit time to "now" and makes it eligible again after ``requeue_delay`` seconds
+  (Slurm: ``cred_expire`` + 1);
+* a priority change on a held job is refused (it would release it), hold sets priority 0;
+* ids never submitted are "gone"; finished jobs stay known (like ``MinJobAge``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_plugins.hostlist import compress_hostlist
+from hai_slurm.slurm_plugins.types import (
+    INFINITE,
+    ActionResult,
+    ClusterSnapshot,
+    Job,
+    JobIds,
+    JobState,
+    Node,
+    Partition,
+    Qos,
+    SignalTarget,
+    Skipped,
+    SkipReason,
+    SlurmVersion,
+    job_id_tuple,
+)
+
+DEFAULT_VERSION = SlurmVersion(22, 5, 8)
+"""The release FakeSlurm pretends to be unless told otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class FakeNode:
+    """A node of the fake cluster."""
+
+    name: str
+    gpus: int = 8
+    cpus: int = 16
+    memory_mb: int = 16000
+    partitions: tuple[str, ...] = ("main",)
+    state: str = "IDLE"
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A signal the fake delivered."""
+
+    job_id: int
+    signal: str
+    target: SignalTarget
+    time: int
+
+
+@dataclass(slots=True)
+class _FakeJob:
+    job_id: int
+    name: str
+    user: str
+    uid: int
+    account: str
+    partition: str
+    qos: str
+    node_count: int
+    gpus_per_node: int
+    cpus_per_node: int
+    time_limit: int | None
+    requeue: bool
+    comment: str
+    admin_comment: str
+    submit_time: int
+    eligible_time: int
+    priority: int
+    state: JobState = JobState.PENDING
+    reason: str = "Priority"
+    held: bool = False
+    start_time: int | None = None
+    nodes: tuple[str, ...] = ()
+    restart_count: int = 0
+    flags: tuple[str, ...] = field(default=())
+
+
+class FakeSlurm:
+    """In-memory SlurmClient with a simple GPU allocator. Not thread-safe; deterministic."""
+
+    def __init__(self, nodes: Sequence[FakeNode] | None = None, *,
+                 partitions: Sequence[Partition] | None = None, qos: Sequence[Qos] = (),
+                 now: int = 1_700_000_000, version: SlurmVersion = DEFAULT_VERSION,
+                 requeue_delay: int = 0, backfill: bool = False) -> None:
+        self.nodes: dict[str, FakeNode] = {
+            n.name: n for n in (nodes or [FakeNode(f"n{i}") for i in range(1, 5)])}
+        if partitions is None:
+            names = sorted({p for n in self.nodes.values() for p in n.partitions})
+            partitions = [Partition(p, tuple(n.name for n in self.nodes.values()
+                                             if p in n.partitions), "", "UP", i == 0, 1,
+                                    INFINITE, "OFF", 0) for i, p in enumerate(names)]
+        self.partitions = tuple(replace(p, node_list=compress_hostlist(p.nodes))
+                                for p in partitions)
+        self.qos = tuple(qos)
+        self.now = now
+        self._version = version
+        self.requeue_delay = requeue_delay
+        self.backfill = backfill
+        self.jobs: dict[int, _FakeJob] = {}
+        self.signals: list[SignalRecord] = []
+        self.writes: list[tuple[str, ...]] = []
+        """Every write command the fake received, as Slurm's CLI would have been called."""
+        self.fail_snapshots = 0
+        """Make the next N snapshots raise SlurmError (to test the daemon's skipped cycles)."""
+        self._next_id = 1
+
+    # -- driving the fake -------------------------------------------------------------------
+    def submit(self, *, name: str = "job", user: str = "alice", uid: int = 1000,
+               account: str = "", partition: str = "", qos: str = "normal", nodes: int = 1,
+               gpus_per_node: int = 0, cpus_per_node: int = 1, time_limit: int | None = None,
+               requeue: bool = True, comment: str = "", admin_comment: str = "",
+               priority: int = 1, hold: bool = False, begin_time: int | None = None,
+               now: int | None = None) -> int:
+        """Queue a batch job and return its id (``begin_time`` like ``sbatch --begin``)."""
+        part = partition or next(p.name for p in self.partitions if p.default)
+        if part not in {p.name for p in self.partitions}:
+            raise SlurmError(f"sbatch: error: invalid partition specified: {part}")
+        t = self.now if now is None else now
+        jid = self._next_id
+        self._next_id += 1
+        self.jobs[jid] = _FakeJob(jid, name, user, uid, account, part, qos, nodes, gpus_per_node,
+                                  cpus_per_node, time_limit, requeue, comment, admin_comment,
+                                  t, max(t, begin_time or t), 0 if hold else priority, held=hold,
+                                  reason="JobHeldUser" if hold else
+                                  "BeginTime" if (begin_time or t) > t else "Priority")
+        return jid
+
+    def advance(self, now: int) -> None:
+        """Move the fake clock (never backwards)."""
+        if now < self.now:
+            raise ValueError(f"time cannot go back: now={self.now}, asked {now}")
+        self.now = now
+
+    def _free(self) -> dict[str, tuple[int, int]]:
+        free = {n.name: (n.gpus, n.cpus) for n in self.nodes.values()
+                if n.state not in ("DOWN", "DRAIN")}
+        for j in self.jobs.values():
+            if j.state in (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING):
+                for n in j.nodes:
+                    if n in free:
+                        g, c = free[n]
+                        free[n] = (g - j.gpus_per_node, c - j.cpus_per_node)
+        return free
+
+    def schedule(self, now: int | None = None) -> tuple[int, ...]:
+        """Start pending jobs in priority order where they fit; return the started ids."""
+        if now is not None:
+            self.advance(now)
+        free = self._free()
+        started: list[int] = []
+        blocked: set[str] = set()
+        queue = sorted((j for j in self.jobs.values() if j.state is JobState.PENDING),
+                       key=lambda j: (-j.priority, j.submit_time, j.job_id))
+        for j in queue:
+            if j.held or j.priority == 0 or j.partition in blocked:
+                continue
+            if j.eligible_time > self.now:
+                j.reason = "BeginTime"
+                continue
+            part = next(p for p in self.partitions if p.name == j.partition)
+            fits = [n for n in part.nodes if n in free and free[n][0] >= j.gpus_per_node
+                    and free[n][1] >= j.cpus_per_node]
+            if len(fits) < j.node_count:
+                j.reason = "Resources" if j.partition not in blocked else "Priority"
+                if not self.backfill:
+                    blocked.add(j.partition)
+                continue
+            j.nodes = tuple(fits[: j.node_count])
+            for n in j.nodes:
+                g, c = free[n]
+                free[n] = (g - j.gpus_per_node, c - j.cpus_per_node)
+            j.state, j.reason, j.start_time = JobState.RUNNING, "None", self.now
+            started.append(j.job_id)
+        return tuple(started)
+
+    def finish(self, job_id: int, state: JobState = JobState.COMPLETED) -> None:
+        """End a running job (its program exited) with a terminal ``state``."""
+        if state.active:
+            raise ValueError(f"finish needs a terminal state, got {state.value}")
+        self.jobs[job_id].state = state
+
+    # -- SlurmClient --------------------------------------------------------------------------
+    def version(self) -> SlurmVersion:
+        """The release the fake pretends to be."""
+        return self._version
+
+    def _job_value(self, j: _FakeJob) -> Job:
+        running = j.state is not JobState.PENDING
+        return Job(
+            job_id=j.job_id, name=j.name, user=j.user, uid=j.uid, account=j.account,
+            partition=j.partition, qos=j.qos, state=j.state, state_flags=j.flags,
+            reason=j.reason, priority=j.priority, submit_time=j.submit_time,
+            eligible_time=j.eligible_time, start_time=j.start_time if running else None,
+            time_limit=j.time_limit, node_count=j.node_count,
+            nodes=j.nodes if running else (),
+            node_list=compress_hostlist(j.nodes) if running else "",
+            gpus_requested=j.gpus_per_node * j.node_count,
+            gpus_per_node={n: j.gpus_per_node for n in j.nodes} if running else {},
+            restart_count=j.restart_count, requeue=j.requeue, comment=j.comment,
+            admin_comment=j.admin_comment, batch=True, held=j.held)
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The current state, stamped with the fake clock."""
+        if self.fail_snapshots > 0:
+            self.fail_snapshots -= 1
+            raise SlurmError("squeue --json failed (exit 1): slurm_load_jobs error: Unable to "
+                             "contact slurm controller (connect failure)",
+                             command=["squeue", "--json"], returncode=1)
+        jobs = tuple(self._job_value(j) for j in sorted(self.jobs.values(),
+                                                        key=lambda j: j.job_id)
+                     if j.state.active)
+        free = self._free()
+        nodes = []
+        for n in self.nodes.values():
+            g, c = free.get(n.name, (n.gpus, n.cpus))
+            used_c = n.cpus - c
+            state = n.state if n.state != "IDLE" else (
+                "IDLE" if used_c == 0 and g == n.gpus else
+                "ALLOCATED" if c == 0 else "MIXED")
+            nodes.append(Node(n.name, state, (), n.cpus, used_c, n.memory_mb, 0, n.gpus,
+                              n.gpus - g, n.partitions))
+        return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
+                               nodes=tuple(nodes), partitions=self.partitions, qos=self.qos)
+
+    def _each(self, job_ids: JobIds, command: tuple[str, ...], *, need_running: bool = False,
+              finished_reason: SkipReason = SkipReason.FINISHED
+              ) -> tuple[list[_FakeJob], list[Skipped]]:
+        ids = job_id_tuple(job_ids)
+        self.writes.append((*command, ",".join(map(str, ids))))
+        todo: list[_FakeJob] = []
+        skipped: list[Skipped] = []
+        for jid in ids:
+            j = self.jobs.get(jid)
+            if j is None:
+                skipped.append(Skipped(jid, SkipReason.GONE, "Invalid job id specified"))
+            elif not j.state.active or j.state is JobState.COMPLETING:
+                skipped.append(Skipped(jid, finished_reason,
+                                       "Job/step already completing or completed"))
+            elif need_running and j.state is JobState.PENDING:
+                skipped.append(Skipped(jid, SkipReason.PENDING, "Job is pending execution"))
+            else:
+                todo.append(j)
+        return todo, skipped
+
+    @staticmethod
+    def _result(todo: list[_FakeJob], skipped: list[Skipped]) -> ActionResult:
+        return ActionResult(tuple(j.job_id for j in todo), tuple(skipped), 1)
+
+    def set_priority(self, job_id: int, value: int) -> ActionResult:
+        """Set one job's priority."""
+        return self.set_priorities({job_id: value})
+
+    def set_priorities(self, priorities: Mapping[int, int]) -> ActionResult:
+        """Set priorities, one write per distinct value (as the CLI backend does)."""
+        by_value: dict[int, list[int]] = {}
+        for jid, value in priorities.items():
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32 - 2:
+                raise ValueError(f"priority for job {jid} must be an integer in "
+                                 f"[0, 4294967293], got {value!r}")
+            by_value.setdefault(value, []).append(jid)
+        result = ActionResult()
+        for value in sorted(by_value):
+            todo, skipped = self._each(by_value[value], ("scontrol", "update", f"Priority={value}"))
+            done = []
+            for j in todo:
+                if j.held:
+                    skipped.append(Skipped(j.job_id, SkipReason.HELD,
+                                           "Job is in held state, pending scheduler release"))
+                else:
+                    j.priority = value
+                    done.append(j)
+            result = result.merged(self._result(done, skipped))
+        return result
+
+    def signal(self, job_ids: JobIds, signal: str = "USR2", *,
+               target: SignalTarget = SignalTarget.FULL) -> ActionResult:
+        """Record the signal for each running job; the fake's jobs do not react to it."""
+        todo, skipped = self._each(job_ids, ("scancel", f"--signal={signal}", target.value),
+                                   need_running=True)
+        for j in todo:
+            self.signals.append(SignalRecord(j.job_id, signal, target, self.now))
+        return self._result(todo, skipped)
+
+    def _requeue(self, job_ids: JobIds, verb: str, hold: bool) -> ActionResult:
+        todo, skipped = self._each(job_ids, ("scontrol", verb), need_running=True)
+        done = []
+        for j in todo:
+            if not j.requeue:
+                raise SlurmError(f"scontrol {verb} failed: job {j.job_id}: Requested operation "
+                                 "is presently disabled", command=["scontrol", verb,
+                                                                   str(j.job_id)])
+            j.state, j.nodes, j.start_time = JobState.PENDING, (), None
+            j.restart_count += 1
+            j.submit_time = self.now
+            j.eligible_time = self.now + self.requeue_delay
+            j.reason = "BeginTime" if self.requeue_delay else "Priority"
+            if hold:
+                j.held, j.priority, j.reason = True, 0, "job requeued in held state"
+            done.append(j)
+        return self._result(done, skipped)
+
+    def requeue(self, job_ids: JobIds) -> ActionResult:
+        """Running jobs back to PENDING, restart count + 1, submit time reset."""
+        return self._requeue(job_ids, "requeue", hold=False)
+
+    def requeue_hold(self, job_ids: JobIds) -> ActionResult:
+        """Requeue and hold."""
+        return self._requeue(job_ids, "requeuehold", hold=True)
+
+    def hold(self, job_ids: JobIds) -> ActionResult:
+        """Admin hold: priority 0 (a running job keeps running)."""
+        todo, skipped = self._each(job_ids, ("scontrol", "hold"))
+        for j in todo:
+            j.held, j.priority = True, 0
+            if j.state is JobState.PENDING:
+                j.reason = "JobHeldAdmin"
+        return self._result(todo, skipped)
+
+    def release(self, job_ids: JobIds) -> ActionResult:
+        """Release held jobs (priority back to 1, as a fresh multifactor value)."""
+        todo, skipped = self._each(job_ids, ("scontrol", "release"))
+        for j in todo:
+            if j.held:
+                j.held, j.priority = False, 1
+                if j.state is JobState.PENDING:
+                    j.reason = "Priority"
+        return self._result(todo, skipped)
+
+    def set_admin_comment(self, job_id: int, text: str) -> ActionResult:
+        """Replace the admin comment."""
+        if "\n" in text or "\0" in text:
+            raise ValueError("admin_comment must be a single line without NUL bytes")
+        todo, skipped = self._each(job_id, ("scontrol", "update", "AdminComment"))
+        for j in todo:
+            j.admin_comment = text
+        return self._result(todo, skipped)
+
+    def cancel(self, job_ids: JobIds) -> ActionResult:
+        """Cancel jobs: they leave the queue and free their nodes."""
+        todo, skipped = self._each(job_ids, ("scancel",))
+        for j in todo:
+            j.state = JobState.CANCELLED
+        return self._result(todo, skipped)

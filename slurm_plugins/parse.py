@@ -1,0 +1,379 @@
+"""Pure parsers from Slurm's output to the adapter's values. No I/O here.
+
+Tolerant by design: unknown extra fields are ignored; numbers may be plain (openapi v0.0.38,
+Slurm 22.05) or wrapped as ``{"set": .., "infinite": .., "number": ..}`` (data_parser v0.0.39+);
+states may be a string (``"RUNNING"``, ``"mixed"``) or a list (``["RUNNING", "COMPLETING"]``).
+What cannot be understood raises :class:`~hai_slurm.errors.SlurmError` naming the field and the
+value, so the daemon skips the cycle instead of acting on a half-read cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_plugins.hostlist import (
+    expand_hostlist,
+    gres_gpu_count,
+    split_top_level,
+    tres_gpu_count,
+)
+from hai_slurm.slurm_plugins.types import INFINITE, Job, JobState, Node, Partition, Qos
+
+_NO_VAL = (0xFFFFFFFE, 0xFFFFFFFFFFFFFFFE, 0xFFFE)
+_INFINITE_RAW = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0xFFFF)
+_STATE_ALIASES = {"CONFIGURING": "RUNNING", "CD": "COMPLETED", "CG": "COMPLETING",
+                  "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED"}
+_NODE_BASE = ("IDLE", "DOWN", "ALLOCATED", "ALLOC", "ERROR", "MIXED", "FUTURE", "UNKNOWN")
+
+
+def number(value: Any, where: str = "value") -> int | None:
+    """An integer from a plain number or a ``{"set","infinite","number"}`` wrapper.
+
+    ``None`` for unset/NO_VAL, :data:`INFINITE` for infinite. Floats are truncated.
+    """
+    if isinstance(value, Mapping):
+        if value.get("infinite"):
+            return INFINITE
+        if not value.get("set", True):
+            return None
+        value = value.get("number")
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float):
+        n = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?", value.strip()):
+        n = int(float(value))
+    else:
+        raise SlurmError(f"{where}: expected a number, got {value!r}")
+    if n in _NO_VAL:
+        return None
+    if n in _INFINITE_RAW:
+        return INFINITE
+    return n
+
+
+def text(value: Any) -> str:
+    """A string field; ``None`` and Slurm's ``(null)`` become ``""``."""
+    if value is None or value == "(null)":
+        return ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def time_or_none(value: Any, where: str) -> int | None:
+    """A POSIX time; 0, unset and infinite mean "no time" (``None``)."""
+    n = number(value, where)
+    return None if n in (None, 0, INFINITE) else n
+
+
+def states(value: Any, where: str) -> list[str]:
+    """A state given as ``"RUNNING"``, ``"mixed"``, ``"DOWN+DRAIN"`` or a list, upper-cased."""
+    if isinstance(value, str):
+        items = re.split(r"[+,\s]+", value)
+    elif isinstance(value, list):
+        items = [str(v) for v in value]
+    else:
+        raise SlurmError(f"{where}: expected a state string or list, got {value!r}")
+    return [s.strip().upper().rstrip("*~#!%$@^-") for s in items if s.strip()]
+
+
+def job_state(value: Any, where: str) -> tuple[JobState, tuple[str, ...]]:
+    """Base job state and flags. A COMPLETING flag wins, as squeue shows it."""
+    names = [_STATE_ALIASES.get(s, s) for s in states(value, where)]
+    if not names:
+        raise SlurmError(f"{where}: empty job_state")
+    known = {s.value for s in JobState}
+    base_names = [s for s in names if s in known]
+    if "COMPLETING" in names:
+        base = JobState.COMPLETING
+    elif base_names:
+        base = JobState(base_names[0])
+    else:
+        raise SlurmError(f"{where}: unknown job_state {value!r}; known states: "
+                         + ", ".join(sorted(known)))
+    flags = tuple(s for s in names if s != base.value)
+    return base, flags
+
+
+def _requested_gpus(d: Mapping[str, Any], node_count: int) -> int:
+    per_job = gres_gpu_count(text(d.get("tres_per_job")))
+    if per_job:
+        return per_job
+    per_node = gres_gpu_count(text(d.get("tres_per_node")))
+    if per_node:
+        return per_node * max(node_count, 1)
+    per_task = gres_gpu_count(text(d.get("tres_per_task")))
+    if per_task:
+        tasks = number(d.get("tasks"), "tasks") or number(d.get("num_tasks"), "num_tasks") or 1
+        return per_task * max(tasks, 1)
+    per_socket = gres_gpu_count(text(d.get("tres_per_socket")))
+    if per_socket:
+        sockets = number(d.get("sockets_per_node"), "sockets_per_node") or 1
+        return per_socket * max(sockets, 1) * max(node_count, 1)
+    return tres_gpu_count(text(d.get("tres_req_str"))) or tres_gpu_count(
+        text(d.get("tres_alloc_str")))
+
+
+def _gpus_per_node(d: Mapping[str, Any], nodes: tuple[str, ...]) -> dict[str, int]:
+    detail = d.get("gres_detail") or []
+    if not isinstance(detail, list) or not nodes:
+        return {}
+    if len(detail) == len(nodes):
+        return {n: gres_gpu_count(text(g)) for n, g in zip(nodes, detail, strict=True)}
+    return {}
+
+
+def parse_job(d: Mapping[str, Any]) -> Job | None:
+    """One job record from ``squeue --json``; ``None`` when it is no longer active."""
+    job_id = number(d.get("job_id"), "job_id")
+    if job_id is None or job_id <= 0:
+        raise SlurmError(f"job record without a valid job_id: {d.get('job_id')!r}")
+    where = f"job {job_id}"
+    state, flags = job_state(d.get("job_state"), f"{where}: job_state")
+    if not state.active:
+        return None
+    node_list = text(d.get("nodes"))
+    nodes = expand_hostlist(node_list) if state is not JobState.PENDING else ()
+    node_count = number(d.get("node_count"), f"{where}: node_count") or len(nodes)
+    priority = number(d.get("priority"), f"{where}: priority") or 0
+    reason = text(d.get("state_reason"))
+    held = state is JobState.PENDING and (
+        d.get("hold") is True
+        or (priority == 0 and (reason.startswith("JobHeld") or "held state" in reason)))
+    time_limit = number(d.get("time_limit"), f"{where}: time_limit")
+    if time_limit is None and "time_limit" in d and d.get("time_limit") is None:
+        time_limit = INFINITE   # v0.0.38 writes null for an UNLIMITED job time limit
+    return Job(
+        job_id=job_id,
+        name=text(d.get("name")),
+        user=text(d.get("user_name")),
+        uid=number(d.get("user_id"), f"{where}: user_id") or 0,
+        account=text(d.get("account")),
+        partition=text(d.get("partition")),
+        qos=text(d.get("qos")),
+        state=state,
+        state_flags=flags,
+        reason=reason,
+        priority=max(priority, 0),
+        submit_time=time_or_none(d.get("submit_time"), f"{where}: submit_time"),
+        eligible_time=time_or_none(d.get("eligible_time"), f"{where}: eligible_time"),
+        start_time=(time_or_none(d.get("start_time"), f"{where}: start_time")
+                    if state is not JobState.PENDING else None),
+        time_limit=time_limit,
+        node_count=node_count,
+        nodes=nodes,
+        node_list=node_list if nodes else "",
+        gpus_requested=_requested_gpus(d, node_count),
+        gpus_per_node=_gpus_per_node(d, nodes),
+        restart_count=number(d.get("restart_cnt"), f"{where}: restart_cnt") or 0,
+        requeue=bool(d.get("requeue", True)),
+        comment=text(d.get("comment")),
+        admin_comment=text(d.get("admin_comment")),
+        batch=bool(d.get("batch_flag", True)),
+        held=held,
+        array_job_id=number(d.get("array_job_id"), f"{where}: array_job_id") or None,
+        array_task_id=number(d.get("array_task_id"), f"{where}: array_task_id"),
+        array_tasks=text(d.get("array_task_string")),
+    )
+
+
+def _records(doc: Any, key: str, command: str) -> list[Mapping[str, Any]]:
+    if not isinstance(doc, Mapping):
+        raise SlurmError(f"{command}: expected a JSON object, got {type(doc).__name__}")
+    errors = doc.get("errors") or []
+    if errors:
+        raise SlurmError(f"{command} reported errors: {errors!r}")
+    records = doc.get(key)
+    if not isinstance(records, list):
+        raise SlurmError(f"{command}: JSON has no '{key}' list (keys: {sorted(doc)})")
+    return [r for r in records if isinstance(r, Mapping)]
+
+
+def parse_jobs(doc: Any) -> tuple[Job, ...]:
+    """Active jobs from a ``squeue --json`` document (terminal states are left out)."""
+    jobs = (parse_job(r) for r in _records(doc, "jobs", "squeue --json"))
+    return tuple(j for j in jobs if j is not None)
+
+
+def parse_node(d: Mapping[str, Any]) -> Node:
+    """One node record (``sinfo --json`` on 22.05, ``scontrol show nodes --json`` later)."""
+    name = text(d.get("name"))
+    if not name:
+        raise SlurmError(f"node record without a name: {dict(d)!r:.200}")
+    where = f"node {name}"
+    names = states(d.get("state"), f"{where}: state")
+    names += states(d.get("state_flags") or [], f"{where}: state_flags")
+    base = next((s for s in names if s in _NODE_BASE), names[0] if names else "UNKNOWN")
+    base = "ALLOCATED" if base == "ALLOC" else base
+    flags = tuple(dict.fromkeys(s for s in names if s != base))
+    alloc_mem = number(d.get("alloc_memory"), f"{where}: alloc_memory") or 0
+    return Node(
+        name=name,
+        state=base,
+        state_flags=flags,
+        cpus=number(d.get("cpus"), f"{where}: cpus") or 0,
+        cpus_allocated=number(d.get("alloc_cpus"), f"{where}: alloc_cpus") or 0,
+        memory_mb=number(d.get("real_memory"), f"{where}: real_memory") or 0,
+        memory_allocated_mb=alloc_mem,
+        gpus=gres_gpu_count(text(d.get("gres"))),
+        gpus_used=gres_gpu_count(text(d.get("gres_used"))),
+        partitions=tuple(text(p) for p in d.get("partitions") or ()),
+        reason=text(d.get("reason")),
+    )
+
+
+def parse_nodes(doc: Any, command: str = "sinfo --json") -> tuple[Node, ...]:
+    """All nodes from a document with a ``nodes`` list."""
+    return tuple(parse_node(r) for r in _records(doc, "nodes", command))
+
+
+def duration_minutes(value: str, where: str) -> int | None:
+    """Slurm durations ``[D-]HH:MM:SS``, ``MM:SS``, ``MM``; ``UNLIMITED``/``INFINITE`` -> INFINITE.
+
+    Returns whole minutes (seconds round up); ``None`` for ``NONE``, ``N/A`` and empty.
+    """
+    v = value.strip()
+    if v.upper() in ("UNLIMITED", "INFINITE"):
+        return INFINITE
+    if v.upper() in ("", "NONE", "N/A", "(NULL)"):
+        return None
+    seconds = duration_seconds(v, where)
+    return -(-seconds // 60)
+
+
+def duration_seconds(value: str, where: str) -> int:
+    """Seconds in a Slurm duration such as ``1-02:03:04``, ``00:00:10`` or ``30`` (minutes)."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip())
+    if m is None:
+        raise SlurmError(f"{where}: cannot read duration {value!r}; expected [D-]HH:MM:SS")
+    days, a, b, c = m.groups()
+    if c is not None:
+        h, mi, s = int(a), int(b), int(c)
+    elif b is not None:
+        h, mi, s = (int(a), int(b), 0) if days else (0, int(a), int(b))
+    else:
+        h, mi, s = (int(a), 0, 0) if days else (0, int(a), 0)
+    return ((int(days or 0) * 24 + h) * 60 + mi) * 60 + s
+
+
+def parse_partitions_text(output: str) -> tuple[Partition, ...]:
+    """Partitions from ``scontrol --oneliner show partition`` (one ``Key=Value ...`` line each)."""
+    parts: list[Partition] = []
+    for lineno, line in enumerate(output.splitlines(), 1):
+        if not line.strip():
+            continue
+        kv = dict(tok.partition("=")[::2] for tok in line.split() if "=" in tok)
+        name = kv.get("PartitionName", "")
+        if not name:
+            raise SlurmError(f"scontrol show partition, line {lineno}: no PartitionName in "
+                             f"{line[:80]!r}")
+        where = f"partition {name}"
+        node_list = "" if kv.get("Nodes") in (None, "(null)") else kv["Nodes"]
+        grace = kv.get("GraceTime", "0")
+        parts.append(Partition(
+            name=name, nodes=expand_hostlist(node_list), node_list=node_list,
+            state=kv.get("State", "UP").upper(), default=kv.get("Default") == "YES",
+            priority_tier=int(kv.get("PriorityTier", "1")),
+            max_time=duration_minutes(kv.get("MaxTime", "UNLIMITED"), f"{where}: MaxTime"),
+            preempt_mode=kv.get("PreemptMode", "OFF").upper(),
+            grace_time=int(grace) if grace.isdigit() else duration_seconds(grace, where),
+        ))
+    return tuple(parts)
+
+
+def parse_partition(d: Mapping[str, Any]) -> Partition:
+    """One partition record from ``scontrol show partitions --json`` (23.02 and later)."""
+    name = text(d.get("name"))
+    where = f"partition {name}"
+    nodes = d.get("nodes")
+    node_list = text(nodes.get("configured")) if isinstance(nodes, Mapping) else text(nodes)
+    st = d.get("partition")
+    state = states(st.get("state", ["UP"]) if isinstance(st, Mapping) else ["UP"], where)
+    flags = states(d.get("flags") or (st.get("flags") if isinstance(st, Mapping) else None)
+                   or [], where)
+    prio = d.get("priority")
+    tier = prio.get("tier") if isinstance(prio, Mapping) else d.get("priority_tier")
+    maxima = d.get("maximums")
+    max_time = number(maxima.get("time") if isinstance(maxima, Mapping)
+                      else d.get("max_time", d.get("max_time_limit")), f"{where}: max_time")
+    preempt = (d.get("preempt_mode") or d.get("preemption_mode")
+               or (d.get("preemption") or {}).get("mode") or ["OFF"])
+    grace = d.get("grace_time", d.get("preemption_grace_time"))
+    return Partition(
+        name=name, nodes=expand_hostlist(node_list), node_list=node_list,
+        state=state[0] if state else "UP",
+        default="DEFAULT" in flags or bool(d.get("default", False)),
+        priority_tier=number(tier, f"{where}: priority tier") or 1,
+        max_time=max_time,
+        preempt_mode=",".join(states(preempt, f"{where}: preempt_mode")) or "OFF",
+        grace_time=number(grace, f"{where}: grace_time") or 0,
+    )
+
+
+def parse_partitions_json(doc: Any) -> tuple[Partition, ...]:
+    """All partitions from a document with a ``partitions`` list."""
+    return tuple(parse_partition(r)
+                 for r in _records(doc, "partitions", "scontrol show partitions --json"))
+
+
+def parse_qos(output: str, fields: tuple[str, ...]) -> tuple[Qos, ...]:
+    """QOS rows from ``sacctmgr -P -n show qos format=<fields>`` (``|``-separated)."""
+    out: list[Qos] = []
+    for lineno, line in enumerate(output.splitlines(), 1):
+        if not line.strip():
+            continue
+        cols = line.split("|")
+        if len(cols) != len(fields):
+            raise SlurmError(f"sacctmgr show qos, line {lineno}: expected {len(fields)} columns "
+                             f"({','.join(fields)}), got {len(cols)}: {line!r}")
+        row = dict(zip(fields, cols, strict=True))
+        where = f"qos {row['Name']}"
+        grace = row.get("GraceTime", "") or "0"
+        usage = row.get("UsageFactor", "") or "1"
+        out.append(Qos(
+            name=row["Name"],
+            priority=int(row.get("Priority") or 0),
+            preempt=tuple(split_top_level(row.get("Preempt", ""))),
+            preempt_mode=(row.get("PreemptMode") or "cluster").upper(),
+            grace_time=duration_seconds(grace, f"{where}: GraceTime"),
+            max_wall=duration_minutes(row.get("MaxWall", ""), f"{where}: MaxWall"),
+            usage_factor=float(usage),
+            flags=tuple(split_top_level(row.get("Flags", ""))),
+        ))
+    return tuple(out)
+
+
+_JOB_REF = r"(\d+(?:_\d+)?)"
+_SCANCEL_ERR = re.compile(r"error: Kill job error on job id " + _JOB_REF + r": (.*)$")
+_SCONTROL_ERR = re.compile(r"^(.*?) for job " + _JOB_REF + r"\s*$")
+
+
+def job_messages(stderr: str) -> tuple[dict[str, str], list[str]]:
+    """Split a Slurm command's stderr into per-job messages and other lines.
+
+    ``scontrol`` writes ``"<message> for job <ref>"``; ``scancel`` writes
+    ``"scancel: error: Kill job error on job id <ref>: <message>"``. ``<ref>`` is a job id or,
+    for an array task, ``<array id>_<task>``; it is returned as written.
+    """
+    per_job: dict[str, str] = {}
+    other: list[str] = []
+    for line in stderr.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        m = _SCANCEL_ERR.search(line)
+        if m:
+            per_job[m.group(1)] = m.group(2).strip()
+            continue
+        m2 = _SCONTROL_ERR.match(line)
+        if m2:
+            per_job[m2.group(2)] = m2.group(1).strip()
+            continue
+        other.append(line)
+    return per_job, other

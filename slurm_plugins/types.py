@@ -1,0 +1,319 @@
+"""Values the Slurm adapter hands to the daemon, and the one interface every backend implements.
+
+Everything here is immutable and uses Slurm's own vocabulary (job_state, state_reason, restart_cnt,
+admin_comment, ...). Times are POSIX seconds (``int``), ``None`` where Slurm has no value
+("Unknown", NO_VAL) and :data:`INFINITE` where Slurm means "no limit".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+INFINITE = -1
+"""Stands for Slurm's INFINITE / UNLIMITED in integer fields such as ``time_limit``."""
+
+JobIds = int | Iterable[int]
+"""One job id or several: every action accepts both."""
+
+
+class JobState(StrEnum):
+    """Base job states as Slurm names them (flags such as REQUEUED are kept apart)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+
+    @property
+    def active(self) -> bool:
+        """True for the states the daemon looks at: pending, running, suspended, completing."""
+        return self in _ACTIVE
+
+
+_ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
+
+
+class SignalTarget(StrEnum):
+    """Which processes of a job get a signal (scancel's ``--full`` / ``--batch`` / default)."""
+
+    FULL = "full"      # batch shell, every step and their children (scancel --full)
+    BATCH = "batch"    # the batch shell only (scancel --batch)
+    STEPS = "steps"    # srun steps only (scancel without flag)
+
+
+class SkipReason(StrEnum):
+    """Why an action left a job alone without that being an error (a harmless race)."""
+
+    GONE = "gone"                  # slurmctld no longer knows the job id
+    FINISHED = "finished"          # already completing or completed
+    PENDING = "pending"            # requeue/signal of a job that is not running (any more)
+    HELD = "held"                  # priority change on a held job would release it
+    NOT_RUNNING = "not_running"    # requeue skipped because the job was no longer running
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """One job an action did not touch, with Slurm's own words."""
+
+    job_id: int
+    reason: SkipReason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """Outcome of one (possibly batched) action: what was done, what was skipped and why."""
+
+    done: tuple[int, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+    commands: int = 0
+    """How many Slurm commands (writes) the action issued."""
+
+    @property
+    def skipped_ids(self) -> frozenset[int]:
+        """Ids of the jobs that were skipped."""
+        return frozenset(s.job_id for s in self.skipped)
+
+    def merged(self, other: ActionResult) -> ActionResult:
+        """The union of two results (used when an action needs several commands)."""
+        return ActionResult(self.done + other.done, self.skipped + other.skipped,
+                            self.commands + other.commands)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SlurmVersion:
+    """A Slurm release, e.g. 22.05.8."""
+
+    major: int
+    minor: int
+    micro: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor:02d}.{self.micro}"
+
+    @property
+    def series(self) -> str:
+        """The release series, e.g. ``"22.05"`` (names the test data folder)."""
+        return f"{self.major}.{self.minor:02d}"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as the daemon needs it. Only active jobs (pending, running, ...) are in a snapshot."""
+
+    job_id: int
+    name: str
+    user: str
+    uid: int
+    account: str
+    partition: str
+    qos: str
+    state: JobState
+    state_flags: tuple[str, ...]
+    reason: str
+    priority: int
+    submit_time: int | None
+    eligible_time: int | None
+    start_time: int | None
+    time_limit: int | None
+    """Minutes; :data:`INFINITE` for no limit, ``None`` when unset."""
+    node_count: int
+    nodes: tuple[str, ...]
+    """Expanded node names (empty while pending)."""
+    node_list: str
+    """Slurm's compressed host list, e.g. ``n[1-3]``."""
+    gpus_requested: int
+    """Total GPUs the job asked for (across all nodes), from tres_per_* / tres_req_str."""
+    gpus_per_node: Mapping[str, int] = field(hash=False)
+    """GPUs allocated on each node while running, from gres_detail (empty when unknown)."""
+    restart_count: int
+    requeue: bool
+    comment: str
+    admin_comment: str
+    batch: bool
+    held: bool
+    """True when the job is held (priority 0 with a JobHeld* reason)."""
+    array_job_id: int | None = None
+    """The array's master id for array tasks, else None."""
+    array_task_id: int | None = None
+    """This task's index; None for a record that stands for several pending tasks."""
+    array_tasks: str = ""
+    """Pending tasks this one record stands for (Slurm lists them as e.g. ``"4-5"``)."""
+
+    @property
+    def gpus_allocated(self) -> int:
+        """GPUs the job holds now (sum over its nodes)."""
+        return sum(self.gpus_per_node.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A compute node with its GPU counts."""
+
+    name: str
+    state: str
+    """Base state, upper case (IDLE, MIXED, ALLOCATED, DOWN, ...)."""
+    state_flags: tuple[str, ...]
+    """Extra flags, upper case (DRAIN, COMPLETING, NOT_RESPONDING, ...)."""
+    cpus: int
+    cpus_allocated: int
+    memory_mb: int
+    memory_allocated_mb: int
+    gpus: int
+    gpus_used: int
+    partitions: tuple[str, ...]
+    reason: str = ""
+
+    @property
+    def available(self) -> bool:
+        """True when Slurm may place new jobs here (not down, drained, failing or off)."""
+        bad = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE",
+               "INVALID", "INVALID_REG", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN",
+               "MAINTENANCE", "RESERVED", "UNKNOWN"}
+        return self.state not in bad and not bad.intersection(self.state_flags)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A partition: its nodes, limits and preemption settings."""
+
+    name: str
+    nodes: tuple[str, ...]
+    node_list: str
+    state: str
+    default: bool
+    priority_tier: int
+    max_time: int | None
+    """Minutes; :data:`INFINITE` for UNLIMITED."""
+    preempt_mode: str
+    grace_time: int
+    """Seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Qos:
+    """A QOS from the accounting database (``sacctmgr show qos``)."""
+
+    name: str
+    priority: int
+    preempt: tuple[str, ...]
+    preempt_mode: str
+    grace_time: int
+    """Seconds."""
+    max_wall: int | None
+    """Minutes; ``None`` when not set."""
+    usage_factor: float
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything the daemon reads from Slurm in one cycle, taken at ``time``."""
+
+    time: int
+    version: SlurmVersion
+    jobs: tuple[Job, ...]
+    nodes: tuple[Node, ...]
+    partitions: tuple[Partition, ...]
+    qos: tuple[Qos, ...] = ()
+    """Empty when the cluster runs without accounting."""
+    _by_id: Mapping[int, Job] = field(default_factory=dict, init=False, repr=False,
+                                      compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {j.job_id: j for j in self.jobs})
+
+    def job(self, job_id: int) -> Job | None:
+        """The job with this id, or None when it is not active."""
+        return self._by_id.get(job_id)
+
+    @property
+    def pending(self) -> tuple[Job, ...]:
+        """Pending jobs, in the order Slurm listed them."""
+        return tuple(j for j in self.jobs if j.state is JobState.PENDING)
+
+    @property
+    def running(self) -> tuple[Job, ...]:
+        """Running jobs (suspended ones excluded)."""
+        return tuple(j for j in self.jobs if j.state is JobState.RUNNING)
+
+
+@runtime_checkable
+class SlurmClient(Protocol):
+    """What the daemon may ask of Slurm. Implemented by the CLI backend and by FakeSlurm.
+
+    Reads: :meth:`snapshot` returns a complete view or raises SlurmError, never a partial one.
+    Writes: each accepts one id or many, batches where Slurm allows, raises SlurmError on real
+    failures and reports harmless races (job gone, already finished) as ``skipped``.
+    """
+
+    def version(self) -> SlurmVersion:
+        """The Slurm release of the cluster (detected once)."""
+        ...
+
+    def snapshot(self) -> ClusterSnapshot:
+        """Jobs, nodes, partitions and QOS, all taken in one go."""
+        ...
+
+    def set_priority(self, job_id: int, value: int) -> ActionResult:
+        """Give one job an absolute priority (``scontrol update JobId=.. Priority=..``)."""
+        ...
+
+    def set_priorities(self, priorities: Mapping[int, int]) -> ActionResult:
+        """Set many priorities with as few commands as possible (one per distinct value)."""
+        ...
+
+    def signal(self, job_ids: JobIds, signal: str = "USR2", *,
+               target: SignalTarget = SignalTarget.FULL) -> ActionResult:
+        """Send a signal to running jobs (``scancel --signal=SIG --full``)."""
+        ...
+
+    def requeue(self, job_ids: JobIds) -> ActionResult:
+        """Requeue running jobs: they go back to PENDING with restart count + 1."""
+        ...
+
+    def requeue_hold(self, job_ids: JobIds) -> ActionResult:
+        """Requeue running jobs and hold them (``scontrol requeuehold``)."""
+        ...
+
+    def hold(self, job_ids: JobIds) -> ActionResult:
+        """Hold pending jobs (an admin hold)."""
+        ...
+
+    def release(self, job_ids: JobIds) -> ActionResult:
+        """Release held jobs."""
+        ...
+
+    def set_admin_comment(self, job_id: int, text: str) -> ActionResult:
+        """Replace a job's admin_comment (only admins can write it; users cannot forge it)."""
+        ...
+
+    def cancel(self, job_ids: JobIds) -> ActionResult:
+        """Cancel jobs (``scancel``)."""
+        ...
+
+
+def job_id_tuple(job_ids: JobIds) -> tuple[int, ...]:
+    """Normalise one id or an iterable of ids to a tuple without duplicates, order kept."""
+    if isinstance(job_ids, int):
+        ids: Iterable[int] = (job_ids,)
+    else:
+        ids = job_ids
+    out: dict[int, None] = {}
+    for j in ids:
+        if isinstance(j, bool) or not isinstance(j, int) or j <= 0:
+            raise ValueError(f"job id must be a positive integer, got {j!r}")
+        out[j] = None
+    return tuple(out)

@@ -1,0 +1,83 @@
+"""Slurm release differences, handled in this one place.
+
+The adapter detects the release once (``scontrol version``) and asks :func:`query_plan` which
+commands give jobs, nodes and partitions on that release. The JSON parsers themselves are
+layout-tolerant (plain ints or ``{"set", "infinite", "number"}`` wrappers, string or list states),
+so the plan only decides *which command* to run:
+
+==============  ===================================  =======================================
+release         nodes                                partitions
+==============  ===================================  =======================================
+< 23.02         ``sinfo --json`` (key ``nodes``)     ``scontrol -o show partition`` (text)
+>= 23.02        ``scontrol show nodes --json``       ``scontrol show partitions --json``
+==============  ===================================  =======================================
+
+Jobs always come from ``squeue --json`` (openapi v0.0.38 on 22.05; data_parser v0.0.39+ later).
+From 23.02 on ``sinfo --json`` reports aggregated "sinfo" records rather than nodes, and
+``scontrol ... --json`` exists, so the scontrol commands are used there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_plugins.types import SlurmVersion
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+JSON_COMMANDS_SINCE = SlurmVersion(23, 2, 0)
+"""First release with ``scontrol show ... --json`` and the data_parser ``sinfo --json`` layout."""
+
+OLDEST_SUPPORTED = SlurmVersion(22, 5, 0)
+
+
+class PartitionSource(StrEnum):
+    """How partitions are read on a release."""
+
+    SCONTROL_TEXT = "scontrol_text"
+    SCONTROL_JSON = "scontrol_json"
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    """The read commands for one Slurm release (argument lists without the program path)."""
+
+    version: SlurmVersion
+    jobs: tuple[str, ...]
+    nodes: tuple[str, ...]
+    partitions: tuple[str, ...]
+    partition_source: PartitionSource
+
+
+def parse_version(text: str) -> SlurmVersion:
+    """Read ``"slurm-wlm 22.05.8"``, ``"slurm 24.11.5"`` or ``"22.05"`` into a SlurmVersion."""
+    m = _VERSION.search(text or "")
+    if m is None:
+        raise SlurmError(f"cannot read a Slurm version from {text.strip()!r}; expected output "
+                         "like 'slurm 24.11.5' from 'scontrol version'")
+    return SlurmVersion(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+
+
+def query_plan(version: SlurmVersion) -> QueryPlan:
+    """The commands that read jobs, nodes and partitions on ``version``."""
+    if version < OLDEST_SUPPORTED:
+        raise SlurmError(f"Slurm {version} is too old: hai-slurm needs {OLDEST_SUPPORTED.series} "
+                         "or newer (squeue --json appeared in 21.08, openapi v0.0.38 in 22.05)")
+    jobs = ("squeue", "--json")
+    if version < JSON_COMMANDS_SINCE:
+        return QueryPlan(version, jobs, ("sinfo", "--json"),
+                         ("scontrol", "--oneliner", "show", "partition"),
+                         PartitionSource.SCONTROL_TEXT)
+    return QueryPlan(version, jobs, ("scontrol", "show", "nodes", "--json"),
+                     ("scontrol", "show", "partitions", "--json"), PartitionSource.SCONTROL_JSON)
+
+
+QOS_FIELDS = ("Name", "Priority", "Preempt", "PreemptMode", "GraceTime", "MaxWall",
+              "UsageFactor", "Flags")
+"""Columns asked of ``sacctmgr show qos``; the same names exist from 22.05 to 26.05."""
+
+QOS_COMMAND = ("sacctmgr", "--parsable2", "--noheader", "show", "qos",
+               "format=" + ",".join(QOS_FIELDS))

@@ -1,0 +1,190 @@
+"""The SlurmClient contract: one suite every backend must pass.
+
+A backend's test module subclasses :class:`SlurmClientContract` and provides a ``harness``
+fixture (a :class:`Harness`): FakeSlurm in ``test_contract_fake.py`` (unit tier), the CLI backend
+against the real testbed in ``tests/integration/test_adapter_contract.py`` (integration tier).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Protocol
+
+import pytest
+
+from hai_slurm.slurm_plugins.adapter import (
+    ActionResult,
+    ClusterSnapshot,
+    Job,
+    JobState,
+    SignalTarget,
+    SkipReason,
+    SlurmClient,
+    SlurmVersion,
+)
+
+GONE_ID = 987_654
+"""A job id no test cluster reaches."""
+
+
+class Harness(Protocol):
+    """What the contract needs besides the client: a way to make jobs and to wait for Slurm."""
+
+    client: SlurmClient
+
+    def submit(self, *, name: str, gpus: int = 1, hold: bool = False,
+               begin_in: int = 0, comment: str = "") -> int:
+        """Queue a job that runs until cancelled and logs the signals it gets."""
+        ...
+
+    def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
+                 timeout: float = 30.0) -> Job | None:
+        """Let Slurm work until ``ok(job)`` holds for the job in a fresh snapshot, else fail."""
+        ...
+
+    def signals_seen(self, job_id: int) -> list[str]:
+        """Signal names the job has received so far."""
+        ...
+
+
+def running(job: Job | None) -> bool:
+    """The job is running."""
+    return job is not None and job.state is JobState.RUNNING
+
+
+class SlurmClientContract:
+    """Behaviour every SlurmClient backend shares."""
+
+    def test_snapshot_shape(self, harness: Harness) -> None:
+        """A snapshot is frozen and carries version, time, nodes with GPUs, partitions, jobs."""
+        run_id = harness.submit(name="contract-shape-run", gpus=1, comment="shape")
+        held_id = harness.submit(name="contract-shape-held", gpus=2, hold=True)
+        harness.wait_for(run_id, "RUNNING", running)
+        snap = harness.client.snapshot()
+        assert isinstance(snap, ClusterSnapshot)
+        assert isinstance(snap.version, SlurmVersion) and snap.version >= SlurmVersion(22, 5)
+        assert snap.time > 1_600_000_000
+        assert snap.nodes and sum(n.gpus for n in snap.nodes) >= 2
+        assert snap.partitions and any(p.default for p in snap.partitions)
+        assert {n.name for n in snap.nodes} >= set(snap.partitions[0].nodes)
+        run, held = snap.job(run_id), snap.job(held_id)
+        assert run is not None and held is not None
+        assert run.name == "contract-shape-run" and run.comment == "shape"
+        assert run.gpus_requested == 1 and run.gpus_allocated == 1
+        assert len(run.nodes) == 1 and run.node_count == 1 and run.batch
+        assert run.start_time is not None and run.submit_time is not None
+        assert run.user and run.partition
+        assert held.state is JobState.PENDING and held.held and held.priority == 0
+        assert held.gpus_requested == 2 and held.nodes == () and held.gpus_allocated == 0
+        assert sum(n.gpus_used for n in snap.nodes if n.name == run.nodes[0]) >= 1
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            snap.time = 0  # type: ignore[misc]
+
+    def test_set_priority_on_pending_job(self, harness: Harness) -> None:
+        """set_priority changes a pending job's priority; batching makes one write per value."""
+        a = harness.submit(name="contract-prio-a", begin_in=3600)
+        b = harness.submit(name="contract-prio-b", begin_in=3600)
+        c = harness.submit(name="contract-prio-c", begin_in=3600)
+        res = harness.client.set_priority(a, 123_456)
+        assert res.done == (a,) and not res.skipped
+        res = harness.client.set_priorities({b: 5000, c: 5000, GONE_ID: 5000, a: 7000})
+        assert res.commands == 2
+        assert set(res.done) == {a, b, c}
+        assert [(s.job_id, s.reason) for s in res.skipped] == [(GONE_ID, SkipReason.GONE)]
+        snap = harness.client.snapshot()
+        assert [snap.job(j).priority for j in (a, b, c)] == [7000, 5000, 5000]  # type: ignore[union-attr]
+
+    def test_set_priority_on_held_job_is_skipped(self, harness: Harness) -> None:
+        """A priority write never releases a held job: it is reported as skipped (HELD)."""
+        held = harness.submit(name="contract-prio-held", hold=True)
+        res = harness.client.set_priority(held, 900)
+        assert res.done == () and [s.reason for s in res.skipped] == [SkipReason.HELD]
+        job = harness.client.snapshot().job(held)
+        assert job is not None and job.held and job.priority == 0
+
+    def test_signal_running_job(self, harness: Harness) -> None:
+        """signal(USR2, FULL) reaches a running job; a gone job is skipped, not an error."""
+        jid = harness.submit(name="contract-signal")
+        harness.wait_for(jid, "RUNNING", running)
+        res = harness.client.signal([jid, GONE_ID], "USR2", target=SignalTarget.FULL)
+        assert res.done == (jid,) and res.skipped_ids == {GONE_ID}
+        harness.wait_for(jid, "to log USR2", lambda j: "USR2" in harness.signals_seen(jid))
+        job = harness.client.snapshot().job(jid)
+        assert job is not None and job.state is JobState.RUNNING  # the job survived the signal
+
+    def test_requeue_running_job(self, harness: Harness) -> None:
+        """requeue sends a running job back to the queue with restart count + 1."""
+        jid = harness.submit(name="contract-requeue")
+        first = harness.wait_for(jid, "RUNNING", running)
+        assert first is not None and first.restart_count == 0
+        res = harness.client.requeue(jid)
+        assert res.done == (jid,) and not res.skipped
+        again = harness.wait_for(
+            jid, "requeued (PENDING or RUNNING again with restart_count 1)",
+            lambda j: j is not None and j.restart_count == 1
+            and j.state in (JobState.PENDING, JobState.RUNNING))
+        assert again is not None and again.submit_time is not None
+        assert first.submit_time is not None and again.submit_time >= first.submit_time
+
+    def test_requeue_gone_or_pending_job_is_not_an_error(self, harness: Harness) -> None:
+        """Requeue of an unknown id or a pending job is a harmless race: skipped, not raised."""
+        pending = harness.submit(name="contract-requeue-pending", begin_in=3600)
+        res = harness.client.requeue([GONE_ID, pending])
+        assert res.done == ()
+        assert {s.job_id: s.reason for s in res.skipped} == {
+            GONE_ID: SkipReason.GONE, pending: SkipReason.PENDING}
+        job = harness.client.snapshot().job(pending)
+        assert job is not None and job.restart_count == 0
+
+    def test_requeue_of_cancelled_job_does_not_rerun_it(self, harness: Harness) -> None:
+        """A job that ended before the requeue arrived stays ended (Slurm would re-run it)."""
+        jid = harness.submit(name="contract-requeue-ended")
+        harness.wait_for(jid, "RUNNING", running)
+        harness.client.cancel(jid)
+        harness.wait_for(jid, "gone from the active jobs", lambda j: j is None)
+        res = harness.client.requeue(jid)
+        assert res.done == () and res.skipped_ids == {jid}
+        assert harness.client.snapshot().job(jid) is None
+
+    def test_requeue_hold_then_release(self, harness: Harness) -> None:
+        """requeue_hold puts a running job back as held (restart + 1); release frees it."""
+        jid = harness.submit(name="contract-requeuehold")
+        harness.wait_for(jid, "RUNNING", running)
+        assert harness.client.requeue_hold(jid).done == (jid,)
+        held = harness.wait_for(jid, "held and PENDING", lambda j: j is not None and j.held
+                                and j.state is JobState.PENDING)
+        assert held is not None and held.restart_count == 1 and held.priority == 0
+        assert harness.client.release(jid).done == (jid,)
+        job = harness.client.snapshot().job(jid)
+        assert job is not None and not job.held and job.restart_count == 1
+
+    def test_hold_and_release(self, harness: Harness) -> None:
+        """hold makes a pending job held with priority 0; release lets it be scheduled again."""
+        jid = harness.submit(name="contract-hold", begin_in=3600)
+        res = harness.client.hold([jid, GONE_ID])
+        assert res.done == (jid,) and res.skipped_ids == {GONE_ID}
+        job = harness.client.snapshot().job(jid)
+        assert job is not None and job.held and job.priority == 0
+        assert job.state is JobState.PENDING
+        res = harness.client.release(jid)
+        assert res.done == (jid,)
+        job = harness.client.snapshot().job(jid)
+        assert job is not None and not job.held and job.priority > 0
+
+    def test_set_admin_comment(self, harness: Harness) -> None:
+        """set_admin_comment stores the text as given, spaces and '=' included."""
+        jid = harness.submit(name="contract-admin-comment", begin_in=3600, comment="user text")
+        text = "hai:v1 class=HIGH team=vision grace=60"
+        res: ActionResult = harness.client.set_admin_comment(jid, text)
+        assert res.done == (jid,)
+        job = harness.client.snapshot().job(jid)
+        assert job is not None and job.admin_comment == text and job.comment == "user text"
+        assert harness.client.set_admin_comment(GONE_ID, "x").skipped_ids == {GONE_ID}
+
+    def test_cancel(self, harness: Harness) -> None:
+        """cancel removes a job from the active set; cancelling it again is not an error."""
+        jid = harness.submit(name="contract-cancel", begin_in=3600)
+        assert harness.client.cancel(jid).done == (jid,)
+        harness.wait_for(jid, "gone from the active jobs", lambda j: j is None)
+        harness.client.cancel(jid)

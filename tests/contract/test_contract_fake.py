@@ -1,0 +1,48 @@
+"""The SlurmClient contract run against FakeSlurm (unit tier: no Slurm needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from slurm_client_contract import Harness, SlurmClientContract
+
+from hai_slurm.slurm_plugins.adapter import FakeNode, FakeSlurm, Job, SlurmClient
+
+
+class FakeHarness:
+    """Drives FakeSlurm: time advances one second per wait step, the allocator runs each step."""
+
+    def __init__(self) -> None:
+        self.fake = FakeSlurm([FakeNode(f"n{i}", gpus=8) for i in range(1, 5)], requeue_delay=2)
+        self.client: SlurmClient = self.fake
+
+    def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
+               comment: str = "") -> int:
+        """Queue a job in the fake."""
+        return self.fake.submit(name=name, gpus_per_node=gpus, hold=hold, comment=comment,
+                                begin_time=self.fake.now + begin_in if begin_in else None)
+
+    def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
+                 timeout: float = 30.0) -> Job | None:
+        """Step the fake's clock and scheduler until ``ok`` holds (at most ``timeout`` steps)."""
+        for _ in range(int(timeout)):
+            job = self.fake.snapshot().job(job_id)
+            if ok(job):
+                return job
+            self.fake.schedule(self.fake.now + 1)
+        pytest.fail(f"job {job_id} did not become {what} within {timeout:g} fake seconds "
+                    f"(now {self.fake.snapshot().job(job_id)})")
+
+    def signals_seen(self, job_id: int) -> list[str]:
+        """Signals the fake recorded for the job."""
+        return [s.signal for s in self.fake.signals if s.job_id == job_id]
+
+
+class TestFakeSlurmContract(SlurmClientContract):
+    """FakeSlurm honours the SlurmClient contract."""
+
+    @pytest.fixture
+    def harness(self) -> Harness:
+        """A fresh four-node, 8-GPU fake cluster per test."""
+        return FakeHarness()

@@ -1,0 +1,158 @@
+"""The SlurmClient contract run against the CLI backend on a real Slurm cluster.
+
+The cluster is the session testbed (fixture ``testbed`` from tests/integration/conftest.py; set
+``HAI_TESTBED_STATE_DIR`` to reuse a running one). ``HAI_ADAPTER_SLURM_CONF`` points the suite at
+another running cluster instead (e.g. a throwaway lab without accounting, or another release).
+Every job a test submits is cancelled when the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
+from slurm_client_contract import Harness, SlurmClientContract
+
+from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SlurmClient
+
+pytestmark = pytest.mark.integration
+
+# Runs until cancelled; logs each USR2 it gets. `sleep & wait` lets the trap run at once.
+_JOB_SCRIPT = """#!/bin/bash
+trap 'echo "HAI-SIGNAL USR2"' USR2
+echo started
+while :; do sleep 1 & wait $!; done
+"""
+
+
+class CliHarness:
+    """Submits with sbatch, polls snapshots with a monotonic deadline, cancels what it made."""
+
+    def __init__(self, slurm_conf: str, workdir: Path) -> None:
+        self.env = {**os.environ, "SLURM_CONF": slurm_conf}
+        self.client: SlurmClient = CliSlurmClient(slurm_conf=slurm_conf, timeout=30)
+        self.workdir = workdir
+        self.submitted: list[int] = []
+
+    def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
+               comment: str = "") -> int:
+        """sbatch a job that runs until cancelled."""
+        script = self.workdir / "job.sh"
+        script.write_text(_JOB_SCRIPT)
+        argv = ["sbatch", "--parsable", f"--job-name={name}", "--nodes=1",
+                f"--output={self.workdir}/%j.out", f"--chdir={self.workdir}"]
+        argv += [f"--gres=gpu:{gpus}"] if gpus else []
+        argv += ["--hold"] if hold else []
+        argv += [f"--begin=now+{begin_in}"] if begin_in else []
+        argv += [f"--comment={comment}"] if comment else []
+        res = subprocess.run([*argv, str(script)], capture_output=True, text=True,
+                             env=self.env, timeout=30, check=False)
+        assert res.returncode == 0, f"sbatch failed: {res.stderr.strip()}"
+        jid = int(res.stdout.strip().split(";")[0])
+        self.submitted.append(jid)
+        return jid
+
+    def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
+                 timeout: float = 30.0) -> Job | None:
+        """Poll snapshots every 0.25 s until ``ok`` holds or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.client.snapshot().job(job_id)
+            if ok(job):
+                return job
+            if time.monotonic() > deadline:
+                now = "gone" if job is None else f"{job.state.value}, reason {job.reason}"
+                pytest.fail(f"job {job_id} did not become {what} within {timeout:g} s "
+                            f"(now {now})")
+            time.sleep(0.25)
+
+    def signals_seen(self, job_id: int) -> list[str]:
+        """Signals the job logged to its output file."""
+        out = self.workdir / f"{job_id}.out"
+        lines = out.read_text().splitlines() if out.exists() else []
+        return [ln.split()[-1] for ln in lines if ln.startswith("HAI-SIGNAL")]
+
+    def cleanup(self) -> None:
+        """Cancel every job this harness submitted."""
+        if self.submitted:
+            subprocess.run(["scancel", *map(str, self.submitted)], env=self.env,
+                           capture_output=True, timeout=30, check=False)
+
+
+@pytest.fixture(scope="module")
+def adapter_slurm_conf(request: pytest.FixtureRequest) -> str:
+    """slurm.conf of the cluster under test."""
+    conf = os.environ.get("HAI_ADAPTER_SLURM_CONF")
+    if conf:
+        return conf
+    return str(request.getfixturevalue("testbed").slurm_conf)
+
+
+class TestCliSlurmContract(SlurmClientContract):
+    """The CLI backend honours the SlurmClient contract on a real cluster."""
+
+    @pytest.fixture
+    def harness(self, adapter_slurm_conf: str, tmp_path: Path) -> Iterator[Harness]:
+        """A CLI harness whose jobs are cancelled after the test."""
+        tmp_path.chmod(0o777)
+        h = CliHarness(adapter_slurm_conf, tmp_path)
+        try:
+            yield h
+        finally:
+            h.cleanup()
+
+
+def test_version_detected_once(adapter_slurm_conf: str) -> None:
+    """The release is read once and gives the read commands for that release."""
+    client = CliSlurmClient(slurm_conf=adapter_slurm_conf)
+    v = client.version()
+    assert client.version() is v
+    assert client.plan.version == v
+    assert client.snapshot().version == v
+
+
+def test_qos_follow_accounting(adapter_slurm_conf: str) -> None:
+    """With accounting, the snapshot carries sacctmgr's QOS; without, none."""
+    client = CliSlurmClient(slurm_conf=adapter_slurm_conf)
+    snap = client.snapshot()
+    if client.accounting():
+        assert "normal" in {q.name for q in snap.qos}
+    else:
+        assert snap.qos == ()
+
+
+def test_requeue_of_array_task_holding_the_array_id(adapter_slurm_conf: str,
+                                                    tmp_path: Path) -> None:
+    """Requeueing the task that runs under the array's own id leaves its sibling running."""
+    tmp_path.chmod(0o777)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+    script = tmp_path / "job.sh"
+    script.write_text(_JOB_SCRIPT)
+    res = subprocess.run(["sbatch", "--parsable", "--array=0-1", "--nodes=1", "--gres=gpu:1",
+                          f"--output={tmp_path}/%A_%a.out", str(script)], capture_output=True,
+                         text=True, env=h.env, timeout=30, check=False)
+    assert res.returncode == 0, res.stderr
+    array_id = int(res.stdout.strip().split(";")[0])
+    h.submitted.append(array_id)
+    try:
+        def both_running(_: Job | None) -> bool:
+            tasks = [j for j in h.client.snapshot().jobs if j.array_job_id == array_id]
+            return len(tasks) == 2 and all(t.state.value == "RUNNING" for t in tasks)
+        h.wait_for(array_id, "two running tasks", both_running)
+        tasks = {j.job_id: j for j in h.client.snapshot().jobs if j.array_job_id == array_id}
+        assert array_id in tasks and tasks[array_id].array_task_id is not None
+        (sibling,) = set(tasks) - {array_id}
+        assert h.client.requeue(array_id).done == (array_id,)
+        again = h.wait_for(array_id, "requeued", lambda j: j is not None and j.restart_count == 1)
+        assert again is not None
+        other = h.client.snapshot().job(sibling)
+        assert other is not None and other.state.value == "RUNNING" and other.restart_count == 0
+    finally:
+        h.cleanup()

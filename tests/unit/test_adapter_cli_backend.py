@@ -1,0 +1,273 @@
+"""CliSlurmClient's command building, batching and error mapping, on recorded Slurm outputs.
+
+Commands go to a replaying CommandRunner (same interface as SubprocessRunner) that answers with
+files recorded from Slurm 22.05 or written for newer layouts, and with stderr texts Slurm 22.05
+printed for real.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeAlias
+
+import pytest
+
+from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
+from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
+from hai_slurm.slurm_plugins.types import SignalTarget, SkipReason, SlurmVersion
+from hai_slurm.slurm_plugins.version import QOS_COMMAND, parse_version, query_plan
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+Answer: TypeAlias = Completed | Callable[[tuple[str, ...]], Completed]
+
+
+def ok(argv: Sequence[str], stdout: str = "", stderr: str = "", rc: int = 0) -> Completed:
+    """A finished command."""
+    return Completed(tuple(argv), rc, stdout, stderr)
+
+
+class ReplayRunner:
+    """Answers commands from a table (exact argv, else the first two words); logs every call."""
+
+    def __init__(self, answers: dict[tuple[str, ...], Answer]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv: Sequence[str], *, timeout: float | None = None) -> Completed:
+        """Replay the answer for ``argv``."""
+        key = tuple(argv)
+        self.calls.append(key)
+        answer = self.answers.get(key) or self.answers.get(key[:2])
+        if answer is None:
+            return ok(key)          # a write that Slurm accepted silently
+        return answer(key) if callable(answer) else Completed(key, answer.returncode,
+                                                              answer.stdout, answer.stderr)
+
+
+def cluster_2205(accounting: str = "accounting_storage/none") -> dict[tuple[str, ...], Answer]:
+    """Answers recorded on Slurm 22.05.8."""
+    d = DATA / "22.05"
+    return {
+        ("scontrol", "version"): ok([], (d / "scontrol-version.txt").read_text()),
+        ("scontrol", "show", "config"): ok([], f"AccountingStorageType   = {accounting}\n"
+                                               "ClusterName             = lab\n"),
+        ("squeue", "--json"): ok([], (d / "squeue-mixed.json").read_text()),
+        ("sinfo", "--json"): ok([], (d / "sinfo.json").read_text()),
+        ("scontrol", "--oneliner", "show", "partition"):
+            ok([], (d / "scontrol-show-partition.txt").read_text()),
+        QOS_COMMAND: ok([], (d / "sacctmgr-show-qos.txt").read_text()),
+    }
+
+
+def cluster_2411() -> dict[tuple[str, ...], Answer]:
+    """Answers in the 24.11 layout (hand-written fixtures)."""
+    d = DATA / "24.11"
+    return {
+        ("scontrol", "version"): ok([], (d / "scontrol-version.txt").read_text()),
+        ("scontrol", "show", "config"): ok([], "AccountingStorageType   = "
+                                               "accounting_storage/slurmdbd\n"),
+        ("squeue", "--json"): ok([], (d / "squeue.json").read_text()),
+        ("scontrol", "show", "nodes", "--json"): ok([], (d / "scontrol-show-nodes.json")
+                                                    .read_text()),
+        ("scontrol", "show", "partitions", "--json"):
+            ok([], (d / "scontrol-show-partitions.json").read_text()),
+        QOS_COMMAND: ok([], (d / "sacctmgr-show-qos.txt").read_text()),
+    }
+
+
+def test_snapshot_2205_uses_sinfo_and_scontrol_text() -> None:
+    """On 22.05 nodes come from sinfo --json and partitions from scontrol text; no sacctmgr."""
+    runner = ReplayRunner(cluster_2205())
+    snap = CliSlurmClient(runner, clock=lambda: 1795940500.7).snapshot()
+    assert runner.calls == [("scontrol", "version"), ("squeue", "--json"), ("sinfo", "--json"),
+                            ("scontrol", "--oneliner", "show", "partition"),
+                            ("scontrol", "show", "config")]
+    assert snap.version == SlurmVersion(22, 5, 8) and snap.time == 1795940500
+    assert len(snap.jobs) == 6 and len(snap.nodes) == 4 and len(snap.partitions) == 2
+    assert snap.qos == ()
+
+
+def test_snapshot_2411_uses_scontrol_json_and_reads_qos() -> None:
+    """On 24.11 the plan switches to scontrol ... --json and QOS come from sacctmgr."""
+    runner = ReplayRunner(cluster_2411())
+    client = CliSlurmClient(runner)
+    snap = client.snapshot()
+    assert ("scontrol", "show", "nodes", "--json") in runner.calls
+    assert ("sinfo", "--json") not in runner.calls and QOS_COMMAND in runner.calls
+    assert snap.version == SlurmVersion(24, 11, 5) and len(snap.qos) == 3
+    client.snapshot()
+    assert runner.calls.count(("scontrol", "version")) == 1       # detected once
+    assert runner.calls.count(("scontrol", "show", "config")) == 1
+
+
+@pytest.mark.parametrize("broken", [("sinfo", "--json"), ("scontrol", "--oneliner"), QOS_COMMAND])
+def test_any_failed_query_fails_the_whole_snapshot(broken: tuple[str, ...]) -> None:
+    """A failing part never yields a partial snapshot: SlurmError carries command and message."""
+    answers = cluster_2205("accounting_storage/slurmdbd")
+    answers[broken] = ok([], "", "slurm_load_partitions: Unable to contact slurm controller "
+                                 "(connect failure)", rc=1)
+    if broken[:2] == ("scontrol", "--oneliner"):
+        answers[("scontrol", "--oneliner", "show", "partition")] = answers.pop(broken)
+    with pytest.raises(SlurmError, match="Unable to contact slurm controller") as info:
+        CliSlurmClient(ReplayRunner(answers)).snapshot()
+    assert info.value.returncode == 1 and info.value.command[:1] == [broken[0]]
+
+
+def test_invalid_json_is_a_slurm_error() -> None:
+    """Truncated JSON output is reported with the command and the first bytes."""
+    answers = cluster_2205()
+    answers[("squeue", "--json")] = ok([], '{"jobs": [')
+    with pytest.raises(SlurmError, match=r"squeue --json printed invalid JSON.*first bytes"):
+        CliSlurmClient(ReplayRunner(answers)).snapshot()
+
+
+def test_set_priorities_one_command_per_value_and_chunks() -> None:
+    """Jobs sharing a value share one scontrol update; long id lists are chunked."""
+    runner = ReplayRunner({})
+    client = CliSlurmClient(runner)
+    res = client.set_priorities({1: 5, 2: 5, 3: 7})
+    assert runner.calls == [("scontrol", "update", "JobId=1,2", "Priority=5"),
+                            ("scontrol", "update", "JobId=3", "Priority=7")]
+    assert res.commands == 2 and sorted(res.done) == [1, 2, 3]
+    runner.calls.clear()
+    res = client.set_priorities(dict.fromkeys(range(1, 451), 9))
+    assert len(runner.calls) == 3 and res.commands == 3 and len(res.done) == 450
+    with pytest.raises(ValueError, match="priority for job 4 must be an integer"):
+        client.set_priorities({4: -1})
+
+
+def test_harmless_races_are_skipped_real_failures_raise() -> None:
+    """'Invalid job id' is skipped; any other per-job message raises with Slurm's words."""
+    runner = ReplayRunner({("scontrol", "update"): ok(
+        [], "", "Invalid job id specified for job 999\n", rc=1)})
+    res = CliSlurmClient(runner).set_priorities({3: 11, 999: 11})
+    assert res.done == (3,)
+    assert [(s.job_id, s.reason, s.message) for s in res.skipped] == [
+        (999, SkipReason.GONE, "Invalid job id specified")]
+    runner = ReplayRunner({("scontrol", "update"): ok(
+        [], "", "Access/permission denied for job 5\n", rc=1)})
+    with pytest.raises(SlurmError, match="job 5: Access/permission denied") as info:
+        CliSlurmClient(runner).set_priority(5, 3)
+    assert info.value.command == ["scontrol", "update", "JobId=5", "Priority=3"]
+
+
+def test_held_job_priority_write_is_skipped() -> None:
+    """Slurm refuses a priority on a held job; the adapter reports it as HELD, not an error."""
+    runner = ReplayRunner({("scontrol", "update"): ok(
+        [], "", "Job is in held state, pending scheduler release for job 4\n", rc=1)})
+    res = CliSlurmClient(runner).set_priorities({3: 7, 4: 7})
+    assert res.done == (3,) and [s.reason for s in res.skipped] == [SkipReason.HELD]
+
+
+def test_failure_without_per_job_lines_raises() -> None:
+    """A failed command that names no job (controller down) is an error."""
+    runner = ReplayRunner({("scontrol", "hold"): ok(
+        [], "", "slurm_suspend error: Unable to contact slurm controller", rc=1)})
+    with pytest.raises(SlurmError, match=r"scontrol hold failed.*Unable to contact"):
+        CliSlurmClient(runner).hold([1, 2])
+
+
+def test_signal_argv() -> None:
+    """scancel gets --signal, --full or --batch, and space-separated ids."""
+    runner = ReplayRunner({("scancel", "--signal=USR2"): ok(
+        [], "", "scancel: error: Kill job error on job id 9: Invalid job id specified\n", rc=1)})
+    client = CliSlurmClient(runner)
+    res = client.signal([8, 9], "USR2")
+    assert runner.calls == [("scancel", "--signal=USR2", "--full", "8", "9")]
+    assert res.done == (8,) and res.skipped_ids == {9}
+    client.signal(8, "TERM", target=SignalTarget.BATCH)
+    client.signal(8, "12", target=SignalTarget.STEPS)
+    assert runner.calls[1:] == [("scancel", "--signal=TERM", "--batch", "8"),
+                                ("scancel", "--signal=12", "8")]
+    with pytest.raises(ValueError, match="signal must be a name"):
+        client.signal(8, "USR2; rm -rf /")
+
+
+def test_requeue_only_touches_running_jobs() -> None:
+    """Jobs found COMPLETED, PENDING or unknown are skipped; scontrol requeue gets the rest.
+
+    (``scontrol requeue`` on a COMPLETED job would run it again: measured on 22.05.)
+    """
+    runner = ReplayRunner({("squeue", "--noheader"): ok(
+        [], "5|RUNNING\n6|COMPLETED\n7|PENDING\n")})
+    res = CliSlurmClient(runner).requeue([5, 6, 7, 8])
+    assert runner.calls[-1] == ("scontrol", "requeue", "5")
+    assert res.done == (5,) and res.commands == 1
+    assert {s.job_id: s.reason for s in res.skipped} == {
+        6: SkipReason.FINISHED, 7: SkipReason.PENDING, 8: SkipReason.GONE}
+
+
+def test_requeue_when_all_ids_are_gone() -> None:
+    """squeue fails with 'Invalid job id' when no id is known: all skipped, nothing requeued."""
+    runner = ReplayRunner({("squeue", "--noheader"): ok(
+        [], "", "slurm_load_jobs error: Invalid job id specified", rc=1)})
+    res = CliSlurmClient(runner).requeue_hold([41, 42])
+    assert res.done == () and res.skipped_ids == {41, 42}
+    assert all(c[0] == "squeue" for c in runner.calls)
+
+
+def test_admin_comment_is_one_argv_element() -> None:
+    """Spaces and '=' stay inside one argument; newlines are refused."""
+    runner = ReplayRunner({})
+    client = CliSlurmClient(runner)
+    client.set_admin_comment(3, "hai:v1 class=HIGH team=a")
+    assert runner.calls == [("scontrol", "update", "JobId=3", "AdminComment=hai:v1 class=HIGH "
+                                                              "team=a")]
+    with pytest.raises(ValueError, match="single line"):
+        client.set_admin_comment(3, "a\nb")
+    with pytest.raises(ValueError, match="positive integer"):
+        client.cancel([0])
+
+
+def test_version_parsing_and_plans() -> None:
+    """Version strings of Debian and upstream builds; too old releases are refused."""
+    assert parse_version("slurm-wlm 22.05.8\n") == SlurmVersion(22, 5, 8)
+    assert parse_version("slurm 24.11.5") == SlurmVersion(24, 11, 5)
+    assert str(parse_version("26.05")) == "26.05.0"
+    assert query_plan(SlurmVersion(23, 2, 0)).nodes == ("scontrol", "show", "nodes", "--json")
+    assert query_plan(SlurmVersion(22, 5, 8)).nodes == ("sinfo", "--json")
+    with pytest.raises(SlurmError, match="too old"):
+        query_plan(SlurmVersion(21, 8, 5))
+    with pytest.raises(SlurmError, match="cannot read a Slurm version"):
+        parse_version("scontrol: fatal: Could not establish a configuration source")
+
+
+def test_subprocess_runner_env_missing_program_and_timeout(tmp_path: Path) -> None:
+    """The real runner exports SLURM_CONF, names a missing program, and enforces its timeout."""
+    runner = SubprocessRunner(tmp_path / "slurm.conf", timeout=5)
+    res = runner(["printenv", "SLURM_CONF"])
+    assert res.returncode == 0 and res.stdout.strip() == str(tmp_path / "slurm.conf")
+    with pytest.raises(SlurmError, match="no-such-slurm-tool not found"):
+        runner(["no-such-slurm-tool"])
+    with pytest.raises(SlurmError, match=r"did not finish within 0.2 s") as info:
+        runner(["sleep", "5"], timeout=0.2)
+    assert info.value.command == ["sleep", "5"]
+
+
+def test_array_task_holding_the_array_id_is_addressed_as_task() -> None:
+    """`scontrol requeue 40` would requeue the whole array 40; the adapter writes 40_3.
+
+    Slurm gives the last task of an array the array's own id (seen on 22.05: tasks 0-3 got
+    new ids, task 3 of array 1034 ran as job 1034).
+    """
+    answers = cluster_2205()
+    answers[("squeue", "--json")] = ok([], json.dumps({"jobs": [
+        {"job_id": 40, "array_job_id": 40, "array_task_id": 3, "job_state": "RUNNING",
+         "nodes": "n1", "node_count": 1},
+        {"job_id": 41, "array_job_id": 40, "array_task_id": 0, "job_state": "RUNNING",
+         "nodes": "n2", "node_count": 1}], "errors": []}))
+    answers[("squeue", "--noheader")] = ok([], "40|RUNNING\n41|RUNNING\n")
+    answers[("scontrol", "requeue")] = ok(
+        [], "", "Job/step already completing or completed for job 40_3\n", rc=1)
+    runner = ReplayRunner(answers)
+    client = CliSlurmClient(runner)
+    client.snapshot()
+    res = client.requeue([40, 41])
+    assert runner.calls[-1] == ("scontrol", "requeue", "40_3,41")
+    assert res.done == (41,) and [(s.job_id, s.reason) for s in res.skipped] == [
+        (40, SkipReason.FINISHED)]
+    client.signal(40)
+    assert runner.calls[-1:] == [("scancel", "--signal=USR2", "--full", "40_3")]

@@ -1,0 +1,268 @@
+"""Parsers of Slurm output, on recorded 22.05 output and hand-written 24.11/26.05 layouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_plugins.hostlist import (
+    compress_hostlist,
+    expand_hostlist,
+    gres_gpu_count,
+    tres_gpu_count,
+)
+from hai_slurm.slurm_plugins.parse import (
+    duration_minutes,
+    duration_seconds,
+    job_messages,
+    job_state,
+    number,
+    parse_job,
+    parse_jobs,
+    parse_nodes,
+    parse_partitions_json,
+    parse_partitions_text,
+    parse_qos,
+)
+from hai_slurm.slurm_plugins.types import INFINITE, JobState
+from hai_slurm.slurm_plugins.version import QOS_FIELDS
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+def load(rel: str) -> Any:
+    """A JSON test document."""
+    return json.loads((DATA / rel).read_text())
+
+
+# -- 22.05 recordings ---------------------------------------------------------------------------
+def test_2205_squeue_active_jobs_and_fields() -> None:
+    """The recorded 22.05 queue gives every active job with Slurm's values."""
+    jobs = {j.job_id: j for j in parse_jobs(load("22.05/squeue-mixed.json"))}
+    assert sorted(jobs) == [1, 2, 3, 4, 5, 6]
+    run = jobs[1]
+    assert (run.name, run.state, run.reason, run.priority) == ("train-a", JobState.RUNNING,
+                                                               "None", 1)
+    assert run.nodes == ("n1",) and run.gpus_requested == 2 and dict(run.gpus_per_node) == {"n1": 2}
+    assert run.comment == "user note" and run.admin_comment == "hai:class=HIGH"
+    assert run.user == "root" and run.uid == 0 and run.batch and run.requeue
+    assert run.submit_time == 1795940470 and run.start_time == 1795940470
+    assert run.time_limit == INFINITE          # null in v0.0.38 = no limit
+    multi = jobs[2]
+    assert multi.nodes == ("n2", "n3") and multi.node_list == "n[2-3]"
+    assert multi.gpus_requested == 16 and multi.gpus_allocated == 16 and multi.time_limit == 30
+    pending = jobs[3]
+    assert pending.state is JobState.PENDING and pending.reason == "Resources"
+    assert pending.nodes == () and pending.start_time is None and pending.gpus_requested == 16
+    held = jobs[4]
+    assert held.held and held.priority == 0 and held.gpus_requested == 4   # --gpus=4: tres_per_job
+    assert held.eligible_time is None
+    assert not jobs[5].requeue and jobs[5].partition == "debug"
+    requeued = jobs[6]
+    assert requeued.restart_count == 1 and requeued.reason == "BeginTime"
+    assert requeued.gpus_requested == 0 and requeued.eligible_time == 1795940484
+
+
+def test_2205_completed_jobs_are_left_out() -> None:
+    """squeue --json lists COMPLETED jobs too (22.05 ignores --states); the parser drops them."""
+    doc = load("22.05/squeue-held-completed.json")
+    states = {j["job_id"]: j["job_state"] for j in doc["jobs"]}
+    assert states[7] == "COMPLETED"
+    jobs = {j.job_id: j for j in parse_jobs(doc)}
+    assert 7 not in jobs and len(jobs) == 6
+    assert jobs[5].state is JobState.RUNNING and jobs[5].reason == "JobHeldAdmin"
+    assert not jobs[5].held      # a held *running* job keeps running; only pending ones are held
+    assert jobs[1].held and jobs[1].restart_count == 1
+
+
+def test_2205_array_jobs() -> None:
+    """Running array tasks are jobs of their own; pending tasks share one record."""
+    jobs = {j.job_id: j for j in parse_jobs(load("22.05/squeue-array.json"))}
+    running = [j for j in jobs.values() if j.state is JobState.RUNNING]
+    assert sorted(j.array_task_id for j in running) == [0, 1, 2, 3]  # type: ignore[type-var]
+    assert all(j.array_job_id == 1 and j.array_tasks == "" for j in running)
+    pending = jobs[1]
+    assert pending.state is JobState.PENDING and pending.array_task_id is None
+    assert pending.array_tasks == "4-5" and pending.gpus_requested == 8
+    plain = parse_jobs(load("22.05/squeue-mixed.json"))[0]
+    assert plain.array_job_id is None and plain.array_tasks == ""
+
+
+def test_2205_sinfo_nodes() -> None:
+    """sinfo --json nodes: lower-case state, GRES with socket and index suffixes."""
+    nodes = {n.name: n for n in parse_nodes(load("22.05/sinfo.json"))}
+    assert sorted(nodes) == ["n1", "n2", "n3", "n4"]
+    n1 = nodes["n1"]
+    assert (n1.state, n1.cpus, n1.memory_mb, n1.gpus) == ("MIXED", 16, 16000, 8)
+    assert n1.gpus_used == 3 and n1.cpus_allocated == 2     # gres_used "gpu:(null):3(IDX:0-1,4)"
+    assert n1.partitions == ("main", "debug") and n1.available
+    assert sum(n.gpus_used for n in nodes.values()) == 2 + 16 + 1
+
+
+def test_2205_partitions_text() -> None:
+    """scontrol --oneliner show partition, as 22.05 prints it."""
+    parts = parse_partitions_text((DATA / "22.05/scontrol-show-partition.txt").read_text())
+    main, debug = parts
+    assert main.name == "main" and main.default and main.nodes == ("n1", "n2", "n3", "n4")
+    assert main.max_time == INFINITE and main.preempt_mode == "OFF" and main.priority_tier == 1
+    assert debug.name == "debug" and not debug.default and debug.max_time == 60
+    assert debug.node_list == "n[1-2]"
+
+
+def test_2205_qos_recorded() -> None:
+    """sacctmgr --parsable2 output recorded on a 22.05 testbed with accounting."""
+    qos = parse_qos((DATA / "22.05/sacctmgr-show-qos.txt").read_text(), QOS_FIELDS)
+    by = {q.name: q for q in qos}
+    assert by["extreme_high"].priority == 50 and by["low"].priority == 0
+    assert by["normal"].preempt == () and by["normal"].preempt_mode == "CLUSTER"
+    assert by["normal"].max_wall is None and by["normal"].usage_factor == 1.0
+
+
+# -- newer layouts (hand-written, see tests/data/slurm/README.md) --------------------------------
+def test_2411_wrapped_numbers_and_state_lists() -> None:
+    """24.11 layout: number wrappers, job_state lists, gres/gpu specs, per-task GPUs."""
+    jobs = {j.job_id: j for j in parse_jobs(load("24.11/squeue.json"))}
+    assert sorted(jobs) == [101, 102, 103, 104, 105, 107]       # 106 COMPLETED is dropped
+    big = jobs[101]
+    assert big.state is JobState.RUNNING and big.priority == 4000 and big.time_limit == 1440
+    assert big.nodes == ("gpu01", "gpu02") and big.gpus_requested == 16
+    assert dict(big.gpus_per_node) == {"gpu01": 8, "gpu02": 8}
+    assert jobs[102].time_limit == INFINITE and jobs[102].gpus_requested == 4
+    assert jobs[102].start_time is None
+    assert jobs[103].held and jobs[103].priority == 0
+    requeued = jobs[104]
+    assert requeued.state is JobState.PENDING and requeued.state_flags == ("REQUEUED",)
+    assert requeued.restart_count == 2 and requeued.eligible_time == 1764400321
+    assert jobs[105].state is JobState.COMPLETING and jobs[105].state_flags == ("COMPLETED",)
+    assert jobs[107].gpus_requested == 4 and jobs[107].gpus_allocated == 4
+
+
+def test_2411_nodes_and_partitions() -> None:
+    """24.11 scontrol show nodes/partitions --json."""
+    nodes = {n.name: n for n in parse_nodes(load("24.11/scontrol-show-nodes.json"))}
+    assert nodes["gpu03"].state == "MIXED" and nodes["gpu03"].state_flags == ("COMPLETING",)
+    assert nodes["gpu04"].gpus == 8 and nodes["gpu04"].gpus_used == 4
+    assert not nodes["gpu04"].available and nodes["gpu04"].reason == "fan"
+    assert nodes["gpu01"].gpus_used == 8
+    gpu, debug = parse_partitions_json(load("24.11/scontrol-show-partitions.json"))
+    assert gpu.default and gpu.max_time == INFINITE and len(gpu.nodes) == 4
+    assert not debug.default and debug.max_time == 60 and debug.priority_tier == 10
+    assert debug.grace_time == 30
+
+
+def test_2411_qos_with_preempt_lists() -> None:
+    """Preempt lists, grace times and wall limits in sacctmgr's --parsable2 form."""
+    by = {q.name: q for q in parse_qos((DATA / "24.11/sacctmgr-show-qos.txt").read_text(),
+                                       QOS_FIELDS)}
+    assert by["high"].preempt == ("low", "normal") and by["high"].grace_time == 120
+    assert by["high"].max_wall == 2 * 24 * 60 and by["high"].flags == ("DenyOnLimit",
+                                                                         "OverPartQOS")
+    assert by["low"].max_wall == 30 and by["low"].usage_factor == 0.5
+    assert by["low"].preempt_mode == "REQUEUE" and by["low"].grace_time == 10
+
+
+def test_2605_unknown_fields_ignored_and_missing_tolerated() -> None:
+    """Extra fields of a newer data_parser are ignored; absent optional fields do not break."""
+    jobs = {j.job_id: j for j in parse_jobs(load("26.05/squeue.json"))}
+    assert jobs[2001].gpus_per_node == {"node-a1": 4, "node-a2": 4}
+    assert jobs[2002].gpus_requested == 2 and not jobs[2002].held
+    nodes = {n.name: n for n in parse_nodes(load("26.05/scontrol-show-nodes.json"))}
+    assert nodes["node-b1"].state == "DOWN" and "NOT_RESPONDING" in nodes["node-b1"].state_flags
+    assert not nodes["node-b1"].available and nodes["node-a2"].gpus_used == 4
+    (batch,) = parse_partitions_json(load("26.05/scontrol-show-partitions.json"))
+    assert batch.nodes == ("node-a1", "node-a2", "node-b1") and batch.max_time == 2880
+
+
+# -- small pieces --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "expected"), [
+    (5, 5), (None, None), ({"set": True, "infinite": False, "number": 7}, 7),
+    ({"set": False, "infinite": False, "number": 0}, None),
+    ({"set": False, "infinite": True, "number": 0}, INFINITE),
+    (4294967294, None), (4294967295, INFINITE), (2.9, 2), ("12", 12), (True, 1),
+])
+def test_number_forms(value: object, expected: int | None) -> None:
+    """Plain ints, wrappers, NO_VAL/INFINITE sentinels and numeric strings."""
+    assert number(value) == expected
+
+
+def test_number_rejects_text_naming_the_field() -> None:
+    """A non-number says which field held what."""
+    with pytest.raises(SlurmError, match=r"job 9: priority: expected a number, got 'high'"):
+        number("high", "job 9: priority")
+
+
+def test_unknown_job_state_is_an_error_not_a_silent_drop() -> None:
+    """An unknown state would make the snapshot partial, so parsing fails loudly."""
+    with pytest.raises(SlurmError, match="job 3: job_state: unknown job_state 'WARPING'"):
+        parse_job({"job_id": 3, "job_state": "WARPING"})
+    assert job_state(["CONFIGURING"], "x") == (JobState.RUNNING, ())
+
+
+def test_document_errors_and_missing_lists_raise() -> None:
+    """Slurm-reported errors and a document without the expected list both raise."""
+    with pytest.raises(SlurmError, match="reported errors"):
+        parse_jobs({"jobs": [], "errors": [{"error": "Unable to contact slurm controller"}]})
+    with pytest.raises(SlurmError, match="JSON has no 'nodes' list"):
+        parse_nodes({"sinfo": []})
+
+
+@pytest.mark.parametrize(("spec", "gpus"), [
+    ("gres:gpu:8", 8), ("gres/gpu:4", 4), ("gpu:a100:2", 2), ("gpu:8(S:0-15)", 8),
+    ("gpu:(null):3(IDX:0-1,4)", 3), ("gres/gpu:h100=2", 2), ("gpu", 1), ("gpu:a100", 1),
+    ("gpu:h100:1(IDX:0),gpu:h200:0(IDX:N/A)", 1), ("gres:mps:100,gres:gpu:2", 2), ("", 0),
+    ("(null)", 0), ("N/A", 0),
+])
+def test_gres_gpu_count(spec: str, gpus: int) -> None:
+    """GPU counts from every GRES spelling seen across releases."""
+    assert gres_gpu_count(spec) == gpus
+
+
+def test_tres_gpu_count_prefers_the_untyped_total() -> None:
+    """Typed counts are summed only without an untyped total."""
+    assert tres_gpu_count("cpu=2,gres/gpu=16,gres/gpu:h100=16") == 16
+    assert tres_gpu_count("cpu=2,gres/gpu:h100=2,gres/gpu:a100=4") == 6
+    assert tres_gpu_count("cpu=1,mem=1G") == 0
+
+
+def test_hostlists_round_trip() -> None:
+    """Host lists expand with padding and nested lists, and compress back."""
+    assert expand_hostlist("n[1-3,07],gpu-a") == ("n1", "n2", "n3", "n07", "gpu-a")
+    assert expand_hostlist("r[1-2]-n[01-02]") == ("r1-n01", "r1-n02", "r2-n01", "r2-n02")
+    assert expand_hostlist("") == () and expand_hostlist("(null)") == ()
+    assert compress_hostlist(("n1", "n2", "n3", "n5", "login")) == "n[1-3,5],login"
+    with pytest.raises(ValueError, match="bad range 'a-b'"):
+        expand_hostlist("n[a-b]")
+
+
+def test_durations() -> None:
+    """Slurm's duration formats, in minutes and seconds."""
+    assert duration_minutes("UNLIMITED", "x") == INFINITE
+    assert duration_minutes("01:00:00", "x") == 60 and duration_minutes("1-00:00:00", "x") == 1440
+    assert duration_minutes("30:00", "x") == 30 and duration_minutes("NONE", "x") is None
+    assert duration_seconds("00:02:00", "x") == 120 and duration_seconds("2-0", "x") == 172800
+    with pytest.raises(SlurmError, match=r"qos high: GraceTime: cannot read duration 'soon'"):
+        duration_seconds("soon", "qos high: GraceTime")
+
+
+def test_qos_column_mismatch_names_the_line() -> None:
+    """A sacctmgr row with the wrong number of columns names line and expected columns."""
+    with pytest.raises(SlurmError, match=r"line 2: expected 8 columns"):
+        parse_qos("normal|10||cluster|00:00:00||1.000000|\nbroken|1\n", QOS_FIELDS)
+
+
+def test_job_messages_from_real_stderr() -> None:
+    """Per-job lines of scontrol and scancel (texts recorded on 22.05) are attributed to jobs."""
+    stderr = ("Invalid job id specified for job 999\n"
+              "slurm_suspend error: Invalid job id specified\n"
+              "Job is pending execution for job 3\n"
+              "scancel: error: Kill job error on job id 7: Invalid job id specified\n"
+              "Job/step already completing or completed for job 40_3\n")
+    per_job, other = job_messages(stderr)
+    assert per_job == {"999": "Invalid job id specified", "3": "Job is pending execution",
+                       "7": "Invalid job id specified",
+                       "40_3": "Job/step already completing or completed"}
+    assert other == ["slurm_suspend error: Invalid job id specified"]
