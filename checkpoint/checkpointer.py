@@ -1,0 +1,351 @@
+"""The training loop's API: load, save (sync or async), react to checkpoint requests, acknowledge.
+
+Typical use (see the package docstring)::
+
+    ck = Checkpointer.from_env()
+    state = ck.load_latest() or fresh_state()
+    for step in range(state["step"], total):
+        train_one_step(state)
+        if ck.requested():
+            ck.save(state, step=step + 1)
+            ck.acknowledge_and_exit()          # exit code 75: safe to requeue
+        if ck.due(step + 1):
+            ck.save(state, step=step + 1)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, NoReturn
+
+from hai_slurm.checkpoint import protocol, rng
+from hai_slurm.checkpoint.atomic import HashingWriter
+from hai_slurm.checkpoint.env import JobEnv, job_env_from
+from hai_slurm.checkpoint.protocol import Ack, LastCheckpoint, Phase
+from hai_slurm.checkpoint.ranks import RankSync
+from hai_slurm.checkpoint.signals import RequestListener
+from hai_slurm.checkpoint.store import CheckpointInfo, CheckpointStore, Serializer
+from hai_slurm.errors import CheckpointError
+
+ENVELOPE_KEY = "hai_checkpoint"
+
+
+def _stderr(message: str) -> None:
+    print(f"hai-checkpoint: {message}", file=sys.stderr, flush=True)
+
+
+def _step_of(state: object) -> int | None:
+    value = state.get("step") if isinstance(state, Mapping) else getattr(state, "step", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class Checkpointer:
+    """Checkpoints of one job. Only rank 0 writes; every rank loads and sees requests.
+
+    While it exists (until :meth:`close`), the request signal and SIGTERM no longer stop the
+    process by themselves: they set a flag that :meth:`requested` reports, so call it at every
+    step boundary. Slurm follows an ignored SIGTERM with SIGKILL after its grace/kill wait.
+    """
+
+    def __init__(self, env: JobEnv, *, serializer: Serializer | str = Serializer.PICKLE,
+                 async_save: bool = False, save_every_steps: int | None = None,
+                 save_every_s: float | None = None, install_signals: bool = True,
+                 chain_signals: bool = True, trust_other_owners: bool = False,
+                 log: Callable[[str], None] = _stderr,
+                 clock: Callable[[], float] = time.monotonic,
+                 store: CheckpointStore | None = None) -> None:
+        self.env = env
+        self.serializer = Serializer(serializer)
+        self.async_save = async_save
+        self.save_every_steps = save_every_steps
+        self.save_every_s = save_every_s
+        self._log = log
+        self._clock = clock
+        self.store = store or CheckpointStore(env.checkpoint_dir, keep=env.keep, log=log,
+                                              trust_other_owners=trust_other_owners)
+        self.listener = RequestListener((env.request_signal, signal.SIGTERM), chain=chain_signals,
+                                        clock=clock)
+        self.last_checkpoint: CheckpointInfo | None = None
+        self.resumed_from: CheckpointInfo | None = None
+        self._saved_this_run = False
+        self._last_save_time = clock()
+        self._announced = False
+        self._phase_lock = threading.Lock()
+        self._phase_failed = False
+        self._thread: threading.Thread | None = None
+        self._thread_result: CheckpointInfo | None = None
+        self._thread_error: BaseException | None = None
+        self._ranks = RankSync(env, log=log, clock=clock)
+        if self.is_writer:
+            removed = self.store.prepare()
+            for path in removed:
+                log(f"removed {path.name}, left in {path.parent} by an interrupted save")
+            protocol.prepare_control_dir(env.control_dir)
+            protocol.clear_ack(env.control_dir)
+            self._ranks.clear_stale_flags()
+            self._publish(Phase.COMPUTING, None)
+        if install_signals and not self.listener.install():
+            log("not in the main thread: signal handlers not installed; create the Checkpointer "
+                "in the main thread to receive checkpoint requests")
+
+    @classmethod
+    def from_env(cls, directory: str | os.PathLike[str] | None = None, *,
+                 environ: Mapping[str, str] | None = None,
+                 control_dir: str | os.PathLike[str] | None = None,
+                 request_signal: signal.Signals | str | None = None, grace_s: float | None = None,
+                 keep: int | None = None, **options: Any) -> Checkpointer:
+        """Build from Slurm's and our environment variables (see ``hai_slurm.checkpoint.env``)."""
+        env = job_env_from(os.environ if environ is None else environ, directory=directory,
+                           control_dir=control_dir, request_signal=request_signal,
+                           grace_s=grace_s, keep=keep)
+        return cls(env, **options)
+
+    @property
+    def is_writer(self) -> bool:
+        return self.env.rank == 0
+
+    # -- phase reporting -----------------------------------------------------------------------
+
+    def _last(self) -> LastCheckpoint | None:
+        info = self.last_checkpoint
+        if info is None:
+            return None
+        return LastCheckpoint(info.step, info.sha256, info.file, info.time)
+
+    def _publish(self, phase: Phase, step: int | None) -> None:
+        if not self.is_writer:
+            return
+        pending = self.listener.pending()
+        record = protocol.make_phase(self.env.job_id, self.env.restart_count, phase, step,
+                                     last=self._last(),
+                                     request_signal=pending.signal.name if pending else None)
+        with self._phase_lock:
+            try:
+                protocol.write_phase(self.env.control_dir, record)
+            except OSError as err:
+                if not self._phase_failed:
+                    self._log(f"cannot publish phase to {self.env.control_dir} ({err.strerror}); "
+                              "the scheduler will not see save progress")
+                self._phase_failed = True
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def _decode(self, info: CheckpointInfo, data: bytes) -> dict[str, Any]:
+        if info.serializer == Serializer.PICKLE.value:
+            envelope = pickle.loads(data)  # noqa: S301 - own, checksummed, owner-checked file
+        else:
+            envelope = json.loads(data)
+        if not isinstance(envelope, dict) or ENVELOPE_KEY not in envelope:
+            raise ValueError("payload is not a hai checkpoint envelope")
+        return envelope
+
+    def load_latest(self) -> Any | None:
+        """Return the newest valid checkpoint's state (restoring RNG states), or None.
+
+        Damaged checkpoints are skipped with a note on stderr saying which and why. Raises
+        :class:`CheckpointError` only when the directory itself cannot be read.
+        """
+        entries = self.store.entries()
+        if not entries:
+            self._log(f"no checkpoint in {self.env.checkpoint_dir} yet: starting fresh")
+            return None
+        for info in reversed(entries):
+            data, reason = self.store.verify(info)
+            if data is not None:
+                try:
+                    envelope = self._decode(info, data)
+                except Exception as err:
+                    reason = f"cannot decode it ({type(err).__name__}: {err})"
+                else:
+                    for note in rng.restore(envelope.get("rng") or {}):
+                        self._log(note)
+                    self.last_checkpoint = self.resumed_from = info
+                    self._log(f"resuming from {info.file} (step {info.step}, run "
+                              f"{info.restart_count} of job {info.job_id})")
+                    self._publish(Phase.COMPUTING, info.step)
+                    return envelope["state"]
+            self._log(f"skipping checkpoint {info.file} (step {info.step}): {reason}; "
+                      "trying an older one")
+        self._log(f"no valid checkpoint among {len(entries)} in {self.env.checkpoint_dir}: "
+                  "starting fresh")
+        return None
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def requested(self) -> bool:
+        """Was a checkpoint requested (on any rank)? Call it at every step boundary.
+
+        A request by the checkpoint signal expires after the grace time (the scheduler has given
+        up by then, so saving and exiting would only lose the allocation); SIGTERM never expires.
+        """
+        pending = self.listener.pending()
+        if pending is not None and pending.signal != signal.SIGTERM and (
+                self._clock() - pending.at_monotonic > self.env.grace_s):
+            self._log(f"checkpoint request by {pending.signal.name} expired: no step boundary "
+                      f"within {self.env.grace_s:g} s; continuing (the scheduler did not wait)")
+            self.listener.clear()
+            self._ranks.withdraw()
+            self._announced = False
+            pending = None
+        if self._ranks.exchange(pending is not None) and pending is None:
+            self.listener.trigger(self.env.request_signal)
+            pending = self.listener.pending()
+        if pending is not None and not self._announced:
+            self._announced = True
+            self._log(f"checkpoint requested by {pending.signal.name} (rank {self.env.rank}); "
+                      "saving at this step boundary")
+        return pending is not None
+
+    def due(self, step: int) -> bool:
+        """Is a periodic save due (every ``save_every_steps`` steps or ``save_every_s`` seconds)?"""
+        if self.save_every_steps and step > 0 and step % self.save_every_steps == 0:
+            return True
+        return bool(self.save_every_s and self._clock() - self._last_save_time >= self.save_every_s)
+
+    # -- saving --------------------------------------------------------------------------------
+
+    def _envelope(self, state: object, step: int) -> dict[str, Any]:
+        return {ENVELOPE_KEY: 1, "step": step, "rng": rng.capture(), "state": state}
+
+    def _encode_to(self, envelope: dict[str, Any], writer: HashingWriter) -> None:
+        if self.serializer is Serializer.PICKLE:
+            pickle.dump(envelope, writer, protocol=pickle.HIGHEST_PROTOCOL)
+        else:
+            writer.write(json.dumps(envelope).encode())
+
+    def _encode(self, envelope: dict[str, Any]) -> bytes:
+        if self.serializer is Serializer.PICKLE:
+            return pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
+        return json.dumps(envelope).encode()
+
+    def _write(self, fill: Callable[[HashingWriter], None], step: int) -> CheckpointInfo:
+        info = self.store.write(fill, step=step, serializer=self.serializer,
+                                job_id=self.env.job_id, restart_count=self.env.restart_count)
+        self.last_checkpoint = info
+        self._saved_this_run = True
+        self._last_save_time = self._clock()
+        pending = self.listener.pending()
+        self._publish(Phase.SAVED if pending else Phase.COMPUTING, step)
+        return info
+
+    def save(self, state: object, step: int | None = None) -> CheckpointInfo | None:
+        """Save ``state`` (with RNG states) as the newest checkpoint; only rank 0 writes.
+
+        Synchronous: returns the new checkpoint's info once it is durable. Asynchronous
+        (``async_save=True``): the state is serialized here, in the caller's thread, so training
+        may change it right after; a background thread writes it and this returns None. An error of
+        the previous background write is raised here (or by :meth:`wait`/acknowledge).
+        """
+        step = step if step is not None else _step_of(state)
+        if step is None:
+            raise CheckpointError("save() needs the step: pass step=N, or give the state a 'step' "
+                                  "key or attribute")
+        if not self.is_writer:
+            return None
+        self.wait()
+        envelope = self._envelope(state, step)
+        try:
+            if not self.async_save:
+                self._publish(Phase.SAVING, step)
+                return self._write(lambda writer: self._encode_to(envelope, writer), step)
+            payload = self._encode(envelope)
+        except (pickle.PicklingError, TypeError, AttributeError, ValueError) as err:
+            self._publish(Phase.COMPUTING, step)
+            raise CheckpointError(
+                f"cannot serialize the state with {self.serializer.value} "
+                f"({type(err).__name__}: {err}); make it serializable (or choose the other "
+                "serializer). Older checkpoints are untouched") from err
+        except BaseException:
+            self._publish(Phase.COMPUTING, step)
+            raise
+        self._publish(Phase.SAVING, step)
+        self._thread = threading.Thread(target=self._background, args=(payload, step),
+                                        name=f"hai-checkpoint-save-{step}", daemon=False)
+        self._thread.start()
+        return None
+
+    def _background(self, payload: bytes, step: int) -> None:
+        def fill(writer: HashingWriter) -> None:
+            writer.write(payload)
+
+        try:
+            self._thread_result = self._write(fill, step)
+        except BaseException as err:
+            self._thread_error = err
+            self._publish(Phase.COMPUTING, step)
+
+    def wait(self) -> CheckpointInfo | None:
+        """Wait for a background save; re-raise its error here. Returns its info (None if none)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return None
+        thread.join()
+        error, self._thread_error = self._thread_error, None
+        if error is not None:
+            if isinstance(error, CheckpointError):
+                raise error
+            raise CheckpointError(f"background checkpoint save failed: {error}") from error
+        return self._thread_result
+
+    # -- acknowledging -------------------------------------------------------------------------
+
+    def acknowledge(self) -> Ack | None:
+        """Tell the scheduler the job is saved and may be requeued (rank 0 writes ``ack.json``).
+
+        Waits for a background save first. The request is cleared, so training could go on.
+        """
+        self.wait()
+        pending = self.listener.pending()
+        ack = None
+        if self.is_writer:
+            if not self._saved_this_run:
+                self._log("acknowledging without a checkpoint written in this run: work since "
+                          "the last checkpoint will be lost")
+            info = self.last_checkpoint
+            ack = Ack(job_id=self.env.job_id, restart_count=self.env.restart_count,
+                      step=info.step if info else None, sha256=info.sha256 if info else None,
+                      checkpoint=info.file if info else None, time=time.time(),
+                      exit_code=protocol.EXIT_REQUEUE,
+                      request_signal=pending.signal.name if pending else None)
+            try:
+                protocol.write_ack(self.env.control_dir, ack)
+            except OSError as err:
+                raise CheckpointError(
+                    f"cannot write the acknowledgement to {self.env.control_dir}: "
+                    f"{err.strerror or err}; the scheduler will not requeue this job") from err
+            self._publish(Phase.SAVED, ack.step)
+            self._log(f"acknowledged checkpoint at step {ack.step} ({ack.checkpoint})")
+        self.listener.clear()
+        self._ranks.withdraw()
+        self._announced = False
+        return ack
+
+    def acknowledge_and_exit(self) -> NoReturn:
+        """Acknowledge, publish phase ``exiting``, exit with ``EXIT_REQUEUE`` (75)."""
+        ack = self.acknowledge()
+        self._publish(Phase.EXITING, ack.step if ack else None)
+        self.close()
+        sys.exit(protocol.EXIT_REQUEUE)
+
+    def close(self) -> None:
+        """Wait for a pending save and restore the previous signal handlers."""
+        try:
+            self.wait()
+            self.store.wait_pruning()
+        finally:
+            self.listener.uninstall()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

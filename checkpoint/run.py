@@ -1,0 +1,249 @@
+"""``hai-run``: checkpoint requests for programs that cannot import the library.
+
+    hai-run [--signal USR2] [--forward-as SIG] [--grace S] [--control-dir D] -- CMD ARGS...
+
+Runs CMD as a child (in its own process group, so a terminal's Ctrl-C is forwarded once, not
+delivered twice). When the checkpoint request signal arrives, hai-run sends ``--forward-as``
+(default: the same signal) to the child, publishes phase ``saving`` and waits up to ``--grace``
+seconds for the child to say it saved, by either
+
+- writing the file named by ``$HAI_SAVE_MARKER`` (optionally JSON ``{"step": N, "sha256": "..."}``)
+  once its checkpoint is durable, or
+- exiting with code 75 (``EXIT_REQUEUE``).
+
+It then writes ``ack.json`` (source ``hai-run``) and reports on stderr. A child that does not save
+in time keeps running; hai-run says so and the request expires. SIGTERM is forwarded as SIGTERM and
+also counts as a checkpoint request (it never expires); SIGINT is forwarded as SIGINT. hai-run
+returns the child's exit code (128 + N when the child died of signal N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from hai_slurm.checkpoint import protocol
+from hai_slurm.checkpoint.env import DEFAULT_GRACE_S, job_id_from, parse_signal
+from hai_slurm.checkpoint.protocol import Ack, Phase
+from hai_slurm.checkpoint.signals import RequestListener
+from hai_slurm.errors import CheckpointError
+
+POLL_S = 0.05
+
+
+def _say(message: str) -> None:
+    print(f"hai-run: {message}", file=sys.stderr, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hai-run", description="Run CMD, forwarding checkpoint requests to it as a signal "
+        "and reporting to the scheduler whether it saved (see PROTOCOL.md).")
+    parser.add_argument("--signal", default=None,
+                        help="request signal to listen for "
+                        "(default $HAI_CHECKPOINT_SIGNAL or USR2)")
+    parser.add_argument("--forward-as", default=None,
+                        help="signal to send to the child (default: the request signal)")
+    parser.add_argument("--grace", type=float, default=None,
+                        help=f"seconds to wait for the child to save (default "
+                        f"$HAI_CHECKPOINT_GRACE or {DEFAULT_GRACE_S:g})")
+    parser.add_argument("--control-dir", default=None,
+                        help="control directory for phase/ack files (default $HAI_CONTROL_DIR, "
+                        "else $HAI_CHECKPOINT_DIR/.hai/$SLURM_JOB_ID)")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    return parser
+
+
+def _control_dir(arg: str | None, environ: Mapping[str, str]) -> Path | None:
+    if arg:
+        return Path(arg)
+    if environ.get("HAI_CONTROL_DIR"):
+        return Path(environ["HAI_CONTROL_DIR"])
+    if environ.get("HAI_CHECKPOINT_DIR"):
+        return Path(environ["HAI_CHECKPOINT_DIR"]) / ".hai" / job_id_from(environ)
+    return None
+
+
+def _read_marker(path: Path) -> tuple[int | None, str | None]:
+    try:
+        doc = json.loads(path.read_bytes() or b"{}")
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    step, sha = doc.get("step"), doc.get("sha256")
+    return (step if isinstance(step, int) and not isinstance(step, bool) else None,
+            sha if isinstance(sha, str) else None)
+
+
+class _Supervisor:
+    """State of one hai-run: the child, the pending request, what was reported."""
+
+    def __init__(self, control: Path | None, marker: Path, environ: Mapping[str, str],
+                 request: signal.Signals, forward_as: signal.Signals, grace_s: float) -> None:
+        self.control, self.marker = control, marker
+        self.job_id = job_id_from(environ)
+        raw = environ.get("SLURM_RESTART_COUNT", "").strip() or "0"
+        if not raw.isdigit():
+            raise CheckpointError(f"environment SLURM_RESTART_COUNT={raw!r} is not an integer")
+        self.restart = int(raw)
+        self.request, self.forward_as, self.grace_s = request, forward_as, grace_s
+        self.forwarded_at: float | None = None
+        self.request_name: str | None = None
+        self.acked = False
+
+    def publish(self, phase: Phase, step: int | None = None) -> None:
+        if self.control is None:
+            return
+        try:
+            protocol.write_phase(self.control, protocol.make_phase(
+                self.job_id, self.restart, phase, step, request_signal=self.request_name,
+                source="hai-run"))
+        except OSError as err:
+            _say(f"cannot publish phase to {self.control} ({err.strerror})")
+
+    def ack(self, how: str, exit_code: int) -> None:
+        step, sha = _read_marker(self.marker)
+        self.acked = True
+        _say(f"child saved ({how}; step {step if step is not None else 'unknown'})")
+        if self.control is None:
+            return
+        try:
+            protocol.write_ack(self.control, Ack(
+                job_id=self.job_id, restart_count=self.restart, step=step, sha256=sha,
+                checkpoint=None, time=time.time(), exit_code=exit_code,
+                request_signal=self.request_name, source="hai-run"))
+        except OSError as err:
+            _say(f"cannot write the acknowledgement to {self.control} ({err.strerror})")
+            return
+        self.publish(Phase.SAVED, step)
+
+    def forward(self, child: subprocess.Popen[bytes], sig: signal.Signals, why: str) -> None:
+        self.marker.unlink(missing_ok=True)
+        self.forwarded_at = time.monotonic()
+        self.request_name = why
+        self.acked = False
+        try:
+            child.send_signal(sig)
+        except ProcessLookupError:
+            return  # it just ended: harmless race
+        _say(f"{why} received: sent {sig.name} to child {child.pid}; waiting up to "
+             f"{self.grace_s:g} s for it to save")
+        self.publish(Phase.SAVING)
+
+
+def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """Parse ``argv``, run the child and supervise it; return the exit code."""
+    args = _parser().parse_args(argv)
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        _parser().error("no command given: hai-run [options] -- CMD ARGS...")
+    request = parse_signal(args.signal or environ.get("HAI_CHECKPOINT_SIGNAL", "") or "USR2",
+                           source="--signal")
+    forward_as = (parse_signal(args.forward_as, source="--forward-as") if args.forward_as
+                  else request)
+    grace_s = args.grace if args.grace is not None else float(
+        environ.get("HAI_CHECKPOINT_GRACE", "") or DEFAULT_GRACE_S)
+    control = _control_dir(args.control_dir, environ)
+    scratch = None
+    if control is not None:
+        protocol.prepare_control_dir(control)
+        protocol.clear_ack(control)
+        marker = control / protocol.CHILD_MARKER
+    else:
+        _say("no control directory (--control-dir, HAI_CONTROL_DIR or HAI_CHECKPOINT_DIR): "
+             "reporting on stderr only")
+        scratch = tempfile.TemporaryDirectory(prefix="hai-run-")
+        marker = Path(scratch.name) / protocol.CHILD_MARKER
+    marker.unlink(missing_ok=True)
+    sup = _Supervisor(control, marker, environ, request, forward_as, grace_s)
+    requests = RequestListener((request,), chain=False)
+    terms = RequestListener((signal.SIGTERM, signal.SIGINT), chain=False)
+    requests.install()
+    terms.install()
+    child_env = {**environ, "HAI_SAVE_MARKER": str(marker), "HAI_RUN_SIGNAL": forward_as.name}
+    try:
+        try:
+            child = subprocess.Popen(cmd, env=child_env, process_group=0)
+        except OSError as err:
+            _say(f"cannot start {cmd[0]!r}: {err.strerror or err}")
+            return 127
+        sup.publish(Phase.COMPUTING)
+        rc = _supervise(sup, child, requests, terms)
+    finally:
+        requests.uninstall()
+        terms.uninstall()
+        if scratch is not None:
+            scratch.cleanup()
+    return rc
+
+
+def _supervise(sup: _Supervisor, child: subprocess.Popen[bytes], requests: RequestListener,
+               terms: RequestListener) -> int:
+    while True:
+        term = terms.pending()
+        if term is not None:
+            terms.clear()
+            if term.signal == signal.SIGTERM and sup.forwarded_at is None:
+                sup.forward(child, signal.SIGTERM, "SIGTERM")
+            else:
+                _say(f"{term.signal.name} received: forwarding it to child {child.pid}")
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(term.signal)
+        req = requests.pending()
+        if req is not None:
+            requests.clear()
+            if sup.forwarded_at is None:
+                sup.forward(child, sup.forward_as, req.signal.name)
+        try:
+            code = child.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None:
+            break
+        if sup.forwarded_at is not None and not sup.acked:
+            if sup.marker.exists():
+                sup.ack("it wrote $HAI_SAVE_MARKER", protocol.EXIT_REQUEUE)
+            elif (sup.request_name != "SIGTERM"
+                  and time.monotonic() - sup.forwarded_at > sup.grace_s):
+                _say(f"child did not save within {sup.grace_s:g} s; it keeps running and the "
+                     "request expires (the scheduler's deadline policy decides)")
+                sup.forwarded_at = None
+                sup.request_name = None
+                sup.publish(Phase.COMPUTING)
+    rc = 128 - code if code < 0 else code
+    if sup.forwarded_at is not None and not sup.acked:
+        if sup.marker.exists():
+            sup.ack("it wrote $HAI_SAVE_MARKER", rc)
+        elif rc == protocol.EXIT_REQUEUE:
+            sup.ack(f"exit code {rc}", rc)
+        else:
+            _say(f"child exited with code {rc} without saving (no $HAI_SAVE_MARKER, exit code "
+                 f"not {protocol.EXIT_REQUEUE})")
+    sup.publish(Phase.EXITING)
+    return rc
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point of ``hai-run``."""
+    try:
+        code = run(sys.argv[1:] if argv is None else argv, dict(os.environ))
+    except CheckpointError as err:
+        _say(f"error: {err}")
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Signal handling that only sets a flag: the training loop acts on it at its next step boundary.
+
+The handler records which signal arrived and when (``time.monotonic()``), sets a
+:class:`threading.Event` and, if a Python handler was installed before ours, calls it too
+(``chain=True``). It does no I/O, takes no lock and allocates next to nothing, so it is safe
+whatever the main thread was doing. Handlers can only be installed from the main thread; elsewhere
+:meth:`RequestListener.install` returns False and the caller says so.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import FrameType
+
+Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+
+
+@dataclass(frozen=True)
+class Request:
+    """A pending checkpoint request: which signal, and when it arrived (monotonic seconds)."""
+
+    signal: signal.Signals
+    at_monotonic: float
+
+
+class RequestListener:
+    """Installs flag-only handlers for ``signals`` and restores the previous ones on uninstall."""
+
+    def __init__(self, signals: Iterable[signal.Signals], *, chain: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.signals = tuple(dict.fromkeys(signals))
+        self._clock = clock
+        self._chain = chain
+        self._event = threading.Event()
+        self._first: Request | None = None
+        self._last_signum = 0
+        self._previous: dict[signal.Signals, Handler] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # Flag only: no I/O, no locks. Keep the first request (its time starts the grace period),
+        # but remember a SIGTERM that comes later (it must not expire).
+        if self._first is None or signum == signal.SIGTERM:
+            self._first = Request(signal.Signals(signum), self._clock())
+        self._last_signum = signum
+        self._event.set()
+        previous = self._previous.get(signal.Signals(signum))
+        if self._chain and callable(previous):
+            previous(signum, frame)
+
+    def install(self) -> bool:
+        """Install the handlers; False (nothing installed) when not called from the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for sig in self.signals:
+            if sig not in self._previous:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return True
+
+    def uninstall(self) -> None:
+        """Put back the handlers that were there before (only where ours is still installed)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, previous in list(self._previous.items()):
+            if signal.getsignal(sig) == self._handle:
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+            del self._previous[sig]
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._previous)
+
+    def pending(self) -> Request | None:
+        """The pending request, if any."""
+        if not self._event.is_set():
+            return None
+        first = self._first  # None only if a signal raced with clear(): still a request
+        return first or Request(signal.Signals(self._last_signum or signal.SIGTERM), self._clock())
+
+    def trigger(self, sig: signal.Signals) -> None:
+        """Record a request that arrived by other means (another rank, a file flag, a test)."""
+        if self._first is None:
+            self._first = Request(sig, self._clock())
+        self._event.set()
+
+    def clear(self) -> None:
+        """Forget the pending request (it was handled or expired)."""
+        self._event.clear()
+        self._first = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a request arrives (for watchdogs and tests)."""
+        return self._event.wait(timeout)

@@ -1,0 +1,177 @@
+"""A real Slurm job using the checkpoint library: asked to save twice by USR2, requeued, resumed.
+
+Run against a running testbed with ``HAI_TESTBED_STATE_DIR=... pytest tests/integration -k
+checkpoint``, or let the session fixture start one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Submitter, Testbed
+
+from hai_slurm.checkpoint import read_job_report
+from hai_slurm.testbed.waiting import check
+
+TOTAL = 150
+
+TRAIN = """
+import hashlib, json, os, random, sys, time
+out, total = sys.argv[1], int(sys.argv[2])
+
+def fresh():
+    random.seed(2026)
+    return {"step": 0, "w": 0.0, "trace": []}
+
+def one_step(state):
+    x = random.random()
+    state["w"] = state["w"] * 0.97 + x * random.gauss(0.0, 1.0)
+    state["trace"].append(state["w"])
+
+def finish(state):
+    digest = hashlib.sha256(json.dumps(state["trace"]).encode()).hexdigest()
+    with open(out, "w") as f:
+        json.dump({"w": state["w"], "trace": digest, "next": random.random()}, f)
+
+if os.environ.get("REFERENCE"):
+    state = fresh()
+    for s in range(total):
+        one_step(state)
+        state["step"] = s + 1
+    finish(state)
+    sys.exit(0)
+
+from hai_slurm.checkpoint import Checkpointer
+ck = Checkpointer.from_env(save_every_steps=40)
+state = ck.load_latest() or fresh()
+print("start", state["step"], flush=True)
+for s in range(state["step"], total):
+    one_step(state)
+    state["step"] = s + 1
+    time.sleep(0.04)
+    if ck.requested():
+        ck.save(state)
+        ck.acknowledge_and_exit()
+    if ck.due(state["step"]):
+        ck.save(state)
+finish(state)
+"""
+
+
+def wait_for_ack(control: Path, job: str, restart: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        report = read_job_report(control, job, os.geteuid(), restart_count=restart)
+        if report.ack is not None:
+            assert report.ack.step is not None
+            return report.ack.step
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job} run {restart} did not acknowledge within {timeout} s "
+                               f"(phase {report.phase}, problems {report.problems})")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_toy_training_preempted_twice_is_bit_identical(testbed: Testbed, submit: Submitter,
+                                                       tmp_path: Path) -> None:
+    """USR2 through Slurm twice: each run saves, acks, exits 75, is requeued; 0 steps lost."""
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    reference = tmp_path / "reference.json"
+    subprocess.run([sys.executable, str(script), str(reference), str(TOTAL)], check=True,
+                   timeout=60, env={**os.environ, "REFERENCE": "1"})
+    result = tmp_path / "result.json"
+    checkpoints = tmp_path / "ck"
+    job = submit(f"#!/bin/bash\nexport HAI_CHECKPOINT_DIR={checkpoints}\n"
+                 f"exec {sys.executable} {script} {result} {TOTAL}\n",
+                 args=["--open-mode=append"])  # keep every run's output
+    control = checkpoints / ".hai" / job
+    acked: list[int] = []
+    for restart in (0, 1):
+        submit.wait(job, "RUNNING", timeout=testbed.shape.cred_expire + 30)
+        time.sleep(1.5)  # let it train a little (about 35 steps)
+        check(testbed.run, ["scancel", "--signal=USR2", "--full", job])
+        acked.append(wait_for_ack(control, job, restart, timeout=20))
+        info = submit.wait(job, ["FAILED", "COMPLETED"], timeout=20)
+        assert info["ExitCode"] == "75:0"
+        check(testbed.run, ["scontrol", "requeue", job])
+    submit.wait(job, "COMPLETED", timeout=testbed.shape.cred_expire + 60)
+    out = submit.output(job)
+    starts = [int(line.split()[1]) for line in out.splitlines() if line.startswith("start ")]
+    assert starts == [0, *acked], out  # each run resumed exactly where the last one saved
+    assert 0 < acked[0] < acked[1] < TOTAL
+    assert json.loads(result.read_text()) == json.loads(reference.read_text())
+
+
+@pytest.mark.slow
+def test_corrupted_newest_checkpoint_resumes_from_the_previous(testbed: Testbed,
+                                                               submit: Submitter,
+                                                               tmp_path: Path) -> None:
+    """After a save, the newest file is damaged; the requeued job says so and resumes earlier."""
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    reference = tmp_path / "reference.json"
+    subprocess.run([sys.executable, str(script), str(reference), str(TOTAL)], check=True,
+                   timeout=60, env={**os.environ, "REFERENCE": "1"})
+    result = tmp_path / "result.json"
+    checkpoints = tmp_path / "ck"
+    job = submit(f"#!/bin/bash\nexport HAI_CHECKPOINT_DIR={checkpoints}\n"
+                 f"exec {sys.executable} {script} {result} {TOTAL}\n",
+                 args=["--open-mode=append"])
+    submit.wait(job, "RUNNING", timeout=30)
+    deadline = time.monotonic() + 30
+    while not list(checkpoints.glob("ckpt-*-step40.meta.json")):  # the periodic save at step 40
+        assert time.monotonic() < deadline, "no periodic checkpoint at step 40 within 30 s"
+        time.sleep(0.1)
+    check(testbed.run, ["scancel", "--signal=USR2", "--full", job])
+    acked = wait_for_ack(checkpoints / ".hai" / job, job, 0, timeout=20)
+    submit.wait(job, ["FAILED", "COMPLETED"], timeout=20)
+    newest = sorted(checkpoints.glob("ckpt-*.pkl"))[-1]
+    assert newest.name.endswith(f"-step{acked}.pkl")
+    newest.write_bytes(newest.read_bytes()[:-10] + b"0123456789")
+    check(testbed.run, ["scontrol", "requeue", job])
+    submit.wait(job, "COMPLETED", timeout=testbed.shape.cred_expire + 60)
+    out = submit.output(job)
+    assert f"skipping checkpoint {newest.name} (step {acked}): sha256 mismatch" in out
+    assert "start 40" in out.splitlines()  # the periodic checkpoint before it
+    assert json.loads(result.read_text()) == json.loads(reference.read_text())
+
+
+CHILD = """
+import json, os, signal, sys, time
+got = []
+signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))
+for step in range(2000):
+    time.sleep(0.01)
+    if got:
+        with open(os.environ["HAI_SAVE_MARKER"], "w") as f:
+            json.dump({"step": step}, f)
+        sys.exit(75)
+"""
+
+
+@pytest.mark.slow
+def test_hai_run_under_slurm_acknowledges_for_its_child(testbed: Testbed, submit: Submitter,
+                                                        tmp_path: Path) -> None:
+    """A batch script `hai-run -- python child.py`: USR2 via scancel, the child saves, ack."""
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+    hai_run = Path(sys.executable).parent / "hai-run"
+    control = tmp_path / "ctl"
+    job = submit(f"#!/bin/bash\nexec {hai_run} --control-dir {control} -- "
+                 f"{sys.executable} {child}\n")
+    submit.wait(job, "RUNNING", timeout=30)
+    time.sleep(1.0)
+    check(testbed.run, ["scancel", "--signal=USR2", "--full", job])
+    step = wait_for_ack(control, job, 0, timeout=20)
+    info = submit.wait(job, ["FAILED", "COMPLETED"], timeout=20)
+    assert info["ExitCode"] == "75:0" and step > 0
+    report = read_job_report(control, job, os.geteuid())
+    assert report.ack is not None and report.ack.source == "hai-run"
+    assert "child saved" in submit.output(job)

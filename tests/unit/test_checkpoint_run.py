@@ -1,0 +1,126 @@
+"""hai-run: forwards checkpoint requests to a child and reports whether it saved."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hai_slurm.checkpoint import Phase, read_job_report
+
+HAI_RUN = str(Path(sys.executable).parent / "hai-run")
+
+# A program that cannot import the library: on its signal it "saves" (writes the marker hai-run
+# names in $HAI_SAVE_MARKER, atomically) and exits 75 -- or, in mode "ignore", does nothing.
+CHILD = """
+import json, os, signal, sys, time
+mode, ready = sys.argv[1], sys.argv[2]
+got = []
+signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))
+signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+if mode == "ignore":
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+open(ready, "w").close()
+step = 0
+deadline = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < deadline:
+    time.sleep(0.01)
+    step += 1
+    if got and mode == "save":
+        marker = os.environ["HAI_SAVE_MARKER"]
+        with open(marker + ".tmp", "w") as f:
+            json.dump({"step": step, "sha256": "c0ffee"}, f)
+        os.replace(marker + ".tmp", marker)
+        print("child got", signal.Signals(got[0]).name, flush=True)
+        sys.exit(75)
+sys.exit(3)
+"""
+
+
+def start(tmp_path: Path, mode: str, *, grace: float, lifetime: float = 20.0
+          ) -> tuple[subprocess.Popen[str], Path]:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    ready = tmp_path / "ready"
+    control = tmp_path / "ctl"
+    env = {**os.environ, "SLURM_JOB_ID": "31", "SLURM_RESTART_COUNT": "2"}
+    proc = subprocess.Popen(
+        [HAI_RUN, "--grace", str(grace), "--control-dir", str(control), "--",
+         sys.executable, str(script), mode, str(ready), str(lifetime)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _out, err = proc.communicate()
+            pytest.fail(f"child never became ready (hai-run rc {proc.returncode}): {err}")
+        time.sleep(0.01)
+    return proc, control
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"hai-run did not finish: {err}")
+    return proc.returncode, out, err
+
+
+def test_request_is_forwarded_and_the_save_acknowledged(tmp_path: Path) -> None:
+    """USR2 to hai-run reaches the child; its marker becomes an ack; its exit code comes back."""
+    proc, control = start(tmp_path, "save", grace=10)
+    assert read_job_report(control, "31", os.geteuid()).phase is not None
+    proc.send_signal(signal.SIGUSR2)
+    rc, out, err = finish(proc)
+    assert rc == 75
+    assert "child got SIGUSR2" in out
+    assert "sent SIGUSR2 to child" in err and "child saved" in err
+    report = read_job_report(control, "31", os.geteuid(), restart_count=2)
+    assert report.problems == ()
+    assert report.ack is not None and report.ack.source == "hai-run"
+    assert report.ack.step is not None and report.ack.step > 0 and report.ack.sha256 == "c0ffee"
+    assert report.phase is not None and report.phase.phase is Phase.EXITING
+
+
+def test_child_that_does_not_save_is_reported(tmp_path: Path) -> None:
+    """A child ignoring the request: hai-run says so after the grace time, no ack is written."""
+    proc, control = start(tmp_path, "ignore", grace=0.5, lifetime=1.5)
+    proc.send_signal(signal.SIGUSR2)
+    rc, _, err = finish(proc)
+    assert rc == 3
+    assert "child did not save within 0.5 s; it keeps running" in err
+    report = read_job_report(control, "31", os.geteuid())
+    assert not report.acknowledged
+    assert report.phase is not None and report.phase.phase is Phase.EXITING
+
+
+def test_sigterm_is_forwarded_and_counts_as_a_request(tmp_path: Path) -> None:
+    """SIGTERM (Slurm's own preemption) is passed on; a child saving on it is acknowledged."""
+    proc, control = start(tmp_path, "save", grace=10)
+    proc.send_signal(signal.SIGTERM)
+    rc, out, _err = finish(proc)
+    assert rc == 75 and "child got SIGTERM" in out
+    report = read_job_report(control, "31", os.geteuid())
+    assert report.ack is not None and report.ack.request_signal == "SIGTERM"
+
+
+def test_child_exit_code_and_missing_command(tmp_path: Path) -> None:
+    """Without a request the child's exit code passes through; no command is a usage error."""
+    done = subprocess.run([HAI_RUN, "--control-dir", str(tmp_path / "c"), "--", sys.executable,
+                           "-c", "raise SystemExit(4)"], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 4
+    assert not (tmp_path / "c" / "ack.json").exists()
+    usage = subprocess.run([HAI_RUN, "--"], capture_output=True, text=True, timeout=30,
+                           check=False)
+    assert usage.returncode == 2 and "no command given" in usage.stderr
+    bad = subprocess.run([HAI_RUN, "--signal", "NOPE", "--", "true"], capture_output=True,
+                         text=True, timeout=30, check=False)
+    assert bad.returncode == 2 and "--signal='NOPE' is not a signal" in bad.stderr

@@ -1,0 +1,194 @@
+"""Checkpoint requests by signal: flag-only handlers, SIGTERM, grace expiry, ranks, threads."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import random
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from hai_slurm.checkpoint import Checkpointer, Phase, read_job_report
+from hai_slurm.checkpoint.env import job_env_from, parse_signal
+from hai_slurm.errors import CheckpointError
+
+
+@pytest.fixture(autouse=True)
+def _keep_random_state() -> Iterator[None]:
+    """Loading restores Python's global RNG; give it back to the other tests untouched."""
+    saved = random.getstate()
+    yield
+    random.setstate(saved)
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def environ(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"HAI_CHECKPOINT_DIR": str(tmp_path / "ck"), "SLURM_JOB_ID": "9", **extra}
+
+
+def test_handler_sets_flag_and_does_no_io(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """During signal delivery nothing is opened, written or printed; only the flag is set."""
+    control = tmp_path / "ck" / ".hai" / "9"
+    with Checkpointer.from_env(environ=environ(tmp_path)) as ck:
+        before = {p.name: p.stat().st_mtime_ns for p in control.iterdir()}
+        capsys.readouterr()
+        calls: list[str] = []
+
+        def spy(name: str, real: Any) -> Any:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                calls.append(name)
+                return real(*args, **kwargs)
+            return wrapper
+
+        monkeypatch.setattr(builtins, "open", spy("open", builtins.open))
+        monkeypatch.setattr(os, "open", spy("os.open", os.open))
+        monkeypatch.setattr(os, "write", spy("os.write", os.write))
+        monkeypatch.setattr(builtins, "print", spy("print", builtins.print))
+        os.kill(os.getpid(), signal.SIGUSR2)
+        pending = ck.listener.pending()  # a call: the Python-level handler has run by now
+        monkeypatch.undo()
+        assert pending is not None and pending.signal is signal.SIGUSR2
+        assert calls == []
+        assert capsys.readouterr().err == ""
+        assert {p.name: p.stat().st_mtime_ns for p in control.iterdir()} == before
+        assert ck.requested()  # the step boundary is where the work happens
+    assert "checkpoint requested by SIGUSR2" in capsys.readouterr().err
+
+
+def test_sigterm_triggers_the_save_path_and_never_expires(tmp_path: Path) -> None:
+    """Slurm's own preemption (SIGTERM) is a request that outlives the grace time."""
+    clock = FakeClock()
+    with Checkpointer.from_env(environ=environ(tmp_path), grace_s=5, clock=clock) as ck:
+        os.kill(os.getpid(), signal.SIGTERM)
+        clock.now += 3600
+        assert ck.requested()
+        pending = ck.listener.pending()
+        assert pending is not None and pending.signal is signal.SIGTERM
+        ck.save({"step": 4})
+        with pytest.raises(SystemExit) as exc:
+            ck.acknowledge_and_exit()
+    assert exc.value.code == 75
+    report = read_job_report(tmp_path / "ck" / ".hai" / "9", "9", os.geteuid())
+    assert report.ack is not None and report.ack.request_signal == "SIGTERM"
+    assert report.phase is not None and report.phase.phase is Phase.EXITING
+
+
+def test_request_expires_after_grace_time(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A USR2 request not seen at a step boundary within the grace time is dropped, with a note."""
+    clock = FakeClock()
+    with Checkpointer.from_env(environ=environ(tmp_path), grace_s=5, clock=clock) as ck:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        clock.now += 4
+        assert ck.requested()
+        clock.now += 2
+        assert not ck.requested()
+        assert not ck.requested()
+    assert "expired: no step boundary within 5 s" in capsys.readouterr().err
+
+
+def test_configured_signal_and_previous_handler_chained_and_restored(tmp_path: Path) -> None:
+    """HAI_CHECKPOINT_SIGNAL picks the signal; an earlier handler still runs and comes back."""
+    seen: list[int] = []
+
+    def previous(signum: int, frame: FrameType | None) -> None:
+        seen.append(signum)
+
+    old = signal.signal(signal.SIGHUP, previous)
+    try:
+        env = environ(tmp_path, HAI_CHECKPOINT_SIGNAL="HUP")
+        with Checkpointer.from_env(environ=env) as ck:
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert ck.requested()
+            assert seen == [signal.SIGHUP]
+            assert signal.getsignal(signal.SIGHUP) != previous
+        assert signal.getsignal(signal.SIGHUP) == previous
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, old)
+
+
+def test_not_in_main_thread_installs_nothing(tmp_path: Path) -> None:
+    """From a worker thread handlers cannot be installed: say so, leave handlers alone."""
+    messages: list[str] = []
+    errors: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            ck = Checkpointer.from_env(environ=environ(tmp_path), log=messages.append)
+            assert not ck.listener.installed
+            ck.close()
+        except BaseException as err:  # handed to the main thread below
+            errors.append(err)
+
+    worker = threading.Thread(target=build)
+    worker.start()
+    worker.join()
+    assert errors == []
+    assert any("not in the main thread" in m for m in messages)
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+
+
+def test_other_ranks_learn_of_the_request_and_do_not_write(tmp_path: Path) -> None:
+    """Rank 0 sees USR2; rank 1 learns through the control-dir flag file; only rank 0 writes."""
+    base = environ(tmp_path, WORLD_SIZE="2")
+    rank0 = Checkpointer.from_env(environ={**base, "RANK": "0"})
+    clock1 = FakeClock()
+    rank1 = Checkpointer.from_env(environ={**base, "RANK": "1"}, install_signals=False,
+                                  clock=clock1)
+    try:
+        assert not rank1.requested()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert rank0.requested()
+        assert not rank1.requested()  # the flag file is polled at most every 0.2 s
+        clock1.now += 0.5
+        assert rank1.requested()
+        assert rank1.save({"step": 3}) is None
+        info = rank0.save({"step": 3})
+        assert info is not None
+        assert sorted(p.name for p in (tmp_path / "ck").glob("ckpt-*.pkl")) == [info.file]
+        assert rank1.acknowledge() is None
+        assert rank0.acknowledge() is not None
+        assert not rank0.requested()
+    finally:
+        rank0.close()
+        rank1.close()
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("SLURM_RESTART_COUNT", "two", "SLURM_RESTART_COUNT='two' is not an integer"),
+    ("HAI_CHECKPOINT_SIGNAL", "USR9", "HAI_CHECKPOINT_SIGNAL='USR9' is not a signal"),
+    ("HAI_CHECKPOINT_SIGNAL", "KILL", "SIGKILL cannot be caught"),
+    ("HAI_CHECKPOINT_GRACE", "soon", "HAI_CHECKPOINT_GRACE='soon' is not a number"),
+    ("HAI_CHECKPOINT_KEEP", "0", "HAI_CHECKPOINT_KEEP='0' must be >= 1"),
+])
+def test_bad_environment_is_named(tmp_path: Path, key: str, value: str, message: str) -> None:
+    """A malformed variable is reported with its name and value."""
+    with pytest.raises(CheckpointError, match=message.replace("(", r"\(")):
+        job_env_from(environ(tmp_path, **{key: value}))
+
+
+def test_environment_defaults_and_missing_directory(tmp_path: Path) -> None:
+    """Defaults: USR2, control dir under the checkpoint dir; no directory at all is an error."""
+    env = job_env_from(environ(tmp_path, SLURM_PROCID="3", SLURM_NTASKS="4"))
+    assert env.request_signal is signal.SIGUSR2 and env.rank == 3 and env.world_size == 4
+    assert env.control_dir == tmp_path / "ck" / ".hai" / "9"
+    assert parse_signal("12") is signal.SIGUSR2 and parse_signal("sigterm") is signal.SIGTERM
+    with pytest.raises(CheckpointError, match="set HAI_CHECKPOINT_DIR"):
+        job_env_from({"SLURM_JOB_ID": "1"})
