@@ -39,6 +39,11 @@ def _register() -> None:
     from hai_slurm.testbed.cli import testbed
 
     cli.add_command(testbed)
+    from hai_slurm.conf.cli import conf; cli.add_command(conf)  # noqa: E702, I001
+    from hai_slurm.priority.cli import config, priority
+    cli.add_command(config)
+    cli.add_command(priority)
+    from hai_slurm.priority.daemon_cli import daemon; cli.add_command(daemon)  # noqa: E702, I001
 
 
 _register()

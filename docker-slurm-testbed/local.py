@@ -1,0 +1,312 @@
+"""The local-process testbed: every daemon a plain process, every file under one state directory.
+
+``up`` starts munged, MariaDB + slurmdbd (with accounting), slurmctld, one ``slurmd -N`` per node
+and Redis, and returns only once every node is idle and a GPU job across all nodes has completed.
+The PIDs (with their start times) go to ``STATE_DIR/testbed.json``; ``down`` stops exactly those.
+Kept between runs for speed: the munge key and the MariaDB datadir. Nothing outside the state
+directory is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from hai_slurm.errors import TestbedError
+
+from . import health, procs, services
+from .layout import Ports, local_layout
+from .render import SECRET_FILES, render_configs
+from .shape import ClusterShape
+from .waiting import LocalRunner
+
+DEFAULT_STATE_DIR = Path("/var/tmp/hai-slurm-testbed")
+"""Default state directory (also taken from ``HAI_TESTBED_STATE_DIR``)."""
+
+STATE_FILE = "testbed.json"
+
+Echo = Callable[[str], None]
+
+# program -> Debian package that provides it
+_PROGRAMS = {"munged": "munge", "mungekey": "munge", "munge": "munge", "slurmctld": "slurmctld",
+             "slurmd": "slurmd", "sbatch": "slurm-client", "scontrol": "slurm-client",
+             "sinfo": "slurm-client", "redis-server": "redis-server"}
+_ACCOUNTING_PROGRAMS = {"slurmdbd": "slurmdbd", "sacctmgr": "slurm-client",
+                        "mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server",
+                        "mariadb": "mariadb-client", "mariadb-admin": "mariadb-client"}
+_SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin"])
+_LUA_PLUGIN_GLOBS = ("usr/lib/*/slurm-wlm/job_submit_lua.so", "usr/lib/slurm/job_submit_lua.so",
+                     "usr/lib64/slurm/job_submit_lua.so")
+
+
+def find_programs(shape: ClusterShape) -> dict[str, str]:
+    """Absolute paths of the programs the shape needs; missing ones name the apt-get command."""
+    wanted = dict(_PROGRAMS) | (_ACCOUNTING_PROGRAMS if shape.accounting else {})
+    found = {name: shutil.which(name, path=_SEARCH_PATH) for name in wanted}
+    missing = sorted(name for name, path in found.items() if path is None)
+    root = Path("/")
+    plugin_dirs = [*root.glob("usr/lib/*/slurm-wlm"), *root.glob("usr/lib*/slurm")]
+    lua_missing = bool(plugin_dirs) and not any(any(root.glob(g)) for g in _LUA_PLUGIN_GLOBS)
+    if missing or lua_missing:
+        pkgs = sorted({wanted[name] for name in missing}
+                      | ({"slurm-wlm-basic-plugins"} if lua_missing else set()))
+        what = ", ".join(missing + (["job_submit_lua.so"] if lua_missing else []))
+        raise TestbedError(f"missing programs for the testbed: {what}. Install them with: "
+                           f"apt-get install -y {' '.join(pkgs)}")
+    return {name: path for name, path in found.items() if path is not None}
+
+
+def require_root() -> None:
+    """The local testbed runs munged, slurmctld and slurmd as root."""
+    if os.geteuid() != 0:
+        raise TestbedError("the local testbed starts munged, slurmctld and slurmd as root; run "
+                           "the same command as root: sudo $(command -v hai-slurm) testbed up")
+
+
+@dataclass(frozen=True)
+class TestbedState:
+    """What ``testbed.json`` records about a running (or half-started) testbed."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+    shape: ClusterShape
+    ports: Ports
+    slurm_conf: str
+    processes: tuple[procs.ProcRecord, ...]
+    ready: bool
+
+    def to_json(self) -> dict[str, object]:
+        """JSON-ready dict."""
+        return {"mode": "local", "shape": self.shape.to_json(), "ports": vars(self.ports),
+                "slurm_conf": self.slurm_conf, "ready": self.ready,
+                "processes": [p.to_json() for p in self.processes]}
+
+
+def load_state(state_dir: Path) -> TestbedState | None:
+    """The recorded testbed in ``state_dir``, or None when there is none."""
+    path = state_dir / STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise TestbedError(f"{path} is unreadable ({err}); stop leftover daemons by hand and "
+                           "remove it") from None
+    return TestbedState(shape=ClusterShape.from_json(data["shape"]), ports=Ports(**data["ports"]),
+                        slurm_conf=str(data["slurm_conf"]), ready=bool(data.get("ready")),
+                        processes=tuple(procs.ProcRecord.from_json(p) for p in data["processes"]))
+
+
+def _save(state_dir: Path, state: TestbedState) -> None:
+    tmp = state_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=1))
+    tmp.replace(state_dir / STATE_FILE)
+
+
+def slurm_conf_path(state_dir: Path) -> str:
+    """The slurm.conf of the testbed in ``state_dir`` (error if none is up)."""
+    state = load_state(state_dir)
+    if state is None:
+        raise TestbedError(f"no testbed in {state_dir}; start one with: hai-slurm testbed up "
+                           f"--state-dir {state_dir}")
+    return state.slurm_conf
+
+
+def healthy(state: TestbedState) -> bool:
+    """All recorded daemons alive, the controller answers and no node is down."""
+    if not state.ready or not all(procs.is_alive(p) for p in state.processes):
+        return False
+    run = LocalRunner(state.slurm_conf)
+    res = run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
+    if res.returncode != 0:
+        return False
+    states = [ln.split()[1] for ln in res.stdout.splitlines() if len(ln.split()) == 2]
+    return len(states) == state.shape.nodes and all(
+        s.rstrip("*") in ("idle", "mix", "alloc", "comp") and not s.endswith("*") for s in states)
+
+
+def _prepare(state_dir: Path, shape: ClusterShape, ctx: services.Ctx) -> None:
+    for sub in ("run", "spool", "ctld", "log", "etc"):
+        shutil.rmtree(state_dir / sub, ignore_errors=True)
+    for sub in ("run", "spool", "ctld", "log", "etc", "dev"):
+        (state_dir / sub).mkdir(parents=True, exist_ok=True)
+    dev = state_dir / "dev"
+    for gpu in range(shape.gpus_per_node):
+        link = dev / f"nvidia{gpu}"
+        if not link.is_symlink():
+            link.symlink_to("/dev/null")
+    etc = state_dir / "etc"
+    for name, text in render_configs(shape, ctx.layout).items():
+        (etc / name).write_text(text)
+        if name in SECRET_FILES:
+            (etc / name).chmod(0o600)
+    plugins = resources.files("hai_slurm.slurm_plugins")
+    for name in ("job_submit.lua", "hai_entitlements.lua"):
+        src = plugins / name
+        if src.is_file():
+            (etc / name).write_text(src.read_text())
+        elif name == "job_submit.lua":
+            raise TestbedError("hai_slurm/slurm_plugins/job_submit.lua is missing from the "
+                               "installed package; reinstall: pip install -e '.[all]'")
+
+
+def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports | None = None,
+       echo: Echo = lambda _msg: None) -> bool:
+    """Bring the testbed up; return False if it was already up and healthy (nothing done).
+
+    Raises :class:`TestbedError` with the relevant log lines if any step fails; whatever was
+    started by then is stopped again.
+    """
+    ports = ports or Ports()
+    require_root()
+    bins = find_programs(shape)
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    old = load_state(state_dir)
+    if old is not None:
+        if healthy(old):
+            if old.shape != shape:
+                raise TestbedError(f"a testbed with another shape is already up in {state_dir}; "
+                                   f"stop it first: hai-slurm testbed down --state-dir "
+                                   f"{state_dir}")
+            echo(f"testbed already up in {state_dir}")
+            return False
+        echo("a previous testbed there is incomplete; stopping what is left of it")
+        down(state_dir)
+    procs.check_ports(ports.wanted(shape))
+    layout = local_layout(shape, ports, state_dir, socket.gethostname(),
+                          services.storage_password(state_dir) if shape.accounting else "")
+    env = dict(os.environ, SLURM_CONF=layout.slurm_conf, HAI_TESTBED_STATE_DIR=str(state_dir))
+    ctx = services.Ctx(state_dir, shape, ports, layout, env, bins)
+    _prepare(state_dir, shape, ctx)
+    started: list[procs.ProcRecord] = []
+    t0 = time.monotonic()
+
+    def launch(rec: procs.ProcRecord) -> procs.ProcRecord:
+        started.append(rec)
+        _save(state_dir, TestbedState(shape, ports, layout.slurm_conf, tuple(started), False))
+        return rec
+
+    def step(msg: str) -> None:
+        echo(f"{time.monotonic() - t0:6.2f} s  {msg}")
+
+    try:
+        redis = launch(services.start_redis(ctx))
+        munge = launch(services.start_munge(ctx))
+        db = launch(services.start_mariadb(ctx)) if shape.accounting else None
+        services.wait_ready(munge, lambda: services.munge_ready(ctx), timeout=15,
+                            what="munge socket", logs=[ctx.log("munged")])
+        step("munged ready")
+        if db is not None:
+            services.wait_ready(db, lambda: services.mariadb_ready(ctx), timeout=60,
+                                what="mariadb ping", logs=[ctx.path("log", "mariadb.log")])
+            services.setup_database(ctx)
+            step("mariadb ready")
+            dbd = launch(services.start_slurmdbd(ctx))
+            services.wait_ready(dbd, lambda: services.slurmdbd_ready(ctx), timeout=90,
+                                what="sacctmgr show cluster",
+                                logs=[layout.slurmdbd_log_file, ctx.log("slurmdbd")])
+            changes = services.setup_accounting(ctx)
+            step(f"slurmdbd ready; accounting set up ({changes} change(s))")
+        ctld = launch(services.start_slurmctld(ctx))
+        services.wait_ready(ctld, lambda: services.slurmctld_ready(ctx), timeout=30,
+                            what="scontrol ping", logs=[layout.slurmctld_log_file,
+                                                        ctx.log("slurmctld")])
+        step("slurmctld ready")
+        for node in shape.node_names:
+            launch(services.start_slurmd(ctx, node))
+        slurmd_logs = [ctx.path("log", f"slurmd-{n}.log") for n in shape.node_names]
+
+        def node_logs() -> list[str]:
+            return services.logs_of(layout.slurmctld_log_file, *slurmd_logs)
+
+        health.wait_nodes_idle(ctx.run, shape.node_names, timeout=30, logs=node_logs)
+        step(f"{shape.nodes} nodes idle")
+        services.wait_ready(redis, lambda: services.redis_ready(ports.redis), timeout=10,
+                            what="redis PING", logs=[ctx.log("redis")])
+        lines = health.run_gpu_smoke_job(ctx.run, shape, f"{layout.log_dir}/smoke-%j.out",
+                                         timeout=60, logs=node_logs)
+        step(f"GPU job done: {'; '.join(lines)}")
+    except BaseException:
+        _stop_records(started)
+        (state_dir / STATE_FILE).unlink(missing_ok=True)
+        raise
+    _save(state_dir, TestbedState(shape, ports, layout.slurm_conf, tuple(started), True))
+    return True
+
+
+_STOP_ORDER = ("slurmd-", "slurmctld", "slurmdbd", "")
+
+
+def _stop_records(records: list[procs.ProcRecord] | tuple[procs.ProcRecord, ...]) -> list[int]:
+    """Stop the records in dependency order, then job processes left by slurmd; return survivors."""
+    marked_before = _job_leftovers(records)
+    survivors: list[int] = []
+    remaining = list(records)
+    for prefix in _STOP_ORDER:
+        group = [r for r in remaining if r.name.startswith(prefix)]
+        remaining = [r for r in remaining if r not in group]
+        survivors += procs.stop({r.pid: r.start_ticks for r in group})
+    leftovers = marked_before | _job_leftovers(records)
+    survivors += procs.stop(dict.fromkeys(leftovers), timeout=5)
+    return survivors
+
+
+def _job_leftovers(records: list[procs.ProcRecord] | tuple[procs.ProcRecord, ...]) -> set[int]:
+    """slurmstepd processes of this testbed's slurmd (and their children), found by /proc."""
+    slurmd_pids = {r.pid for r in records if r.name.startswith("slurmd-")}
+    out: set[int] = set()
+    if not slurmd_pids:
+        return out
+    conf_dirs = {str(Path(r.log).parent.parent) for r in records}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if comm != "slurmstepd":
+            continue
+        marks = {e.decode(errors="replace").partition("=")[2] for e in environ
+                 if e.startswith(b"HAI_TESTBED_STATE_DIR=")}
+        if marks & conf_dirs:
+            out.add(int(entry.name))
+    return out | procs.descendants(out)
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, *, echo: Echo = lambda _msg: None) -> list[str]:
+    """Stop everything the testbed in ``state_dir`` started; return the names stopped.
+
+    Nothing up: returns [] quietly. Raises :class:`TestbedError` naming any PID that survived
+    SIGKILL. Keeps the munge key, the MariaDB datadir, etc/ and log/ (for post-mortems).
+    """
+    state_dir = state_dir.resolve()
+    state = load_state(state_dir)
+    if state is None:
+        return []
+    alive = [p for p in state.processes if procs.is_alive(p)]
+    ctld = next((p for p in alive if p.name == "slurmctld"), None)
+    if ctld is not None:
+        LocalRunner(state.slurm_conf)(["scancel", "--full", f"--partition={state.shape.partition}"],
+                                      timeout=10)
+    survivors = _stop_records(state.processes)
+    if survivors:
+        raise TestbedError(f"processes still alive after SIGKILL: {survivors}")
+    for sub in ("run", "spool", "ctld"):
+        shutil.rmtree(state_dir / sub, ignore_errors=True)
+    for sock in (state_dir / "munge" / "munge.socket", state_dir / "munge" / "munge.socket.lock",
+                 state_dir / "mariadb" / "mysqld.sock"):
+        sock.unlink(missing_ok=True)
+    (state_dir / STATE_FILE).unlink(missing_ok=True)
+    for rec in alive:
+        echo(f"stopped {rec.name} (pid {rec.pid})")
+    return [r.name for r in alive]

@@ -1,0 +1,198 @@
+"""Fixtures for tests on the real local Slurm testbed.
+
+``testbed`` (session)
+    A running :class:`Testbed` (4 nodes x 8 fake GPUs, accounting on, ``--preemption daemon``).
+    Brought up once per session in ``/var/tmp/hai-slurm-testbed-pytest-K`` on ports from
+    ``17000 + 100*K`` (slot K, see :func:`claim_slot`) and torn down at the end. If
+    ``HAI_TESTBED_STATE_DIR`` names the state dir of a running testbed (``hai-slurm testbed up
+    --state-dir DIR``), that one is reused and left running. The fixture
+    exports ``SLURM_CONF`` in ``os.environ`` for the whole session, so plain ``subprocess`` calls of
+    sbatch/squeue/scontrol reach the testbed.
+
+``submit`` (function)
+    A :class:`Submitter`: ``submit(script)`` or ``submit(wrap="cmd")`` runs sbatch (extra sbatch
+    arguments in ``args``), returns the job id as a string, and remembers it. When the test ends,
+    every remembered job is cancelled and the fixture waits until Slurm reports each one ended.
+    Helpers: ``submit.wait(job, "RUNNING")``, ``submit.info(job)``, ``submit.output(job)``.
+
+Every test in this folder is marked ``integration``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hai_slurm.testbed import local
+from hai_slurm.testbed.layout import Ports
+from hai_slurm.testbed.shape import ClusterShape
+from hai_slurm.testbed.waiting import (
+    LocalRunner,
+    Runner,
+    check,
+    show_job,
+    wait_job_gone,
+    wait_job_state,
+)
+
+SLOTS = 8
+
+
+@contextmanager
+def claim_slot(name: str, port_base: int) -> Iterator[tuple[Path, Ports]]:
+    """A state dir and ports no other pytest session on this machine uses at the same time.
+
+    Slot ``k`` (the first of :data:`SLOTS` whose lock file we can ``flock``) gets
+    ``/var/tmp/NAME-k`` and ports ``port_base + 100*k + ...``; the lock is held until the block
+    ends, so concurrent sessions (several people or helpers on one machine) never share a testbed.
+    """
+    for slot in range(SLOTS):
+        fd = os.open(f"/var/tmp/{name}-{slot}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        base = port_base + 100 * slot
+        try:
+            yield Path(f"/var/tmp/{name}-{slot}"), Ports(
+                slurmctld=base + 17, slurmdbd=base + 19, mariadb=base + 6, redis=base + 79,
+                slurmd_base=base + 31)
+        finally:
+            os.close(fd)
+        return
+    pytest.fail(f"all {SLOTS} testbed slots /var/tmp/{name}-* are in use by other sessions")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration as ``integration``."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """A running local testbed: where it lives, its shape, and a runner for Slurm clients."""
+
+    __test__ = False
+
+    state_dir: Path
+    shape: ClusterShape
+    slurm_conf: str
+    ports: Ports
+    started_here: bool
+
+    @property
+    def run(self) -> Runner:
+        """Runs Slurm client commands against this testbed (returns a Result, never raises)."""
+        return LocalRunner(self.slurm_conf)
+
+
+def bring_up(state_dir: Path, shape: ClusterShape, ports: Ports) -> Testbed:
+    """Start (or find running) a testbed; ``started_here`` says whether teardown should stop it."""
+    local.up(shape, state_dir=state_dir, ports=ports)
+    state = local.load_state(state_dir.resolve())
+    assert state is not None
+    return Testbed(state_dir.resolve(), state.shape, state.slurm_conf, state.ports, True)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Testbed]:
+    """The session's running testbed (see the module docstring)."""
+    reuse = os.environ.get("HAI_TESTBED_STATE_DIR")
+    if reuse:
+        state = local.load_state(Path(reuse).resolve())
+        if state is None or not local.healthy(state):
+            pytest.fail(f"HAI_TESTBED_STATE_DIR={reuse} holds no healthy testbed; start one with "
+                        f"`hai-slurm testbed up --state-dir {reuse}` or unset the variable")
+        bed = Testbed(Path(reuse).resolve(), state.shape, state.slurm_conf, state.ports, False)
+        yield from _with_slurm_conf(bed)
+        return
+    with claim_slot("hai-slurm-testbed-pytest", 17000) as (state_dir, ports):
+        bed = bring_up(state_dir, ClusterShape(), ports)
+        try:
+            yield from _with_slurm_conf(bed)
+        finally:
+            local.down(bed.state_dir)
+
+
+def _with_slurm_conf(bed: Testbed) -> Iterator[Testbed]:
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = bed.slurm_conf
+    try:
+        yield bed
+    finally:
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
+
+
+@dataclass
+class Submitter:
+    """Submits jobs to a testbed and remembers them for cleanup (the ``submit`` fixture)."""
+
+    run: Runner
+    workdir: Path
+    jobs: list[str] = field(default_factory=list)
+
+    def __call__(self, script: str | None = None, *, wrap: str | None = None,
+                 args: Sequence[str] = ()) -> str:
+        """sbatch ``script`` (text, written to a file) or ``--wrap``; return the job id.
+
+        Output goes to ``WORKDIR/<jobid>.out`` unless ``args`` sets ``--output``.
+        """
+        if (script is None) == (wrap is None):
+            raise ValueError("give exactly one of script or wrap")
+        argv = ["sbatch", "--parsable", f"--chdir={self.workdir}"]
+        if not any(a.startswith(("--output", "-o")) for a in args):
+            argv.append(f"--output={self.workdir}/%j.out")
+        argv += list(args)
+        if wrap is not None:
+            argv.append(f"--wrap={wrap}")
+        else:
+            path = self.workdir / f"job-{len(self.jobs)}.sh"
+            path.write_text(script or "")
+            argv.append(str(path))
+        job_id = check(self.run, argv).strip().split(";")[0]
+        self.jobs.append(job_id)
+        return job_id
+
+    def wait(self, job_id: str, states: str | Sequence[str], timeout: float = 30) -> dict[str, str]:
+        """Wait until the job is in one of ``states``; return its ``scontrol show job`` fields."""
+        return wait_job_state(self.run, job_id, states, timeout=timeout)
+
+    def info(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job`` fields of the job (empty dict once Slurm forgot it)."""
+        return show_job(self.run, job_id) or {}
+
+    def output(self, job_id: str) -> str:
+        """The job's default output file ("" while it does not exist yet)."""
+        path = self.workdir / f"{job_id}.out"
+        return path.read_text() if path.exists() else ""
+
+    def cleanup(self) -> None:
+        """Cancel every submitted job and wait until each has ended."""
+        if self.jobs:
+            self.run(["scancel", "--full", *self.jobs], timeout=30)
+            self.run(["scancel", *self.jobs], timeout=30)
+        for job_id in self.jobs:
+            wait_job_gone(self.run, job_id, timeout=60)
+
+
+@pytest.fixture
+def submit(testbed: Testbed, tmp_path: Path) -> Iterator[Submitter]:
+    """Submit jobs to the session testbed; all of them are cancelled and drained afterwards."""
+    sub = Submitter(testbed.run, tmp_path)
+    try:
+        yield sub
+    finally:
+        sub.cleanup()

@@ -1,0 +1,136 @@
+"""Error paths of the local testbed: busy ports, missing programs, not root, nothing up."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from hai_slurm.errors import ConfigError, TestbedError
+from hai_slurm.testbed import local, procs
+from hai_slurm.testbed.layout import Ports
+from hai_slurm.testbed.shape import ClusterShape
+from hai_slurm.testbed.status import local_status
+from hai_slurm.testbed.waiting import Result, parse_oneliner, wait_job_state
+
+
+@pytest.fixture
+def busy_port():
+    """A port something really listens on (loopback only)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def _free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def test_port_in_use_names_port_component_and_option(busy_port):
+    """A busy slurmd port fails before anything starts, naming the option that moves it."""
+    ports = Ports(slurmctld=_free_port(), slurmdbd=_free_port(), mariadb=_free_port(),
+                  redis=_free_port(), slurmd_base=busy_port - 1)
+    with pytest.raises(TestbedError) as err:
+        procs.check_ports(ports.wanted(ClusterShape(nodes=2)))
+    text = str(err.value)
+    assert f"port {busy_port} (for slurmd n2) is already in use" in text
+    assert "--slurmd-port-base" in text
+
+
+def test_port_check_passes_for_free_ports(busy_port):
+    """A free port is not reported as busy."""
+    assert procs.port_in_use(busy_port)
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    assert not procs.port_in_use(port)
+
+
+def test_same_port_twice_is_a_config_error():
+    """Two components given one port are refused with the option name."""
+    with pytest.raises(ConfigError, match="given to both slurmctld and redis"):
+        Ports(slurmctld=20000, redis=20000).wanted(ClusterShape())
+
+
+def test_missing_programs_name_the_apt_get_command(monkeypatch):
+    """With nothing on PATH the error lists the programs and the exact apt-get line."""
+    monkeypatch.setattr(local, "_SEARCH_PATH", "/nonexistent")
+    with pytest.raises(TestbedError) as err:
+        local.find_programs(ClusterShape())
+    text = str(err.value)
+    assert "missing programs for the testbed: " in text
+    assert "apt-get install -y " in text
+    for pkg in ("munge", "slurmctld", "slurmd", "slurmdbd", "mariadb-server", "redis-server"):
+        assert f" {pkg}" in text.split("apt-get install -y", 1)[1]
+
+
+def test_not_root_says_to_run_as_root(monkeypatch):
+    """A non-root user is told to run the command as root."""
+    monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
+    with pytest.raises(TestbedError, match="run the same command as root: sudo"):
+        local.require_root()
+
+
+def test_down_with_nothing_up_is_a_quiet_no_op(tmp_path):
+    """No state file: down returns no names and prints nothing; status says so."""
+    said = []
+    assert local.down(tmp_path, echo=said.append) == []
+    assert said == []
+    st = local_status(tmp_path)
+    assert not st.up and st.lines() == [f"no testbed in {tmp_path.resolve()}"]
+
+
+def test_env_without_testbed_says_how_to_start_one(tmp_path):
+    """`env` with no testbed points at `testbed up`."""
+    with pytest.raises(TestbedError, match="hai-slurm testbed up --state-dir"):
+        local.slurm_conf_path(tmp_path)
+
+
+def test_dead_or_reused_pid_is_not_alive():
+    """A record whose start time differs from the process's is treated as gone."""
+    import os
+    me = procs.start_ticks(os.getpid())
+    assert me is not None
+    assert procs.pid_alive(os.getpid(), me)
+    assert not procs.pid_alive(os.getpid(), me + 1)
+
+
+def test_parse_oneliner_keeps_values_with_spaces():
+    """scontrol -o values may contain spaces (Reason=...)."""
+    line = "NodeName=n1 State=DOWN* Reason=Not responding [slurm@2026] Gres=gpu:8"
+    assert parse_oneliner(line) == {"NodeName": "n1", "State": "DOWN*",
+                                    "Reason": "Not responding [slurm@2026]", "Gres": "gpu:8"}
+
+
+class _FakeRunner:
+    """Answers `scontrol show job` with a fixed line (same interface as LocalRunner)."""
+
+    def __init__(self, line: str) -> None:
+        self.line = line
+
+    def __call__(self, argv, *, timeout=30.0):
+        return Result(0, self.line + "\n", "")
+
+
+def test_wait_message_says_state_and_reason():
+    """A job that never starts fails with its state and Slurm's reason."""
+    run = _FakeRunner("JobId=12 JobState=PENDING Reason=Resources ExitCode=0:0")
+    with pytest.raises(TimeoutError) as err:
+        wait_job_state(run, "12", "RUNNING", timeout=0.3)
+    assert str(err.value) == ("job 12 did not reach RUNNING within 0.3 s "
+                              "(now PENDING, reason Resources)")
+
+
+def test_wait_fails_at_once_when_job_ends_otherwise():
+    """A job that failed does not make the caller wait for the deadline."""
+    run = _FakeRunner("JobId=7 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0")
+    with pytest.raises(TimeoutError, match="job 7 ended now FAILED, reason NonZeroExitCode, "
+                                           "exit code 1:0"):
+        wait_job_state(run, "7", "COMPLETED", timeout=30)
