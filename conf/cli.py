@@ -1,0 +1,76 @@
+"""``hai-slurm conf ...``: generate Slurm configuration, discover node types, validate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hai_slurm.conf.description import load
+from hai_slurm.conf.discover_parse import parse_gpu_list
+from hai_slurm.conf.discover_run import discover as run_discovery
+from hai_slurm.conf.discover_run import file_sources, live_sources, memory_mb, minor_mismatches
+from hai_slurm.conf.generate import render_all, write_all
+from hai_slurm.conf.toml_out import render_discovery
+
+
+@click.group()
+def conf() -> None:
+    """Cluster description -> slurm.conf, gres.conf, topology.conf, sacctmgr and entitlements."""
+
+
+@conf.command()
+@click.argument("description", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False),
+              help="Folder to write the files into (created if missing).")
+@click.option("--slurm-version", default=None, metavar="YY.MM",
+              help="Target Slurm release (default: the description's, else 22.05).")
+def generate(description: str, outdir: str, slurm_version: str | None) -> None:
+    """Write every configuration file for DESCRIPTION into a folder."""
+    desc, dep = load(description, slurm_version)
+    for path in write_all(render_all(desc, dep), outdir):
+        click.echo(str(path))
+
+
+@conf.command()
+@click.argument("description", type=click.Path(dir_okay=False))
+def validate(description: str) -> None:
+    """Check DESCRIPTION and print a short summary."""
+    desc, dep = load(description)
+    nodes = desc.nodes()
+    click.echo(f"{description}: OK - cluster {desc.name}, {len(nodes)} nodes, "
+               f"{desc.total_gpus} GPUs, {len(desc.switches)} switches, {len(desc.teams)} teams; "
+               f"Slurm {dep.slurm_version}, preemption {dep.preemption.value}")
+
+
+@conf.command()
+@click.option("--topo", type=click.Path(dir_okay=False), help="Saved `nvidia-smi topo -m`.")
+@click.option("--gpus", type=click.Path(dir_okay=False),
+              help="Saved `nvidia-smi -L` or `--query-gpu=index,name,pci.bus_id,uuid "
+                   "--format=csv`.")
+@click.option("--lscpu", type=click.Path(dir_okay=False), help="Saved `LC_ALL=C lscpu`.")
+@click.option("--name", default="discovered", show_default=True, help="Node type name.")
+@click.option("--memory-mb", "memory", type=int, default=None,
+              help="RealMemory in MiB (default: this machine's when run live, else 1).")
+def discover(topo: str | None, gpus: str | None, lscpu: str | None, name: str,
+             memory: int | None) -> None:
+    """Print the node type of this GPU node (or of saved command outputs) as TOML.
+
+    Without --topo, runs nvidia-smi and lscpu here; with --topo, reads saved outputs.
+    """
+    if topo:
+        src = file_sources(topo, gpus, lscpu)
+        note = ", ".join(Path(p).name for p in (topo, gpus, lscpu) if p)
+        mem = memory if memory is not None else 1
+        warnings: list[str] = []
+    else:
+        if gpus or lscpu:
+            raise click.UsageError("--gpus/--lscpu need --topo (or give none to run live)")
+        src = live_sources()
+        note = "nvidia-smi and lscpu on this node"
+        mem = memory if memory is not None else memory_mb()
+        warnings = minor_mismatches(parse_gpu_list(*src.gpus)) if src.gpus else []
+    result = run_discovery(name, src, mem)
+    for warning in warnings:
+        click.echo(f"# WARNING: {warning}")
+    click.echo(render_discovery(result, note), nl=False)

@@ -1,0 +1,116 @@
+"""Deployment details that are not the cluster's hardware or policy: paths, ports, daemons' hosts,
+accounting, preemption mode and the target Slurm release.
+
+The local testbed builds one of these in code (all slurmd on 127.0.0.1, one port per node); a real
+site writes a ``[deployment]`` table in its description or uses the defaults.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from hai_slurm.errors import ConfigError
+
+
+class PreemptionMode(StrEnum):
+    """Who preempts. ``daemon``: Slurm never preempts (``preempt/none``); the hai-slurm daemon asks
+    the job to checkpoint, then requeues it. ``native``: Slurm preempts by QOS
+    (``preempt/qos``, ``PreemptMode=REQUEUE``, GraceTime per class) — needs accounting."""
+
+    DAEMON = "daemon"
+    NATIVE = "native"
+
+
+@dataclass(frozen=True, order=True)
+class SlurmVersion:
+    """A Slurm release as (major year, month), e.g. 22.05, 23.02, 24.11."""
+
+    year: int
+    month: int
+
+    @classmethod
+    def parse(cls, text: str) -> SlurmVersion:
+        """``"22.05"``, ``"22.05.8"`` or ``"slurm 24.11.5"`` -> SlurmVersion."""
+        m = re.search(r"(\d{2})\.(\d{2})", text)
+        if not m:
+            raise ConfigError(
+                "not a Slurm version (expected YY.MM such as 22.05 or 24.11)",
+                key="slurm_version", value=text)
+        return cls(int(m.group(1)), int(m.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.year:02d}.{self.month:02d}"
+
+    @property
+    def has_preempt_parameters(self) -> bool:
+        """``PreemptParameters=`` exists from 23.02 on; before, the options live in
+        ``SchedulerParameters`` with a ``preempt_`` prefix (22.05 dies on the unknown key)."""
+        return self >= SlurmVersion(23, 2)
+
+
+DEFAULT_SLURM_VERSION = SlurmVersion(22, 5)
+
+
+@dataclass(frozen=True)
+class NodeEndpoint:
+    """Where slurmctld reaches one node's slurmd (overrides of the defaults)."""
+
+    addr: str | None = None
+    port: int | None = None
+    hostname: str | None = None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How and where the generated configuration runs. Every path is used verbatim; ``%n`` in the
+    slurmd paths is Slurm's per-node substitution (needed for several slurmd on one host).
+
+    ``munge_socket``: a non-default munged socket (AuthInfo socket= and AccountingStoragePass).
+    ``scheduler_parameters``: SchedulerParameters items besides the preemption ones the generator
+    adds. ``extra_settings``: further ``Key=Value`` lines appended verbatim (e.g. MinJobAge) -
+    an escape hatch for site settings the description does not model.
+    """
+
+    slurm_version: SlurmVersion = DEFAULT_SLURM_VERSION
+    preemption: PreemptionMode = PreemptionMode.DAEMON
+    accounting: bool = True
+    controller_host: str = "slurmctld"
+    controller_addr: str | None = None
+    controller_port: int = 6817
+    slurmd_port: int = 6818
+    accounting_host: str = "localhost"
+    accounting_port: int = 6819
+    slurm_user: str = "slurm"
+    state_dir: str = "/var/spool/slurmctld"
+    spool_dir: str = "/var/spool/slurmd"
+    log_dir: str = "/var/log/slurm"
+    run_dir: str = "/run/slurm"
+    cred_expire_s: int = 10
+    proctrack_type: str = "proctrack/cgroup"
+    task_plugin: str = "task/affinity,task/cgroup"
+    multiple_slurmd: bool = False
+    config_overrides: bool = False
+    job_submit_lua: bool = True
+    munge_socket: str | None = None
+    slurmctld_debug: str = "info"
+    slurmd_debug: str = "info"
+    scheduler_parameters: tuple[str, ...] = ("bf_interval=10",)
+    extra_settings: tuple[tuple[str, str], ...] = ()
+    endpoints: dict[str, NodeEndpoint] = field(default_factory=dict, hash=False)
+
+    def endpoint(self, node: str) -> NodeEndpoint:
+        """Overrides for ``node`` (an empty endpoint if none)."""
+        return self.endpoints.get(node, NodeEndpoint())
+
+    def check(self) -> None:
+        """Refuse combinations Slurm cannot run."""
+        if self.preemption is PreemptionMode.NATIVE and not self.accounting:
+            raise ConfigError(
+                "native preemption (preempt/qos) needs accounting (slurmdbd); set "
+                "accounting = true or preemption = \"daemon\"",
+                key="deployment.preemption", value=self.preemption.value)
+        if self.cred_expire_s < 1:
+            raise ConfigError("must be at least 1 second", key="deployment.cred_expire",
+                              value=self.cred_expire_s)

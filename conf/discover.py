@@ -1,0 +1,203 @@
+"""Discovery: a node type from ``nvidia-smi topo -m`` (+ GPU list, + ``lscpu``). Pure.
+
+Rules, read off the matrix:
+
+- PCIe switch groups: GPUs with ``PIX``/``PXB`` between them, or both ``PIX``/``PXB`` to the same
+  NIC, share a switch (union of both). NVLink (``NV#``) hides the PCIe path, so two NVLinked GPUs
+  without such a NIC hint get separate switch groups; edit the result if you know better.
+- Sockets: with ``lscpu``, a GPU's socket is that of the first CPU of its ``CPU Affinity``. Without
+  it, GPUs with the same affinity or a ``NODE``/``PHB``/``PIX``/``PXB`` link share a socket, and
+  one thread per core is assumed (a warning says so).
+- ``cores``/``numa`` of a switch: its GPUs' affinity as Slurm core ids when narrower than the
+  socket (e.g. NPS4 machines), and the ``NUMA Affinity`` column (or lscpu's NUMA lists).
+- NVLink: if every GPU pair has the same ``NV#``, one group of all GPUs; else one group per pair.
+- Device files ``/dev/nvidia{index}``: Slurm numbers GPUs by PCI bus id, as ``nvidia-smi`` does;
+  the device minor number usually matches (the live path checks /proc and warns if not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hai_slurm.conf.discover_parse import (
+    CpuInfo,
+    GpuInfo,
+    TopoMatrix,
+    parse_cpu_list,
+)
+from hai_slurm.conf.model import NodeType, NvlinkGroup, PcieSwitch, Socket
+from hai_slurm.conf.validate import format_cores
+from hai_slurm.errors import ConfigError
+
+_SAME_SWITCH = {"PIX", "PXB"}
+_SAME_SOCKET = {"PIX", "PXB", "PHB", "NODE"}
+
+
+@dataclass(frozen=True)
+class NicInfo:
+    """A non-GPU device of the matrix: its socket (if any GPU is on its side) and the GPUs
+    behind the same PCIe switch."""
+
+    name: str
+    socket: int | None
+    near_gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Result: the node type, the NICs seen and warnings for the admin."""
+
+    node_type: NodeType
+    nics: tuple[NicInfo, ...]
+    warnings: tuple[str, ...]
+
+
+class _Union:
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, a: int) -> int:
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def join(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def groups(self) -> list[list[int]]:
+        out: dict[int, list[int]] = {}
+        for i in range(len(self.parent)):
+            out.setdefault(self.find(i), []).append(i)
+        return sorted(out.values())
+
+
+def _gpu(i: int) -> str:
+    return f"GPU{i}"
+
+
+def _switch_groups(m: TopoMatrix) -> list[list[int]]:
+    u = _Union(m.gpus)
+    for a in range(m.gpus):
+        for b in range(a + 1, m.gpus):
+            if m.link(_gpu(a), _gpu(b)) in _SAME_SWITCH:
+                u.join(a, b)
+    for nic in m.nics:
+        near = [g for g in range(m.gpus) if m.link(_gpu(g), nic) in _SAME_SWITCH]
+        for g in near[1:]:
+            u.join(near[0], g)
+    return u.groups()
+
+
+def _sockets_from_matrix(m: TopoMatrix) -> list[list[int]]:
+    u = _Union(m.gpus)
+    for a in range(m.gpus):
+        for b in range(a + 1, m.gpus):
+            same_aff = m.cpu_affinity[a] is not None and m.cpu_affinity[a] == m.cpu_affinity[b]
+            if same_aff or m.link(_gpu(a), _gpu(b)) in _SAME_SOCKET:
+                u.join(a, b)
+    return u.groups()
+
+
+def _nvlink(m: TopoMatrix) -> tuple[NvlinkGroup, ...]:
+    pairs = {}
+    for a in range(m.gpus):
+        for b in range(a + 1, m.gpus):
+            code = m.link(_gpu(a), _gpu(b))
+            if code.startswith("NV"):
+                pairs[(a, b)] = int(code[2:])
+    if not pairs:
+        return ()
+    counts = set(pairs.values())
+    if len(pairs) == m.gpus * (m.gpus - 1) // 2 and len(counts) == 1:
+        return (NvlinkGroup(tuple(range(m.gpus)), counts.pop()),)
+    return tuple(NvlinkGroup((a, b), n) for (a, b), n in sorted(pairs.items()))
+
+
+def gpu_model_name(gpus: tuple[GpuInfo, ...]) -> str:
+    """One model name usable as a Slurm feature: ``NVIDIA A100-SXM4-40GB`` -> ``A100-SXM4-40GB``."""
+    names = {g.name for g in gpus}
+    if len(names) > 1:
+        raise ConfigError(f"this node mixes GPU models {sorted(names)}; describe one node type "
+                          "per model (Slurm gres types are not generated)", key="name")
+    name = names.pop()
+    for prefix in ("NVIDIA ", "Tesla "):
+        name = name.removeprefix(prefix)
+    return "-".join(name.split())
+
+
+def build_node_type(name: str, m: TopoMatrix, gpus: tuple[GpuInfo, ...] | None = None,
+                    cpu: CpuInfo | None = None, memory_mb: int = 1) -> Discovery:
+    """The node type the matrix (and optional GPU list and lscpu) describe."""
+    warnings: list[str] = []
+    if gpus is not None and len(gpus) != m.gpus:
+        raise ConfigError(f"the GPU list has {len(gpus)} GPUs but topo -m shows {m.gpus}",
+                          key="GPU list", value=len(gpus))
+    if not 1 <= m.gpus <= 16:
+        raise ConfigError(f"{m.gpus} GPUs: discovery handles 1 to 16 per node", value=m.gpus)
+    affinity = [parse_cpu_list(a) if a else None for a in m.cpu_affinity]
+    socket_of: dict[int, int] = {}
+    if cpu is not None:
+        for g, cpus in enumerate(affinity):
+            if cpus is None:
+                raise ConfigError(f"GPU{g} has no CPU Affinity; cannot place it on a socket",
+                                  key="CPU Affinity", value=None)
+            socket_of[g] = cpu.core_of(cpus[0]) // cpu.cores_per_socket
+        n_sockets, cps, threads = cpu.sockets, cpu.cores_per_socket, cpu.threads_per_core
+    else:
+        warnings.append("no lscpu given: sockets guessed from the matrix, 1 thread per core "
+                        "assumed; pass lscpu output for exact cores")
+        clusters = _sockets_from_matrix(m)
+        clusters.sort(key=lambda c: min(affinity[c[0]] or [c[0]]))
+        sizes = set()
+        for si, members in enumerate(clusters):
+            cpus_here: set[int] = set()
+            for g in members:
+                socket_of[g] = si
+                cpus_here.update(affinity[g] or [])
+            sizes.add(len(cpus_here))
+        if 0 in sizes:
+            raise ConfigError("no CPU Affinity in the matrix and no lscpu: cannot size sockets; "
+                              "pass lscpu output", key="CPU Affinity")
+        n_sockets, cps, threads = len(clusters), max(sizes), 1
+        if len(sizes) > 1:
+            warnings.append(f"sockets have different CPU counts {sorted(sizes)}; using {cps}")
+    sockets: list[list[PcieSwitch]] = [[] for _ in range(n_sockets)]
+    for group in _switch_groups(m):
+        si = socket_of[group[0]]
+        if any(socket_of[g] != si for g in group):
+            raise ConfigError(f"GPUs {group} share a PCIe switch but not a socket",
+                              key="topo -m", value=group)
+        sockets[si].append(_switch(group, affinity, m, cpu, si, cps))
+    nt = NodeType(name=name, sockets=tuple(Socket(tuple(s)) for s in sockets),
+                  cores_per_socket=cps, threads_per_core=threads, memory_mb=memory_mb,
+                  gpu_model=gpu_model_name(gpus) if gpus else "", nvlink=_nvlink(m))
+    return Discovery(nt, _nics(m, socket_of), tuple(warnings))
+
+
+def _switch(group: list[int], affinity: list[list[int] | None], m: TopoMatrix,
+            cpu: CpuInfo | None, socket: int, cps: int) -> PcieSwitch:
+    cores: set[int] = set()
+    for g in group:
+        for c in affinity[g] or []:
+            cores.add(cpu.core_of(c) if cpu else c)
+    whole = set(range(socket * cps, (socket + 1) * cps))
+    numa = {m.numa_affinity[g] for g in group} - {None}
+    node = numa.pop() if len(numa) == 1 else None
+    if node is None and cpu is not None and cpu.numa_cpus and affinity[group[0]]:
+        first = affinity[group[0]][0]  # type: ignore[index]
+        node = next((n for n, lst in sorted(cpu.numa_cpus.items())
+                     if first in parse_cpu_list(lst)), None)
+    narrow = cpu is not None and cores and cores != whole
+    return PcieSwitch(tuple(group), format_cores(cores) if narrow else None, node)
+
+
+def _nics(m: TopoMatrix, socket_of: dict[int, int]) -> tuple[NicInfo, ...]:
+    out = []
+    for nic in m.nics:
+        near = tuple(g for g in range(m.gpus) if m.link(_gpu(g), nic) in _SAME_SWITCH)
+        local = [socket_of[g] for g in range(m.gpus) if m.link(_gpu(g), nic) in _SAME_SOCKET]
+        out.append(NicInfo(nic, local[0] if local else None, near))
+    return tuple(out)

@@ -1,0 +1,256 @@
+"""Parsers for the outputs discovery reads: ``nvidia-smi topo -m``, ``nvidia-smi -L``,
+``nvidia-smi --query-gpu=index,name,pci.bus_id,uuid --format=csv`` and ``lscpu``. Pure.
+
+Both layouts of ``topo -m`` are read: tab separated (newer drivers, ``NIC0``... columns plus a
+"NIC Legend") and space aligned (older drivers, NICs named ``mlx5_0``). Columns other than
+``GPU<n>`` before the affinity columns are NICs (or other PCIe devices): they are kept for the
+report and to find GPUs behind a common PCIe switch. ``CPU Affinity``, ``NUMA Affinity`` and
+``GPU NUMA ID`` are read; ``N/A`` means unknown. Every error names the source and line.
+
+MIG: a GPU in MIG mode is refused with a clear message (``nvidia-smi -L`` lists ``MIG`` devices, or
+a ``mig.mode.current`` column says Enabled). hai-slurm's levels place whole GPUs; MIG slices would
+need ``gres.conf`` with MIG types (Slurm's AutoDetect=nvml), which this generator does not write.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+
+from hai_slurm.errors import ConfigError
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_LINK = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|NV(\d+))$")
+_GPU = re.compile(r"^GPU(\d+)$")
+ATTRIBUTE_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+
+
+@dataclass(frozen=True)
+class TopoMatrix:
+    """``nvidia-smi topo -m``: device names (GPUs first), link codes and affinities."""
+
+    gpus: int
+    nics: tuple[str, ...]
+    links: dict[tuple[str, str], str]
+    cpu_affinity: tuple[str | None, ...]
+    numa_affinity: tuple[int | None, ...]
+
+    def link(self, a: str, b: str) -> str:
+        """Link code between devices ``a`` and ``b`` (``GPU0``, ``mlx5_0``...): X, SYS, NV12..."""
+        return self.links[(a, b)]
+
+
+def _err(source: str, line: int, message: str, value: object = None) -> ConfigError:
+    return ConfigError(message, source=source, key=f"line {line}", value=value)
+
+
+def _cells(line: str) -> list[str]:
+    if "\t" in line:
+        return [c.strip() for c in line.split("\t")]
+    return [c for c in re.split(r"\s{2,}", line.strip()) if c]
+
+
+def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
+    """Parse the matrix; raises :class:`ConfigError` naming the line of any problem."""
+    lines = [_ANSI.sub("", ln).rstrip("\r\n") for ln in text.splitlines()]
+    head = next((i for i, ln in enumerate(lines) if re.search(r"(^|\s)GPU0(\s|$)", ln)), None)
+    if head is None:
+        raise _err(source, 1, "no header with GPU0: is this `nvidia-smi topo -m` output? "
+                   "(no GPUs visible, or a different command)")
+    header = _cells(lines[head])
+    if "\t" in lines[head] and header and header[0] == "":
+        header = header[1:]
+    devices = [h for h in header if h not in ATTRIBUTE_COLUMNS]
+    attrs = [h for h in header if h in ATTRIBUTE_COLUMNS]
+    if header[:len(devices)] != devices:
+        raise _err(source, head + 1, "device columns must come before the affinity columns",
+                   lines[head])
+    gpu_cols = [d for d in devices if _GPU.match(d)]
+    if [int(_GPU.match(g).group(1)) for g in gpu_cols  # type: ignore[union-attr]
+            ] != list(range(len(gpu_cols))) or devices[:len(gpu_cols)] != gpu_cols:
+        raise _err(source, head + 1, "GPU columns must be GPU0, GPU1, ... before other devices",
+                   gpu_cols)
+    legend = {}
+    for ln in lines:
+        m = re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", ln)
+        if m:
+            legend[m.group(1)] = m.group(2)
+    links: dict[tuple[str, str], str] = {}
+    cpu: dict[str, str | None] = {}
+    numa: dict[str, int | None] = {}
+    rows: list[str] = []
+    for offset, raw in enumerate(lines[head + 1:]):
+        lineno = head + 2 + offset
+        if not raw.strip() or raw.strip().startswith("Legend"):
+            break
+        if "\t" in raw:
+            cells = _cells(raw)
+            label, values = cells[0], cells[1:]
+        else:
+            parts = raw.split()
+            label, values = parts[0], parts[1:]
+        if label not in devices:
+            raise _err(source, lineno, f"row {label!r} is not a column of the header", raw)
+        if label in rows:
+            raise _err(source, lineno, f"row {label!r} appears twice", raw)
+        rows.append(label)
+        if len(values) < len(devices):
+            raise _err(source, lineno, f"row {label} has {len(values)} cells, expected "
+                       f"{len(devices)} devices", raw)
+        for col, code in zip(devices, values, strict=False):
+            if not _LINK.match(code):
+                raise _err(source, lineno, f"unknown link {code!r} between {label} and {col} "
+                           "(known: X, SYS, NODE, PHB, PXB, PIX, NV<n>)", code)
+            if (code == "X") != (col == label):
+                raise _err(source, lineno, f"{label}/{col}: 'X' belongs on the diagonal only",
+                           code)
+            links[(label, col)] = code
+        extra = [v for v in values[len(devices):] if v != ""]
+        if label in gpu_cols:
+            if len(extra) > len(attrs):
+                raise _err(source, lineno, f"row {label} has more cells than the header", raw)
+            by_name = dict(zip(attrs, extra, strict=False))
+            aff = by_name.get("CPU Affinity")
+            cpu[label] = None if aff in (None, "N/A") else aff
+            if aff not in (None, "N/A") and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*",
+                                                                 aff or ""):
+                raise _err(source, lineno, f"bad CPU Affinity {aff!r} for {label}", aff)
+            node = by_name.get("NUMA Affinity")
+            if node not in (None, "N/A") and not (node or "").isdigit():
+                raise _err(source, lineno, f"bad NUMA Affinity {node!r} for {label}", node)
+            numa[label] = int(node) if node and node.isdigit() else None
+    missing = [d for d in devices if d not in rows]
+    if missing:
+        raise _err(source, head + 1 + len(rows) + 1, f"rows missing for {missing}")
+    for (a, b), code in links.items():
+        if links[(b, a)] != code:
+            raise _err(source, head + 2 + rows.index(a),
+                       f"matrix is not symmetric: {a}-{b} is {code} but {b}-{a} is "
+                       f"{links[(b, a)]}", code)
+    named = {d: legend.get(d, d) for d in devices}
+    return TopoMatrix(
+        gpus=len(gpu_cols),
+        nics=tuple(named[d] for d in devices[len(gpu_cols):]),
+        links={(named[a], named[b]): c for (a, b), c in links.items()},
+        cpu_affinity=tuple(cpu.get(g) for g in gpu_cols),
+        numa_affinity=tuple(numa.get(g) for g in gpu_cols))
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU from ``nvidia-smi -L`` or ``--query-gpu``."""
+
+    index: int
+    name: str
+    bus_id: str | None = None
+    uuid: str | None = None
+
+
+def _mig_error(source: str, line: int, gpu: str) -> ConfigError:
+    return _err(source, line, f"GPU {gpu} is in MIG mode. hai-slurm places whole GPUs; disable "
+                "MIG (nvidia-smi -i N -mig 0) or write gres.conf for MIG slices yourself "
+                "(Slurm AutoDetect=nvml)", gpu)
+
+
+def parse_gpu_list(text: str, source: str = "nvidia-smi -L") -> tuple[GpuInfo, ...]:
+    """``nvidia-smi -L`` lines or ``--query-gpu=index,name,pci.bus_id,uuid --format=csv``."""
+    lines = text.splitlines()
+    first = next((ln for ln in lines if ln.strip()), "")
+    if first.lower().startswith("index"):
+        return _parse_query_csv(lines, source)
+    out: list[GpuInfo] = []
+    for i, ln in enumerate(lines, start=1):
+        if not ln.strip():
+            continue
+        if re.match(r"^\s+MIG\b", ln):
+            raise _mig_error(source, i, f"GPU{out[-1].index}" if out else "?")
+        m = re.match(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?\s*$", ln)
+        if not m:
+            raise _err(source, i, "expected 'GPU <n>: <name> (UUID: ...)'", ln)
+        out.append(GpuInfo(int(m.group(1)), m.group(2).strip(), None, m.group(3)))
+    return _check_indices(out, source)
+
+
+def _parse_query_csv(lines: list[str], source: str) -> tuple[GpuInfo, ...]:
+    rows = list(csv.reader([ln for ln in lines if ln.strip()], skipinitialspace=True))
+    head = [h.strip().lower() for h in rows[0]]
+    if "index" not in head or "name" not in head:
+        raise _err(source, 1, "the CSV needs index and name columns "
+                   "(--query-gpu=index,name,pci.bus_id,uuid --format=csv)", lines[0])
+    out: list[GpuInfo] = []
+    for n, row in enumerate(rows[1:], start=2):
+        if len(row) != len(head):
+            raise _err(source, n, f"{len(row)} fields, header has {len(head)}", ",".join(row))
+        rec = dict(zip(head, (c.strip() for c in row), strict=True))
+        if not rec["index"].isdigit():
+            raise _err(source, n, "index is not a number", rec["index"])
+        if rec.get("mig.mode.current", "").lower() == "enabled":
+            raise _mig_error(source, n, f"GPU{rec['index']}")
+        out.append(GpuInfo(int(rec["index"]), rec["name"], rec.get("pci.bus_id"),
+                           rec.get("uuid")))
+    return _check_indices(out, source)
+
+
+def _check_indices(gpus: list[GpuInfo], source: str) -> tuple[GpuInfo, ...]:
+    if [g.index for g in gpus] != list(range(len(gpus))):
+        raise ConfigError(f"GPU indices must be 0..{len(gpus) - 1} in order, got "
+                          f"{[g.index for g in gpus]}", source=source, key="index")
+    if not gpus:
+        raise ConfigError("no GPUs listed", source=source)
+    return tuple(gpus)
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What ``lscpu`` says about sockets, cores and NUMA nodes."""
+
+    cpus: int
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    numa_cpus: dict[int, str]
+
+    def core_of(self, cpu: int) -> int:
+        """Slurm core id of logical CPU ``cpu`` (Linux x86 numbering: SMT siblings of core c are
+        c, c + cores, c + 2*cores...)."""
+        return cpu % (self.sockets * self.cores_per_socket)
+
+
+def parse_lscpu(text: str, source: str = "lscpu") -> CpuInfo:
+    """The human-readable ``lscpu`` output (run with ``LC_ALL=C``)."""
+    values: dict[str, tuple[int, str]] = {}
+    for i, ln in enumerate(text.splitlines(), start=1):
+        key, sep, value = ln.partition(":")
+        if sep and key.strip():
+            values[key.strip()] = (i, value.strip())
+
+    def num(key: str) -> int:
+        if key not in values:
+            raise ConfigError(f"no {key!r} line: is this `LC_ALL=C lscpu` output?",
+                              source=source, key=key)
+        line, value = values[key]
+        if not value.isdigit():
+            raise _err(source, line, f"{key} is not a number", value)
+        return int(value)
+
+    numa = {int(m.group(1)): v for k, (_, v) in values.items()
+            if (m := re.fullmatch(r"NUMA node(\d+) CPU\(s\)", k))}
+    info = CpuInfo(cpus=num("CPU(s)"), sockets=num("Socket(s)"),
+                   cores_per_socket=num("Core(s) per socket"),
+                   threads_per_core=num("Thread(s) per core"), numa_cpus=numa)
+    if info.sockets * info.cores_per_socket * info.threads_per_core != info.cpus:
+        raise ConfigError(
+            f"{info.sockets} sockets x {info.cores_per_socket} cores x {info.threads_per_core} "
+            f"threads != {info.cpus} CPUs (offline CPUs?)", source=source, key="CPU(s)",
+            value=info.cpus)
+    return info
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """``"48-63,176-191"`` -> logical CPU ids."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out

@@ -1,0 +1,174 @@
+"""slurm.conf from a description and a deployment (pure: values -> text).
+
+The file has marked sections (``# ---- hai-slurm: <name> ----``) so a site can copy the pieces it
+wants into its own slurm.conf: ``base`` (daemons, paths, plugins), ``scheduling`` (select, priority,
+checkpoint-then-requeue and preemption), ``accounting``, ``nodes`` and ``partitions``.
+Settings that moved between Slurm releases are chosen by ``deployment.slurm_version``.
+"""
+
+from __future__ import annotations
+
+from hai_slurm.conf.deployment import Deployment, PreemptionMode
+from hai_slurm.conf.hostlist import compress, expand
+from hai_slurm.conf.model import ClusterDescription, NodeType
+
+# Slurm's QOS priority factor is QOS.Priority / max QOS priority, times this weight. The class
+# (QOS) must dominate age, so age's weight stays two orders of magnitude below.
+PRIORITY_WEIGHT_QOS = 10000
+PRIORITY_WEIGHT_AGE = 100
+
+
+def _section(name: str) -> str:
+    return f"\n# ---- hai-slurm: {name} ----"
+
+
+def _base(desc: ClusterDescription, dep: Deployment) -> list[str]:
+    ctl = dep.controller_host + (f"({dep.controller_addr})" if dep.controller_addr else "")
+    pernode = "-%n" if dep.multiple_slurmd else ""
+    lines = [
+        _section("base"),
+        f"ClusterName={desc.name}",
+        f"SlurmctldHost={ctl}",
+        f"SlurmctldPort={dep.controller_port}",
+        f"SlurmdPort={dep.slurmd_port}",
+        "AuthType=auth/munge",
+        "CryptoType=crypto/munge",
+        f"SlurmUser={dep.slurm_user}",
+        f"StateSaveLocation={dep.state_dir}",
+        f"SlurmdSpoolDir={dep.spool_dir}{pernode}",
+        f"SlurmctldPidFile={dep.run_dir}/slurmctld.pid",
+        f"SlurmdPidFile={dep.run_dir}/slurmd{pernode}.pid",
+        f"SlurmctldLogFile={dep.log_dir}/slurmctld.log",
+        f"SlurmdLogFile={dep.log_dir}/slurmd{pernode}.log",
+        f"SlurmctldDebug={dep.slurmctld_debug}",
+        f"SlurmdDebug={dep.slurmd_debug}",
+        f"ProctrackType={dep.proctrack_type}",
+        f"TaskPlugin={dep.task_plugin}",
+        "MpiDefault=none",
+        "ReturnToService=2  # a node that was DOWN comes back by itself once slurmd registers",
+    ]
+    if dep.config_overrides:
+        lines.append("SlurmdParameters=config_overrides  # nodes may claim more than the host has")
+    if dep.job_submit_lua:
+        lines.append("JobSubmitPlugins=lua  # job_submit.lua (next to slurm.conf) reads #HAI lines")
+    lines += [f"{k}={v}" for k, v in dep.extra_settings]
+    return lines
+
+
+def _scheduling(desc: ClusterDescription, dep: Deployment) -> list[str]:
+    native = dep.preemption is PreemptionMode.NATIVE
+    sched = list(dep.scheduler_parameters)
+    lines = [
+        _section("scheduling"),
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres  # GPUs are allocated individually (gres/gpu)",
+        "SelectTypeParameters=CR_Core_Memory",
+        "GresTypes=gpu",
+    ]
+    if desc.switches:
+        lines.append("TopologyPlugin=topology/tree  # topology.conf: leaf switches and spines")
+    lines += [
+        "PriorityType=priority/multifactor",
+        f"PriorityWeightQOS={PRIORITY_WEIGHT_QOS}  # the priority class (its QOS) dominates",
+    ]
+    if dep.accounting:  # slurmctld ignores (and logs an error for) the age factor without slurmdbd
+        lines += [f"PriorityWeightAge={PRIORITY_WEIGHT_AGE}  # age only orders jobs within a class",
+                  "PriorityMaxAge=1-0"]
+    lines += [
+        "# Checkpoint-then-requeue: batch jobs are requeueable unless submitted --no-requeue,",
+        "# and a requeued job may start again cred_expire+1 s after it ended (default 121 s).",
+        "JobRequeue=1",
+        "AuthInfo=" + ",".join([*([f"socket={dep.munge_socket}"] if dep.munge_socket else []),
+                                f"cred_expire={dep.cred_expire_s}"]),
+    ]
+    if native:
+        lines += [
+            "# Native preemption: a job of a higher class's QOS requeues lower ones after the",
+            "# victim class's GraceTime (set per QOS by the sacctmgr script); SUSPEND would keep",
+            "# the GPUs allocated, so GPU preemption must requeue.",
+            "PreemptType=preempt/qos",
+            "PreemptMode=REQUEUE",
+        ]
+        if dep.slurm_version.has_preempt_parameters:
+            lines.append("PreemptParameters=send_user_signal  # --signal goes out at preemption")
+        else:
+            # 22.05 has no PreemptParameters (every daemon dies on the key); the option lives in
+            # SchedulerParameters with a preempt_ prefix.
+            sched.append("preempt_send_user_signal")
+    else:
+        lines += [
+            "# Slurm never preempts: the hai-slurm daemon asks a job to checkpoint (USR2), then",
+            "# requeues it with scontrol requeue.",
+            "PreemptType=preempt/none",
+            "PreemptMode=OFF",
+        ]
+    comment = ("  # --signal is sent at preemption, not only near the time limit"
+               if "preempt_send_user_signal" in sched else "")
+    lines.append(f"SchedulerParameters={','.join(sched)}{comment}")
+    return lines
+
+
+def _accounting(dep: Deployment) -> list[str]:
+    lines = [_section("accounting"), "JobCompType=jobcomp/none",
+             "JobAcctGatherType=jobacct_gather/none"]
+    if not dep.accounting:
+        return [*lines, "AccountingStorageType=accounting_storage/none"]
+    return [
+        *lines,
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        f"AccountingStorageHost={dep.accounting_host}",
+        f"AccountingStoragePort={dep.accounting_port}",
+        "AccountingStorageTRES=gres/gpu  # count GPUs per account (quotas, sreport)",
+        "# Jobs need an association (team account); QOS = priority class; limits = GrpTRES caps.",
+        "AccountingStorageEnforce=associations,limits,qos",
+        *([f"AccountingStoragePass={dep.munge_socket}  # slurmdbd connections use this munged"]
+          if dep.munge_socket else []),
+    ]
+
+
+def _node_attrs(nt: NodeType) -> str:
+    attrs = [f"CPUs={nt.cpus}", f"Sockets={len(nt.sockets)}",
+             f"CoresPerSocket={nt.cores_per_socket}", f"ThreadsPerCore={nt.threads_per_core}",
+             f"RealMemory={nt.memory_mb}"]
+    if nt.gpu_count:
+        attrs.append(f"Gres=gpu:{nt.gpu_count}")
+    if nt.gpu_model:
+        attrs.append(f"Features={nt.gpu_model}")
+    return " ".join(attrs)
+
+
+def _nodes(desc: ClusterDescription, dep: Deployment) -> list[str]:
+    lines = [_section("nodes")]
+    for grp in desc.node_groups:
+        nt = desc.node_type(grp.type)
+        attrs = _node_attrs(nt)
+        plain: list[str] = []
+        for node in expand(grp.nodes):
+            ep = dep.endpoint(node)
+            if ep.addr is None and ep.port is None and ep.hostname is None:
+                plain.append(node)
+                continue
+            extra = "".join(
+                f" {k}={v}" for k, v in (("NodeHostname", ep.hostname), ("NodeAddr", ep.addr),
+                                         ("Port", ep.port)) if v is not None)
+            lines.append(f"NodeName={node}{extra} {attrs} State=UNKNOWN")
+        if plain:
+            lines.append(f"NodeName={compress(plain)} {attrs} State=UNKNOWN")
+    return lines
+
+
+def _partitions(desc: ClusterDescription) -> list[str]:
+    lines = [_section("partitions")]
+    for p in desc.partitions:
+        nodes = p.nodes if p.nodes == "ALL" else compress(expand(p.nodes))
+        default = " Default=YES" if p.default else ""
+        lines.append(f"PartitionName={p.name} Nodes={nodes}{default} MaxTime={p.max_time} "
+                     "State=UP")
+    return lines
+
+
+def render_slurm_conf(desc: ClusterDescription, dep: Deployment, header: str) -> str:
+    """The whole slurm.conf."""
+    lines = [header, *_base(desc, dep), *_scheduling(desc, dep), *_accounting(dep),
+             *_nodes(desc, dep), *_partitions(desc)]
+    return "\n".join(lines) + "\n"
