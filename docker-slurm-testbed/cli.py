@@ -107,11 +107,7 @@ def up(nodes: int, gpus_per_node: int, leaf_switches: int, accounting: bool, pre
 @_STATE_DIR
 def status(docker: bool, state_dir: Path) -> None:
     """Each component running or not, the nodes, and the QOS. Exit 1 if anything is down."""
-    if docker:
-        for line in _docker_mode().status(state_dir):
-            click.echo(line)
-        return
-    st = local_status(state_dir)
+    st = _docker_mode().status(state_dir) if docker else local_status(state_dir)
     for line in st.lines():
         click.echo(line)
     if not st.all_running:

@@ -310,3 +310,63 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, *, echo: Echo = lambda _msg: None)
     for rec in alive:
         echo(f"stopped {rec.name} (pid {rec.pid})")
     return [r.name for r in alive]
+
+
+def stop_component(state_dir: Path, name: str) -> procs.ProcRecord:
+    """Stop one recorded daemon (e.g. ``"slurmctld"``) and leave the rest running.
+
+    For tests of what clients do while a component is down; :func:`start_component` brings it
+    back with the same command line. slurmctld saves its state on SIGTERM and recovers it on
+    start, so jobs survive. Returns the stopped record.
+    """
+    state_dir = state_dir.resolve()
+    state = load_state(state_dir)
+    if state is None:
+        raise TestbedError(f"no testbed in {state_dir}")
+    rec = next((p for p in state.processes if p.name == name), None)
+    if rec is None:
+        names = ", ".join(p.name for p in state.processes)
+        raise TestbedError(f"the testbed in {state_dir} has no component {name!r} (has {names})")
+    if procs.stop({rec.pid: rec.start_ticks}):
+        raise TestbedError(f"{name} (pid {rec.pid}) survived SIGKILL")
+    return rec
+
+
+def start_component(state_dir: Path, name: str, *, timeout: float = 30.0) -> procs.ProcRecord:
+    """Start a component stopped by :func:`stop_component` again and wait until it is ready.
+
+    slurmctld counts as ready when ``scontrol ping`` says UP; other components when they still
+    run after a short moment. The new PID replaces the old one in ``testbed.json``, so ``down``
+    and ``healthy`` keep working.
+    """
+    state_dir = state_dir.resolve()
+    state = load_state(state_dir)
+    if state is None:
+        raise TestbedError(f"no testbed in {state_dir}")
+    old = next((p for p in state.processes if p.name == name), None)
+    if old is None:
+        raise TestbedError(f"the testbed in {state_dir} has no component {name!r}")
+    if procs.is_alive(old):
+        return old
+    env = dict(os.environ, SLURM_CONF=state.slurm_conf, HAI_TESTBED_STATE_DIR=str(state_dir))
+    rec = procs.start(name, old.argv, Path(old.log), env=env, cwd=state_dir)
+    _save(state_dir, TestbedState(state.shape, state.ports, state.slurm_conf,
+                                  tuple(rec if p.name == name else p for p in state.processes),
+                                  state.ready))
+    run = LocalRunner(state.slurm_conf)
+    deadline = time.monotonic() + timeout
+    settle = time.monotonic() + 1.0
+    while True:
+        if not procs.is_alive(rec):
+            raise TestbedError(f"{name} exited right after its restart",
+                               log_lines=services.log_tail(rec.log))
+        if name == "slurmctld":
+            res = run(["scontrol", "ping"], timeout=10)
+            if res.returncode == 0 and "UP" in res.stdout:
+                return rec
+        elif time.monotonic() >= settle:
+            return rec
+        if time.monotonic() >= deadline:
+            raise TestbedError(f"{name} did not become ready within {timeout:g} s of its restart",
+                               log_lines=services.log_tail(rec.log))
+        time.sleep(0.1)
