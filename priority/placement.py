@@ -1,0 +1,227 @@
+"""Where a job's GPUs go: a mutable view of busy GPUs over the topology, and placement choices.
+
+Built once per planning pass from :class:`~hai_slurm.conf.topology.Topology` (which stays the
+source of truth for the tree). Each node's GPUs are bits of an int, each cell inside a node
+(node, sockets, PCIe switches, GPUs) a mask, so "free GPUs of a cell" is one ``bit_count``.
+Placement follows the topology module's rules, made incremental for 10,000 jobs a pass:
+
+* inside a node, the GPUs go into the lowest cell that has room (one PCIe switch, else one
+  socket, else the node), the fullest such cell (best fit), whole free children taken first;
+* a single-node job goes to the node where that cell is lowest, then the fullest node, then the
+  fullest leaf switch: large free cells (whole nodes, whole leaves) stay whole (HiveD's buddy
+  idea: carve from what is already carved);
+* a multi-node job gets nodes under one leaf switch (the *group* of a node: its parent cell).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hai_slurm.conf.topology import GpuRef, Level, Topology
+
+
+@dataclass(frozen=True, slots=True)
+class _CellMask:
+    level: Level
+    mask: int
+    children: tuple[int, ...]   # indices into NodeLayout.cells
+    above: tuple[int, ...]      # parent, grandparent ... up to the node (index 0)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """One node: its GPUs (bit i is ``refs[i]``), its cells (index 0 is the node) and group."""
+
+    name: str
+    group: str
+    order: int
+    refs: tuple[GpuRef, ...]
+    full: int
+    cells: tuple[_CellMask, ...]
+
+    def gpus(self, mask: int) -> tuple[GpuRef, ...]:
+        """The GPUs whose bits are set in ``mask``."""
+        return tuple(r for i, r in enumerate(self.refs) if mask >> i & 1)
+
+    def pick(self, free: int, count: int) -> tuple[Level, int] | None:
+        """(level, mask) of ``count`` GPUs out of ``free`` in the lowest, fullest cell; or None."""
+        if count <= 0:
+            return (Level.GPU, 0)
+        room = [(c.mask & free).bit_count() for c in self.cells]
+        best: tuple[int, ...] | None = None
+        for ci, cell in enumerate(self.cells):
+            if room[ci] >= count:  # lowest level, then fullest cell, parent, grandparent...
+                key = (int(cell.level), room[ci], *(room[a] for a in cell.above), ci)
+                if best is None or key < best:
+                    best = key
+        if best is None:
+            return None
+        return Level(best[0]), self._take(best[-1], count, free)
+
+    def _take(self, ci: int, count: int, free: int) -> int:
+        cell = self.cells[ci]
+        if not cell.children:
+            return cell.mask & free if count else 0
+        kids = [k for k in cell.children if self.cells[k].mask & free]
+        taken = 0
+        while count > 0 and kids:
+            room = {k: (self.cells[k].mask & free).bit_count() for k in kids}
+            fits = [k for k in kids if room[k] >= count]
+            # the rest fits in one child: the fullest such child; else the emptiest child whole
+            k = min(fits, key=lambda k: (room[k], k)) if fits else min(
+                kids, key=lambda k: (-room[k], k))
+            got = self._take(k, min(count, room[k]), free)
+            taken |= got
+            count -= got.bit_count()
+            kids.remove(k)
+        return taken
+
+
+def _layout(topo: Topology, node: str, order: int) -> NodeLayout:
+    root = topo.cell(node)
+    refs = root.gpus
+    bit = {r: i for i, r in enumerate(refs)}
+    ids: list[str] = []
+
+    def walk(cid: str) -> None:
+        ids.append(cid)
+        for k in topo.cell(cid).children:
+            walk(k)
+
+    walk(node)
+    index = {cid: i for i, cid in enumerate(ids)}
+
+    def above(cid: str) -> tuple[int, ...]:
+        out: list[int] = []
+        parent = topo.cell(cid).parent
+        while cid != node and parent is not None:
+            out.append(index[parent])
+            cid, parent = parent, topo.cell(parent).parent
+        return tuple(out)
+
+    cells = tuple(_CellMask(
+        topo.cell(cid).level, sum(1 << bit[g] for g in topo.cell(cid).gpus),
+        tuple(index[k] for k in topo.cell(cid).children), above(cid)) for cid in ids)
+    return NodeLayout(node, root.parent or topo.root, order, refs, (1 << len(refs)) - 1, cells)
+
+
+class ClusterView:
+    """Busy GPUs per node during one planning pass (mutable; never shared between passes)."""
+
+    def __init__(self, topo: Topology) -> None:
+        nodes = topo.cells_at(Level.NODE)
+        self.nodes: dict[str, NodeLayout] = {
+            c.id: _layout(topo, c.id, i) for i, c in enumerate(nodes)}
+        self.busy: dict[str, int] = dict.fromkeys(self.nodes, 0)
+        groups: dict[str, list[str]] = {}
+        for layout in self.nodes.values():
+            groups.setdefault(layout.group, []).append(layout.name)
+        self.groups: dict[str, tuple[str, ...]] = {g: tuple(n) for g, n in groups.items()}
+        self.group_order = {g: i for i, g in enumerate(self.groups)}
+        self.group_free = {g: sum(self.nodes[n].full.bit_count() for n in ns)
+                           for g, ns in self.groups.items()}
+        self.max_node_gpus = max((n.full.bit_count() for n in self.nodes.values()), default=0)
+        self.capacity: dict[tuple[int, bool], int] = {}
+        self._bit = {r: (n.name, i) for n in self.nodes.values() for i, r in enumerate(n.refs)}
+
+    def masks(self, gpus: Iterable[GpuRef]) -> dict[str, int] | GpuRef:
+        """Per-node masks of ``gpus``; the first unknown GPU instead when one is not in the tree."""
+        out: dict[str, int] = {}
+        for g in gpus:
+            where = self._bit.get(g)
+            if where is None:
+                return g
+            out[where[0]] = out.get(where[0], 0) | 1 << where[1]
+        return out
+
+    def free(self, node: str) -> int:
+        """Mask of the free GPUs of ``node``."""
+        return self.nodes[node].full & ~self.busy[node]
+
+    def occupy(self, node: str, mask: int) -> None:
+        """Mark ``mask`` busy on ``node`` (GPUs already busy stay busy)."""
+        new = mask & ~self.busy[node]
+        self.busy[node] |= mask
+        self.group_free[self.nodes[node].group] -= new.bit_count()
+
+    def release(self, node: str, mask: int) -> None:
+        """Mark ``mask`` free on ``node`` (GPUs already free stay free)."""
+        gone = mask & self.busy[node]
+        self.busy[node] &= ~mask
+        self.group_free[self.nodes[node].group] += gone.bit_count()
+
+    def groups_for(self, nodes: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The groups a job of ``nodes`` nodes may use: one leaf switch each, or (multi-node with
+        no leaf left) nothing. A single-node job may use every node: one group of all nodes."""
+        if nodes <= 1:
+            return (("cluster", tuple(self.nodes)),)
+        return tuple(self.groups.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """GPUs chosen for a job: per-node masks, the nodes in order, and the worst in-node level."""
+
+    masks: tuple[tuple[str, int], ...]
+    level: Level
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes of the placement."""
+        return tuple(n for n, _ in self.masks)
+
+    def gpus(self, view: ClusterView) -> tuple[GpuRef, ...]:
+        """The GPUs of the placement, sorted."""
+        return tuple(sorted(g for n, m in self.masks for g in view.nodes[n].gpus(m)))
+
+
+def place_free(view: ClusterView, nodes: int, per_node: int, *,
+               cross_leaf: bool = False) -> Placement | None:
+    """The best placement of ``nodes`` x ``per_node`` GPUs on free GPUs only, or None."""
+    got = _place_free(view, view.groups_for(nodes), nodes, per_node)
+    if got is None and nodes > 1 and cross_leaf:  # no leaf switch can: across leaves
+        got = _place_free(view, (("cluster", tuple(view.nodes)),), nodes, per_node)
+    return got
+
+
+def _place_free(view: ClusterView, groups: tuple[tuple[str, tuple[str, ...]], ...], nodes: int,
+                per_node: int) -> Placement | None:
+    best: tuple[tuple[int, ...], Placement] | None = None
+    for gi, (group, members) in enumerate(groups):
+        options: list[tuple[tuple[int, ...], str, int]] = []
+        for name in members:
+            layout = view.nodes[name]
+            free = layout.full & ~view.busy[name]
+            have = free.bit_count()
+            if have < per_node:
+                continue
+            got = layout.pick(free, per_node)
+            if got is None:
+                continue
+            level, mask = got
+            options.append(((int(level), have, view.group_free[layout.group], layout.order),
+                            name, mask))
+        if len(options) < nodes:
+            continue
+        options.sort()
+        chosen = options[:nodes]
+        worst = max(o[0][0] for o in chosen)
+        key = (worst, view.group_free.get(group, 0) if nodes > 1 else 0,
+               *chosen[0][0][1:], gi)
+        if best is None or key < best[0]:
+            best = (key, Placement(tuple(sorted((n, m) for _, n, m in chosen)), Level(worst)))
+    return None if best is None else best[1]
+
+
+def group_capacity(view: ClusterView, per_node: int, *, cross_leaf: bool = False) -> int:
+    """The most nodes with at least ``per_node`` GPUs (busy or not) under one group (under
+    the whole cluster with ``cross_leaf``). Cached per view: capacities never change."""
+    key = (per_node, cross_leaf)
+    got = view.capacity.get(key)
+    if got is None:
+        groups = [tuple(view.nodes)] if cross_leaf else list(view.groups.values())
+        got = max((sum(view.nodes[n].full.bit_count() >= per_node for n in ns)
+                   for ns in groups), default=0)
+        view.capacity[key] = got
+    return got

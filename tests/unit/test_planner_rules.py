@@ -1,0 +1,304 @@
+"""The planner's rules: who may give way, to whom, at what cost, and never from stale data."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hai_slurm.conf.topology import GpuRef
+from hai_slurm.errors import ConfigError
+from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.priority.plan_testing import NOW, gpu_cluster, gpus, holder, snapshot, waiting
+from hai_slurm.priority.plan_types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
+from hai_slurm.priority.planner import lost_seconds, plan_preemptions
+
+HIGH, NORMAL, LOW = PriorityClass.HIGH, PriorityClass.NORMAL, PriorityClass.LOW
+ALL8 = tuple(range(8))
+CFG = PlannerConfig()
+
+
+def _plan(snap: PlanSnapshot, config: PlannerConfig = CFG, now: float = NOW) -> PlanningResult:
+    return plan_preemptions(snap, config=config, now=now)
+
+
+def test_never_within_the_same_class() -> None:
+    """A HIGH job never preempts a HIGH job, even a cheap one; it takes the NORMAL one."""
+    topo = gpu_cluster(1, 2)
+    cheap_high = holder(1, HIGH, gpus("n1", *ALL8), checkpoint=NOW - 10)
+    dear_normal = holder(2, NORMAL, gpus("n2", *ALL8), checkpoint=NOW - 5000)
+    result = _plan(snapshot(topo, [cheap_high, dear_normal], [waiting(9, HIGH, 8, wait=86400)]))
+    plan = result.plan_for(9)
+    assert plan is not None and plan.victim_ids == (2,)
+    alone = _plan(snapshot(topo, [cheap_high, replace(dear_normal, effective=HIGH)],
+                           [waiting(9, HIGH, 8, wait=86400)]))
+    assert alone.plans == () and alone.decisions[9].outcome is Outcome.NO_VICTIMS
+    assert "lower-class" in alone.decisions[9].reason
+
+
+def test_protected_non_preemptible_and_young_jobs_are_never_chosen() -> None:
+    """Only the one eligible job gives way, though it loses the most; without it, nobody does."""
+    topo = gpu_cluster(1, 4)
+    jobs = [
+        holder(1, NORMAL, gpus("n1", *ALL8), protected=True, checkpoint=NOW - 5),
+        holder(2, NORMAL, gpus("n2", *ALL8), preemptible=False, checkpoint=NOW - 5),
+        holder(3, NORMAL, gpus("n3", *ALL8), start=NOW - 60, checkpoint=NOW - 5),
+        holder(4, NORMAL, gpus("n4", *ALL8), checkpoint=NOW - 7000),
+    ]
+    ben = waiting(9, HIGH, 8, wait=86400)
+    plan = _plan(snapshot(topo, jobs, [ben])).plan_for(9)
+    assert plan is not None and plan.victim_ids == (4,) and plan.nodes == ("n4",)
+    result = _plan(snapshot(topo, [*jobs[:3], holder(5, HIGH, gpus("n4", *ALL8))], [ben]))
+    assert result.plans == ()
+    assert result.decisions[9].outcome is Outcome.NO_VICTIMS
+    assert "preemptible, unprotected jobs older than 10m00s" in result.decisions[9].reason
+
+
+def test_borrowed_jobs_give_way_first() -> None:
+    """A borrowed job gives way before a within-quota one that would lose less."""
+    topo = gpu_cluster(1, 2)
+    within = holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 60)
+    borrowed = holder(2, NORMAL, gpus("n2", *ALL8), checkpoint=NOW - 3000, borrowed=True)
+    plan = _plan(snapshot(topo, [within, borrowed], [waiting(9, HIGH, 8, wait=86400)])
+                 ).plan_for(9)
+    assert plan is not None and plan.victim_ids == (2,)
+    assert plan.victims[0].borrowed and "borrowed (over quota)" in plan.victims[0].reason
+    assert any("loses more work of jobs within quota" in line for line in plan.not_chosen)
+
+
+def test_least_lost_work_wins() -> None:
+    """Lost work = time since checkpoint + restart cost, per GPU: the cheapest set is chosen."""
+    topo = gpu_cluster(1, 3)
+    recent = holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 100, restart_cost=5000)
+    old = holder(2, NORMAL, gpus("n2", *ALL8), checkpoint=NOW - 2000)
+    mid = holder(3, NORMAL, gpus("n3", *ALL8), checkpoint=NOW - 900)
+    plan = _plan(snapshot(topo, [recent, old, mid], [waiting(9, HIGH, 8, wait=86400)])
+                 ).plan_for(9)
+    assert plan is not None and plan.victim_ids == (3,)
+    assert plan.lost_work == (900 + CFG.restart_cost) * 8
+    assert plan.victims[0].lost_seconds == lost_seconds(mid, CFG, NOW) == 900 + CFG.restart_cost
+
+
+def test_two_small_victims_beat_one_expensive_big_one() -> None:
+    """Sets are compared by total lost work, not by the number of victims."""
+    topo = gpu_cluster(1, 2)
+    jobs = [holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 4000),
+            holder(2, NORMAL, gpus("n2", 0, 1, 2, 3), checkpoint=NOW - 100),
+            holder(3, NORMAL, gpus("n2", 4, 5, 6, 7), checkpoint=NOW - 100)]
+    plan = _plan(snapshot(topo, jobs, [waiting(9, HIGH, 8, wait=86400)])).plan_for(9)
+    assert plan is not None and plan.victim_ids == (2, 3)
+
+
+def test_canonical_sixteen_gpus_on_two_nodes_under_one_leaf() -> None:
+    """Issue 4's scenario: 16 GPUs on 2 nodes under one leaf, held by 4 lower-class 4-GPU jobs.
+
+    leaf2 would be cheaper across leaves (n3 holds one cheap job) but n4 is held by a HIGH job,
+    so the only leaf that can hold the beneficiary is leaf1: all four jobs give way and the
+    placement is every GPU of n1 and n2."""
+    topo = gpu_cluster(2, 2)
+    four = [holder(11, NORMAL, gpus("n1", 0, 1, 2, 3), team="a"),
+            holder(12, NORMAL, gpus("n1", 4, 5, 6, 7), team="b", borrowed=True),
+            holder(13, LOW, gpus("n2", 0, 1, 2, 3), team="a"),
+            holder(14, NORMAL, gpus("n2", 4, 5, 6, 7), team="c")]
+    others = [holder(21, NORMAL, gpus("n3", *ALL8), checkpoint=NOW - 60),
+              holder(22, HIGH, gpus("n4", *ALL8))]
+    ben = waiting(9, HIGH, 16, nodes=2, wait=1800)
+    result = _plan(snapshot(topo, four + others, [ben]))
+    plan = result.plan_for(9)
+    assert plan is not None and result.decisions[9].outcome is Outcome.PREEMPT
+    assert plan.victim_ids == (11, 12, 13, 14)
+    assert plan.nodes == ("n1", "n2") and plan.gpus_per_node == 8
+    assert plan.placement == gpus("n1", *ALL8) + gpus("n2", *ALL8)
+    assert plan.lost_work == sum(lost_seconds(h, CFG, NOW) * 4 for h in four)
+    assert "n1,n2" in plan.reason and "4 job(s) (1 borrowed)" in plan.reason
+    # leaf2 cannot hold it (n4 is HIGH): no other set to compare with, one job left out
+    assert plan.not_chosen == ("running jobs that may not give way to it: 1 not of a lower class",)
+    across = _plan(snapshot(topo, four + others, [ben]),
+                   replace(CFG, allow_cross_leaf=True)).plan_for(9)
+    assert across is not None and across.victim_ids == (11, 12, 13, 14)  # a leaf still can
+
+
+def test_cross_leaf_only_when_allowed_and_no_leaf_can() -> None:
+    """3 nodes where each leaf has 2: impossible by default, planned across leaves when allowed."""
+    topo = gpu_cluster(2, 2)
+    jobs = [holder(i, NORMAL, gpus(f"n{i}", *ALL8)) for i in range(1, 5)]
+    ben = waiting(9, HIGH, 24, nodes=3, wait=86400)
+    result = _plan(snapshot(topo, jobs, [ben]))
+    assert result.decisions[9].outcome is Outcome.IMPOSSIBLE
+    assert "no one leaf switch" in result.decisions[9].reason
+    plan = _plan(snapshot(topo, jobs, [ben]), replace(CFG, allow_cross_leaf=True)).plan_for(9)
+    assert plan is not None and len(plan.victims) == 3 and len(plan.nodes) == 3
+
+
+def test_a_two_node_victim_is_paid_for_once() -> None:
+    """One 16-GPU victim over n1+n2 beats two 8-GPU victims that lose more together.
+
+    Each of the pair alone loses less than the big job; only counting the big job once per plan
+    (not once per node) makes leaf1 the cheaper leaf."""
+    topo = gpu_cluster(2, 2)
+    big = holder(1, NORMAL, gpus("n1", *ALL8) + gpus("n2", *ALL8), checkpoint=NOW - 1000)
+    pair = [holder(2, NORMAL, gpus("n3", *ALL8), checkpoint=NOW - 1500),
+            holder(3, NORMAL, gpus("n4", *ALL8), checkpoint=NOW - 1500)]
+    plan = _plan(snapshot(topo, [big, *pair], [waiting(9, HIGH, 16, wait=86400)])).plan_for(9)
+    assert plan is not None and plan.victim_ids == (1,) and plan.nodes == ("n1", "n2")
+    assert plan.lost_work == lost_seconds(big, CFG, NOW) * 16
+
+
+def test_no_preemption_when_loss_outweighs_benefit() -> None:
+    """A short wait does not justify the loss; a long one does; the threshold scales the loss."""
+    topo = gpu_cluster(1, 1)
+    victim = holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 3600)
+    loss = lost_seconds(victim, CFG, NOW) * 8
+    weight = HIGH.weight
+    short = waiting(9, HIGH, 8, wait=loss / (weight * 8) - 1)  # benefit just below the loss
+    result = _plan(snapshot(topo, [victim], [short]))
+    assert result.plans == () and result.decisions[9].outcome is Outcome.NOT_WORTH
+    assert f"{loss:,.0f} GPU-s" in result.decisions[9].reason
+    long = replace(short, wait=loss / (weight * 8) + 1)
+    assert _plan(snapshot(topo, [victim], [long])).plan_for(9) is not None
+    strict = _plan(snapshot(topo, [victim], [long]), replace(CFG, benefit_threshold=2.0))
+    assert strict.plans == () and strict.decisions[9].outcome is Outcome.NOT_WORTH
+
+
+def test_stale_or_future_snapshot_gives_no_plan_and_says_why() -> None:
+    """A snapshot older than max_staleness (or from the future) is refused with a reason."""
+    topo = gpu_cluster(1, 1)
+    jobs = [holder(1, NORMAL, gpus("n1", *ALL8))]
+    ben = [waiting(9, HIGH, 8, wait=86400)]
+    fresh = _plan(snapshot(topo, jobs, ben, taken_at=NOW - 59))
+    assert fresh.refused is None and len(fresh.plans) == 1
+    stale = _plan(snapshot(topo, jobs, ben, taken_at=NOW - 120))
+    assert stale.plans == () and stale.refused is not None
+    assert "2m00s old (limit 1m00s)" in stale.refused
+    assert stale.decisions[9].outcome is Outcome.SKIPPED
+    future = _plan(snapshot(topo, jobs, ben, taken_at=NOW + 600))
+    assert future.plans == () and future.refused is not None and "future" in future.refused
+
+
+def test_inconsistent_snapshot_is_refused() -> None:
+    """A GPU held by two jobs, or one the topology lacks, stops planning with a clear reason."""
+    topo = gpu_cluster(1, 1)
+    ben = [waiting(9, HIGH, 8, wait=86400)]
+    twice = _plan(snapshot(topo, [holder(1, NORMAL, gpus("n1", 0, 1)),
+                                  holder(2, NORMAL, gpus("n1", 1, 2))], ben))
+    assert twice.refused == "jobs 1 and 2 both hold a GPU on n1; the snapshot is inconsistent"
+    unknown = _plan(snapshot(topo, [holder(1, NORMAL, (GpuRef("n7", 0),))], ben))
+    assert unknown.refused is not None and "n7:0" in unknown.refused
+    assert "regenerate the description" in unknown.refused
+
+
+def test_two_beneficiaries_never_share_victims_or_gpus() -> None:
+    """The first beneficiary's victims are reserved; the second finds its own or none."""
+    topo = gpu_cluster(1, 3)
+    jobs = [holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 100),
+            holder(2, NORMAL, gpus("n2", *ALL8), checkpoint=NOW - 200)]
+    pend = [waiting(8, HIGH, 8, wait=86400), waiting(9, HIGH, 8, wait=86400),
+            waiting(10, HIGH, 8, wait=86400)]
+    result = _plan(snapshot(topo, [*jobs, holder(3, HIGH, gpus("n3", *ALL8))], pend))
+    first, second = result.plan_for(8), result.plan_for(9)
+    assert first is not None and second is not None
+    assert first.victim_ids == (1,) and second.victim_ids == (2,)
+    assert not set(first.placement) & set(second.placement)
+    assert result.decisions[10].outcome is Outcome.NO_VICTIMS
+
+
+def test_free_gpus_taken_by_a_higher_job_are_not_counted_again() -> None:
+    """A higher job that fits on free GPUs takes them; the next job must preempt."""
+    topo = gpu_cluster(1, 2)
+    jobs = [holder(1, NORMAL, gpus("n1", *ALL8))]
+    pend = [waiting(8, PriorityClass.VERY_HIGH, 8), waiting(9, HIGH, 8, wait=86400)]
+    result = _plan(snapshot(topo, jobs, pend))
+    assert result.decisions[8].outcome is Outcome.FITS and "n2" in result.decisions[8].reason
+    plan = result.plan_for(9)
+    assert plan is not None and plan.nodes == ("n1",)
+
+
+def test_lower_classes_are_walked_after_higher_ones_whatever_the_input_order() -> None:
+    """A NORMAL job listed first does not take the free node from a HIGH job."""
+    topo = gpu_cluster(1, 1)
+    result = _plan(snapshot(topo, [], [waiting(1, NORMAL, 8), waiting(2, HIGH, 8)]))
+    assert result.decisions[2].outcome is Outcome.FITS
+    assert result.decisions[1].outcome is Outcome.NO_VICTIMS
+
+
+def test_shapes_impossible_and_gpu_less_jobs() -> None:
+    """9 GPUs on one 8-GPU node cannot exist; 16 GPUs without --nodes means 2 x 8; 0 GPUs: none."""
+    topo = gpu_cluster(1, 2)
+    result = _plan(snapshot(topo, [], [waiting(1, HIGH, 9, nodes=1), waiting(2, HIGH, 16),
+                                       waiting(3, HIGH, 0)]))
+    assert result.decisions[1].outcome is Outcome.IMPOSSIBLE
+    assert "9 GPUs on one node" in result.decisions[1].reason
+    assert result.decisions[2].outcome is Outcome.FITS
+    assert "2 x 8 GPUs" in result.decisions[2].reason
+    assert result.decisions[3].outcome is Outcome.NO_GPUS
+
+
+def test_low_jobs_never_preempt() -> None:
+    """Nothing is below LOW."""
+    topo = gpu_cluster(1, 1)
+    result = _plan(snapshot(topo, [holder(1, LOW, gpus("n1", *ALL8))],
+                            [waiting(9, LOW, 8, wait=10 ** 7)]))
+    assert result.decisions[9].outcome is Outcome.NO_VICTIMS
+    assert "no class is lower than LOW" in result.decisions[9].reason
+
+
+def test_limits_per_cycle_are_reported() -> None:
+    """Past max_plans, the remaining beneficiaries are skipped with a reason."""
+    topo = gpu_cluster(1, 3)
+    jobs = [holder(i, NORMAL, gpus(f"n{i}", *ALL8)) for i in (1, 2, 3)]
+    pend = [waiting(10 + i, HIGH, 8, wait=86400) for i in range(3)]
+    result = _plan(snapshot(topo, jobs, pend), replace(CFG, max_plans=2))
+    assert [p.beneficiary for p in result.plans] == [10, 11]
+    assert result.decisions[12].outcome is Outcome.SKIPPED
+    assert "limit of plans" in result.decisions[12].reason
+
+
+def test_deterministic_whatever_the_running_order() -> None:
+    """Equal losses are broken by node order and job id; input order of running jobs is moot."""
+    topo = gpu_cluster(2, 2)
+    jobs = [holder(i, NORMAL, gpus(f"n{i}", *ALL8)) for i in (4, 3, 2, 1)]
+    pend = [waiting(9, HIGH, 8, wait=86400), waiting(10, HIGH, 16, wait=86400)]
+    one = _plan(snapshot(topo, jobs, pend))
+    two = _plan(snapshot(topo, list(reversed(jobs)), pend))
+    assert one == two
+    assert [p.victim_ids for p in one.plans] == [(1,), (3, 4)]
+
+
+def test_bad_planner_settings_name_the_key_and_value() -> None:
+    """An invalid setting raises ConfigError naming planner.<key>, the value and what is allowed."""
+    with pytest.raises(ConfigError, match=r"planner: max_plans: must be an integer >= 0, not -1"):
+        PlannerConfig(max_plans=-1)
+    with pytest.raises(ConfigError, match=r"max_candidates_per_node: .* 1 to 16"):
+        PlannerConfig(max_candidates_per_node=40)
+    with pytest.raises(ConfigError, match=r"class_weights.HIGH: must be a number >= 0, not nan"):
+        PlannerConfig(class_weights={HIGH: float("nan")})
+    with pytest.raises(ConfigError, match=r"max_staleness: must be a number >= 0, not '60'"):
+        PlannerConfig(max_staleness="60")  # type: ignore[arg-type]
+
+
+def test_lost_seconds_model() -> None:
+    """Since the last checkpoint of this run (else since start) plus the restart cost, which is
+    the job's own estimate or base + per-node from the configuration."""
+    cfg = replace(CFG, restart_cost=100, restart_cost_per_node=50)
+    two_nodes = gpus("n1", 0) + gpus("n2", 0)
+    assert lost_seconds(holder(1, NORMAL, two_nodes, checkpoint=NOW - 300), cfg, NOW) == 500
+    never = replace(holder(1, NORMAL, gpus("n1", 0)), last_checkpoint=None)
+    assert lost_seconds(never, cfg, NOW) == 7200 + 150
+    earlier_run = holder(1, NORMAL, gpus("n1", 0), start=NOW - 900, checkpoint=NOW - 5000)
+    assert lost_seconds(earlier_run, cfg, NOW) == 900 + 150
+    own = holder(1, NORMAL, gpus("n1", 0), checkpoint=NOW - 10, restart_cost=5)
+    assert lost_seconds(own, cfg, NOW) == 15
+
+
+def test_a_short_wait_does_not_stop_a_longer_waiting_job_of_the_same_shape() -> None:
+    """The not-worth shortcut only skips jobs with no more benefit than the one that failed."""
+    topo = gpu_cluster(1, 1)
+    victim = holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 600)
+    result = _plan(snapshot(topo, [victim], [waiting(8, HIGH, 8, wait=1),
+                                             waiting(9, HIGH, 8, wait=0.5),
+                                             waiting(10, HIGH, 8, wait=86400)]))
+    assert result.decisions[8].outcome is Outcome.NOT_WORTH
+    assert result.decisions[9].outcome is Outcome.NOT_WORTH
+    assert "the best victim set loses 5,760 GPU-s" in result.decisions[9].reason
+    plan = result.plan_for(10)
+    assert plan is not None and plan.victim_ids == (1,)
