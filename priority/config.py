@@ -3,7 +3,8 @@
 :func:`load_config` (a path) and :func:`parse_config` (a string) return a :class:`DaemonConfig`
 or raise :class:`~hai_slurm.errors.ConfigError` naming the file, line, key, bad value and what is
 allowed. Every setting has a default, so an empty file is a valid configuration; the commented
-example is ``priority/examples/daemon.toml``.
+example is ``priority/examples/daemon.toml``. With the root key ``cluster`` (a cluster description,
+see :mod:`hai_slurm.priority.config_cluster`), teams and class facts come from that description.
 """
 
 from __future__ import annotations
@@ -15,14 +16,20 @@ from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 
+from hai_slurm.conf.model import ClusterDescription
+from hai_slurm.errors import ConfigError
 from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.priority.config_cluster import (
+    class_facts,
+    read_description,
+    reject_class_facts,
+    reject_teams,
+)
 from hai_slurm.priority.ladder import LADDER, class_names, parse_class, rank
 from hai_slurm.priority.toml_reader import Source, Table, boolean, integer, number, string
 from hai_slurm.priority.units import parse_duration, parse_size_mb
 
-from hai_slurm.errors import ConfigError
-
-_ROOT_KEYS = ("default_class", "state_dir", "database_url", "redis_url", "metrics_port",
+_ROOT_KEYS = ("cluster", "default_class", "state_dir", "database_url", "redis_url", "metrics_port",
               "intervals", "classes", "aging", "decay", "fairness", "fair_share", "compensation",
               "team_defaults", "teams")
 _DURATION_FORMS = "seconds (e.g. 600) or '45s', '10m', '1h30m', '2d'"
@@ -156,6 +163,8 @@ class DaemonConfig:
     redis_url: str | None = None
     metrics_port: int = 9464
     source: str = "<defaults>"
+    #: The cluster description named by ``cluster`` (teams and class facts came from it), or None.
+    description: ClusterDescription | None = None
 
 
 def load_config(path: str | Path) -> DaemonConfig:
@@ -166,11 +175,13 @@ def load_config(path: str | Path) -> DaemonConfig:
     except OSError as err:
         raise ConfigError(f"cannot read the configuration: {err.strerror}", source=str(file),
                           ) from None
-    return parse_config(text, source=str(file))
+    return parse_config(text, source=str(file), base_dir=file.parent)
 
 
-def parse_config(text: str, *, source: str = "<string>") -> DaemonConfig:
-    """Validate TOML ``text``; ``source`` names it in errors."""
+def parse_config(text: str, *, source: str = "<string>",
+                 base_dir: str | Path | None = None) -> DaemonConfig:
+    """Validate TOML ``text``; ``source`` names it in errors. A relative ``cluster`` path is read
+    from ``base_dir`` (default: the directory of ``source``, the current one for ``<string>``)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -178,6 +189,8 @@ def parse_config(text: str, *, source: str = "<string>") -> DaemonConfig:
     src = Source(source, text)
     root = Table(data, "", src)
     root.finish(allowed=_ROOT_KEYS)
+    description = read_description(
+        root, Path(base_dir) if base_dir is not None else Path(source).parent)
     state_dir = root.get("state_dir", "/var/lib/hai-slurm", _nonempty, "a directory path")
     db_default = f"sqlite:///{Path(state_dir) / 'hai-slurm.db'}"
     database_url = root.get("database_url", db_default, _db_url,
@@ -197,7 +210,7 @@ def parse_config(text: str, *, source: str = "<string>") -> DaemonConfig:
         raise iv.error("lock_ttl", f"must be longer than intervals.cycle ({intervals.cycle:g}s), "
                        "or the lock expires between two heartbeats", intervals.lock_ttl)
 
-    classes = _read_classes(root.sub("classes"))
+    classes = _read_classes(root.sub("classes"), description)
 
     ag = root.sub("aging")
     aging = AgingConfig(
@@ -246,7 +259,13 @@ def parse_config(text: str, *, source: str = "<string>") -> DaemonConfig:
 
     team_default = _read_team(root.sub("team_defaults"))
     tt = root.sub("teams")
-    teams = {name: _read_team(tt.sub(name)) for name in tt.names()}
+    if description is None:
+        teams = {name: _read_team(tt.sub(name)) for name in tt.names()}
+    else:
+        reject_teams(tt, description)
+        teams = {t.name: TeamQuota(gpus=t.gpu_quota or 0, class_gpus=MappingProxyType({}),
+                                   allowed_classes=frozenset(t.classes))
+                 for t in description.teams}
     if default_class not in team_default.allowed_classes:
         raise root.error("default_class", "team_defaults.allowed_classes does not include the "
                          "default class", default_class.name)
@@ -258,7 +277,7 @@ def parse_config(text: str, *, source: str = "<string>") -> DaemonConfig:
     )
     return DaemonConfig(policy=policy, intervals=intervals, state_dir=state_dir,
                         database_url=database_url, redis_url=redis_url,
-                        metrics_port=metrics_port, source=source)
+                        metrics_port=metrics_port, source=source, description=description)
 
 
 def _class_key(table: Table, name: str) -> PriorityClass:
@@ -269,15 +288,21 @@ def _class_key(table: Table, name: str) -> PriorityClass:
         raise table.error(name, str(err).split(": ", 1)[-1]) from None
 
 
-def _read_classes(table: Table) -> dict[PriorityClass, ClassPolicy]:
+def _read_classes(table: Table, description: ClusterDescription | None,
+                  ) -> dict[PriorityClass, ClassPolicy]:
     given = {_class_key(table, name): name for name in table.names()}
+    facts = class_facts(description) if description is not None else None
     out: dict[PriorityClass, ClassPolicy] = {}
     for cls in LADDER:
         wait, grace, optional = DEFAULT_CLASSES[cls.name]
+        if facts is not None:
+            grace, optional = facts[cls].grace_cap, facts[cls].preemptible_optional
         if cls not in given:
             out[cls] = ClassPolicy(wait, grace, optional)
             continue
         sub = table.sub(given[cls])
+        if description is not None:
+            reject_class_facts(sub, description)
         out[cls] = ClassPolicy(
             max_wait=sub.get("max_wait", wait, _positive_duration, _DURATION_FORMS + ", > 0"),
             grace_cap=sub.get("grace_cap", grace, _duration, _DURATION_FORMS),
