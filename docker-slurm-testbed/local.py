@@ -31,6 +31,9 @@ DEFAULT_STATE_DIR = Path("/var/tmp/hai-slurm-testbed")
 """Default state directory (also taken from ``HAI_TESTBED_STATE_DIR``)."""
 
 STATE_FILE = "testbed.json"
+DOCKER_STATE_FILE = "docker-testbed.json"
+"""The Docker mode's record in the same state dir (``docker_mode.STATE_FILE``), so ``down``
+without ``--docker`` can find it without importing the Docker SDK."""
 
 Echo = Callable[[str], None]
 
@@ -182,7 +185,8 @@ def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports
         down(state_dir)
     procs.check_ports(ports.wanted(shape))
     layout = local_layout(shape, ports, state_dir, socket.gethostname(),
-                          services.storage_password(state_dir) if shape.accounting else "")
+                          services.storage_password(state_dir) if shape.accounting else "",
+                          services.slurm_version(bins["slurmctld"]))
     env = dict(os.environ, SLURM_CONF=layout.slurm_conf, HAI_TESTBED_STATE_DIR=str(state_dir))
     ctx = services.Ctx(state_dir, shape, ports, layout, env, bins)
     _prepare(state_dir, shape, ctx)

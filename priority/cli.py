@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import click
+
+from hai_slurm.errors import ConfigError
 from hai_slurm.priority.config import DaemonConfig, load_config
 from hai_slurm.priority.explain import explain as explain_pending
 from hai_slurm.priority.explain import explain_running
@@ -10,8 +12,6 @@ from hai_slurm.priority.ladder import LADDER
 from hai_slurm.priority.policy import compute_priorities
 from hai_slurm.priority.snapshot_json import load_snapshot
 from hai_slurm.priority.units import format_duration
-
-from hai_slurm.errors import ConfigError
 
 
 @click.group()
@@ -29,6 +29,10 @@ def summary(cfg: DaemonConfig) -> list[str]:
         f"default class {p.default_class.value}; aging up to {p.aging.max_class.value} "
         f"(step +1 class per {p.aging.depth_per_step} queued jobs, at most {p.aging.max_step})",
         f"max waits: {waits}",
+        "grace caps: " + ", ".join(f"{c.value} {format_duration(p.classes[c].grace_cap)}"
+                                   + (" (--preemptible=no allowed)"
+                                      if p.classes[c].preemptible_optional else "")
+                                   for c in reversed(LADDER)),
         f"decay: {p.decay.source.value} -> {p.decay.target.value} after "
         f"{format_duration(p.decay.after)} of running",
         f"fairness: window {format_duration(fair.window)}; protect for "
@@ -36,10 +40,18 @@ def summary(cfg: DaemonConfig) -> list[str]:
         f"{fair.demote_from.value}+ after > {fair.demote_after} preemptions caused",
         f"teams: {len(p.teams)} with quotas ({sum(t.gpus for t in p.teams.values())} GPUs); "
         f"others get {p.team_default.gpus} GPUs",
+        f"teams and class facts (grace caps, preemptible-optional): {_origin(cfg)}",
         f"database {cfg.database_url}; redis {cfg.redis_url or 'off'}; metrics port "
         f"{cfg.metrics_port or 'off'}; cycle every {format_duration(cfg.intervals.cycle)}",
     ]
     return lines
+
+
+def _origin(cfg: DaemonConfig) -> str:
+    """Where the teams and class facts of ``cfg`` were read from."""
+    if cfg.description is not None:
+        return f"from the cluster description {cfg.description.source} (key `cluster`)"
+    return f"from {cfg.source} (no `cluster` key; built-in defaults where not set)"
 
 
 @config.command("check")
@@ -59,13 +71,20 @@ def priority() -> None:
 
 @priority.command("explain")
 @click.argument("jobid", type=int)
-@click.option("--snapshot", "snapshot_path", required=True, type=click.Path(dir_okay=False),
-              help="JSON file with the policy's inputs (see hai_slurm.priority.snapshot_json).")
+@click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False),
+              help="JSON file with the policy's inputs (see hai_slurm.priority.snapshot_json); "
+                   "without it: Slurm's queue now and the daemon's database.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               envvar="HAI_SLURM_CONFIG", help="Daemon configuration (default: built-in).")
-def explain(jobid: int, snapshot_path: str, config_path: str | None) -> None:
+def explain(jobid: int, snapshot_path: str | None, config_path: str | None) -> None:
     """Explain in plain words why JOBID has its place."""
     cfg = load_config(config_path) if config_path else DaemonConfig()
+    if snapshot_path is None:
+        from hai_slurm.priority.live import explain_live, open_repository
+        from hai_slurm.slurm_plugins.adapter import make_client
+
+        click.echo(explain_live(jobid, make_client(), open_repository(cfg), cfg))
+        return
     snap = load_snapshot(snapshot_path)
     result = compute_priorities(snap.pending, snap.running, config=cfg.policy,
                                 cluster=snap.cluster, events=snap.events, state=snap.state,

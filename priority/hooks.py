@@ -1,0 +1,63 @@
+"""The place in a daemon cycle where preemption planning and execution plug in.
+
+After the cycle has decided and written priorities, the daemon hands a :class:`CycleView` to an
+optional :class:`Planner` (which proposes a plan, or None) and passes that plan to an optional
+:class:`Executor`. Whatever fairness events, credits or audit lines the executor returns in
+:class:`CycleExtras` are committed in the same transaction as the rest of the cycle. Plans
+themselves go through :class:`~hai_slurm.priority.store.Repository` (each step its own
+transaction), so the executor receives the repository in the view.
+
+Both are skipped, like every write, when the snapshot failed or the daemon is not the leader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from hai_slurm.priority.config import PolicyConfig
+from hai_slurm.priority.state import PendingJob, PolicyResult, RunningJob
+from hai_slurm.priority.store import CreditEntry, FairnessEvent, Repository, TrackedJob
+from hai_slurm.priority.store.records import AuditEntry
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
+
+
+@dataclass(frozen=True)
+class CycleView:
+    """Everything one cycle saw and decided, for the planner and executor."""
+
+    now: float
+    snapshot: ClusterSnapshot
+    pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...]
+    result: PolicyResult
+    tracked: Mapping[int, TrackedJob]
+    config: PolicyConfig
+    slurm: SlurmClient
+    repository: Repository
+
+
+@dataclass(frozen=True)
+class CycleExtras:
+    """What an executor wants committed with the cycle."""
+
+    events: tuple[FairnessEvent, ...] = ()
+    credits: tuple[CreditEntry, ...] = ()
+    audit: tuple[AuditEntry, ...] = ()
+
+
+class Planner(Protocol):
+    """Chooses preemptions from a cycle's view; returns a plan object or None."""
+
+    def plan(self, view: CycleView) -> object | None:
+        """A plan for the executor, or None when nothing should be preempted."""
+        ...
+
+
+class Executor(Protocol):
+    """Carries out (a step of) plans; ``plan`` is what the planner returned (may be None)."""
+
+    def execute(self, plan: object | None, view: CycleView) -> CycleExtras:
+        """Advance plans; return what must be committed with the cycle."""
+        ...

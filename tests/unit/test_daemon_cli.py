@@ -1,0 +1,62 @@
+"""``hai-slurm daemon`` options and live ``priority explain`` (FakeSlurm + SQLite)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from daemon_helpers import rig
+
+from hai_slurm.cli import cli
+from hai_slurm.errors import ConfigError, StateError
+from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.priority.daemon_cli import daemon_config
+from hai_slurm.priority.live import explain_live, open_repository
+
+
+def test_defaults_put_sqlite_under_the_state_dir(tmp_path: Path) -> None:
+    """Without --config the database is hai-slurm.db in --state-dir."""
+    cfg = daemon_config(None, str(tmp_path / "state"), 5.0)
+    assert cfg.database_url == f"sqlite:///{(tmp_path / 'state').resolve()}/hai-slurm.db"
+    assert cfg.intervals.cycle == 5.0 and cfg.redis_url is None
+
+
+def test_interval_not_shorter_than_the_lease_is_refused(tmp_path: Path) -> None:
+    """An interval >= lock_ttl would let the lease expire between cycles: a clear error."""
+    with pytest.raises(ConfigError, match=r"--interval: must be > 0 and shorter than "
+                                          r"intervals.lock_ttl \(90 s\)"):
+        daemon_config(None, str(tmp_path), 90.0)
+
+
+def test_cli_reports_a_bad_config_file(tmp_path: Path) -> None:
+    """A bad file ends the command with the key and value, exit code 1."""
+    bad = tmp_path / "d.toml"
+    bad.write_text('[intervals]\ncycle = "soon"\n')
+    res = CliRunner().invoke(cli, ["daemon", "--config", str(bad), "--once"])
+    assert res.exit_code == 1
+    assert "intervals.cycle" in res.output and "soon" in res.output
+
+
+def test_live_explain_reads_slurm_and_the_store(tmp_path: Path) -> None:
+    """explain without --snapshot: the job's class and place from Slurm now plus the store."""
+    r = rig(tmp_path)
+    job = r.submit(PriorityClass.HIGH)
+    r.tick(30)
+    d = r.daemon()
+    d.run_once()
+    text = explain_live(job, r.slurm, open_repository(r.cfg), r.cfg, now=r.clock.now)
+    assert text.startswith(f"Job {job} (user alice, team vision) is pending")
+    assert "requested HIGH with #HAI --priority" in text and "next cycle writes" not in text
+    late = r.submit(PriorityClass.LOW)
+    text = explain_live(late, r.slurm, open_repository(r.cfg), r.cfg, now=r.clock.now)
+    assert "the daemon's next cycle writes" in text
+    with pytest.raises(ConfigError, match="job 999 is neither pending nor running"):
+        explain_live(999, r.slurm, open_repository(r.cfg), r.cfg, now=r.clock.now)
+
+
+def test_live_explain_without_a_database_says_what_to_do(tmp_path: Path) -> None:
+    """No daemon ran yet: the error says to start it or point --config at its database."""
+    r = rig(tmp_path)
+    with pytest.raises(StateError, match="holds no daemon state yet; start the daemon"):
+        open_repository(r.cfg)

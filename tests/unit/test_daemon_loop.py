@@ -1,0 +1,148 @@
+"""The daemon's loop: stop flag and signals, leader lease hand-over, restart keeps counters."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from daemon_helpers import T0, Broken, rig
+
+from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.priority.config import ClassPolicy, FairnessConfig, PolicyConfig
+from hai_slurm.priority.cycle import POLICY_STATE_KEY
+from hai_slurm.priority.daemon import Outcome
+from hai_slurm.priority.metrics import sample
+from hai_slurm.priority.store import EventKind, FairnessEvent
+from hai_slurm.slurm_plugins.types import ClusterSnapshot
+
+
+def test_loop_waits_the_interval_and_stops_on_request(tmp_path: Path) -> None:
+    """run() waits `interval` between cycles; a stop requested mid-cycle lets that cycle finish."""
+    r = rig(tmp_path, cycle=10)
+    job = r.submit(PriorityClass.HIGH)
+    calls = {"n": 0}
+
+    def doctor(s: ClusterSnapshot) -> ClusterSnapshot:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            d.request_stop()
+        return s
+
+    d = r.daemon(client=Broken(r.slurm, doctor))
+    d.run()
+    assert calls["n"] == 3 and r.clock.waits == [10, 10]
+    assert r.slurm.jobs[job].priority > 1  # the first cycle wrote it
+    assert sample(d.metrics, "hai_priority_cycles_total", {"outcome": "ok"}) == 3
+    assert d.lock.holder(r.clock.now) is None  # released on the way out
+
+
+def test_first_sigterm_finishes_the_cycle_second_exits_at_once(tmp_path: Path) -> None:
+    """Real signals: one SIGTERM mid-cycle completes it; two in one cycle exit immediately."""
+    r = rig(tmp_path)
+    job = r.submit(PriorityClass.HIGH)
+    kills = {"n": 1}
+
+    def doctor(s: ClusterSnapshot) -> ClusterSnapshot:
+        for _ in range(kills["n"]):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return s
+
+    before = signal.getsignal(signal.SIGTERM)
+    d = r.daemon(client=Broken(r.slurm, doctor))
+    d.run()
+    assert d.stop_requested and r.slurm.jobs[job].priority > 1
+    assert d.repository.get_job(job) is not None  # the cycle was committed
+    assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
+
+    kills["n"] = 2
+    second = r.submit(PriorityClass.HIGH)
+    r.tick(10)
+    d2 = r.daemon(owner="d2")
+    d2.slurm = Broken(r.slurm, doctor)
+    with pytest.raises(SystemExit) as exc:
+        d2.run()
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert r.slurm.jobs[second].priority == 1  # nothing written: the cycle was cut short
+    assert d2.repository.get_job(second) is None
+
+
+def test_second_daemon_stands_by_until_the_lease_expires(tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """One leader at a time: B writes nothing while A renews; B takes over once A is gone."""
+    r = rig(tmp_path, cycle=10, lock_ttl=30)
+    r.submit(PriorityClass.HIGH)
+    a, b = r.daemon("A"), r.daemon("B")
+    assert a.run_once().outcome is Outcome.OK
+    n = len(r.slurm.writes)
+    r.submit(PriorityClass.NORMAL)
+    caplog.set_level(logging.WARNING, logger="hai_slurm.priority.daemon")
+    for _ in range(3):
+        r.tick(10)
+        rep = b.run_once()
+        assert rep.outcome is Outcome.STANDBY and rep.next_wait <= 10
+        assert len(r.slurm.writes) == n
+        assert a.run_once().outcome is Outcome.OK  # A keeps renewing
+        n = len(r.slurm.writes)
+    assert sum("standing by" in m and "held by A" in m for m in caplog.messages) == 1
+    # A dies without releasing (SIGKILL): B waits out the lease, then leads.
+    r.tick(29)
+    assert b.run_once().outcome is Outcome.STANDBY
+    r.tick(2)
+    assert b.run_once().outcome is Outcome.OK
+    assert a.run_once().outcome is Outcome.STANDBY
+
+
+def test_restart_keeps_every_counter(tmp_path: Path) -> None:
+    """A daemon replaced without clean shutdown: totals, tags, tracked jobs and events survive."""
+    classes = dict(PolicyConfig().classes)
+    classes[PriorityClass.LOW] = ClassPolicy(60, 120, False)
+    policy = PolicyConfig(classes=classes, fairness=FairnessConfig(protect_after=1))
+    r = rig(tmp_path, policy, cycle=10, lock_ttl=30)
+    lows = [r.submit(PriorityClass.LOW, team=t) for t in ("a", "b", "a")]
+    d = r.daemon("first")
+    d.repository.add_events(FairnessEvent("a", "u", EventKind.PREEMPTED, T0 - 10 * i)
+                            for i in range(3))
+    for _ in range(8):
+        d.run_once()
+        r.tick(10)
+    totals = {name: sample(d.metrics, f"hai_priority_{name}_total")
+              for name in ("promotions", "protections", "slurm_writes")}
+    assert totals["promotions"] == 3 and totals["protections"] == 1
+    cycles = sample(d.metrics, "hai_priority_cycles_total", {"outcome": "ok"})
+    state = d.repository.get_value(POLICY_STATE_KEY)
+    prios = {j: r.slurm.jobs[j].priority for j in lows}
+
+    r.tick(30)  # the killed daemon's lease runs out
+    e = r.daemon("second")
+    rep = e.run_once()
+    assert rep.outcome is Outcome.OK and rep.writes == 0  # same tags, same priorities
+    assert {j: r.slurm.jobs[j].priority for j in lows} == prios
+    assert e.repository.get_value(POLICY_STATE_KEY) == state
+    for name, value in totals.items():
+        assert sample(e.metrics, f"hai_priority_{name}_total") == value
+    assert sample(e.metrics, "hai_priority_cycles_total", {"outcome": "ok"}) == cycles + 1
+    assert e.repository.active_protections(r.clock.now).keys() == {"a"}
+    tracked = e.repository.get_job(lows[0])
+    assert tracked is not None and tracked.original_submit_at == T0
+
+
+def test_lease_lost_during_a_slow_snapshot_means_no_writes(tmp_path: Path) -> None:
+    """A snapshot slower than the lease: another daemon took over meanwhile, so A writes nothing."""
+    r = rig(tmp_path, cycle=10, lock_ttl=30)
+    r.submit(PriorityClass.HIGH)
+    b = r.daemon("B")
+
+    def slow(s: ClusterSnapshot) -> ClusterSnapshot:
+        r.tick(31)  # A's lease runs out while it waits for Slurm ...
+        assert b.run_once().outcome is Outcome.OK  # ... and B takes over and writes
+        return s
+
+    a = r.daemon("A", client=Broken(r.slurm, slow))
+    n_before = len(r.slurm.writes)
+    rep = a.run_once()
+    assert rep.outcome is Outcome.STANDBY and rep.reason == "lease lost mid-cycle"
+    assert len(r.slurm.writes) == n_before + 1  # B's write only
+    assert a.repository.get_value("daemon.totals") == b.totals.to_json()
