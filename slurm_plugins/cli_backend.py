@@ -50,16 +50,24 @@ CHUNK = 200
 """Job ids per command: keeps argument lists far below the kernel's limit."""
 
 _GONE = ("invalid job id specified", SkipReason.GONE)
-_DONE = ("already completing or completed", SkipReason.FINISHED)
+# 22.05 says "already completing or completed" or, when the job ended between snapshot and
+# write, "Job has already finished".
+_DONE = (("already completing or completed", "has already finished"), SkipReason.FINISHED)
 _PENDING = ("job is pending execution", SkipReason.PENDING)
 _HELD = ("job is in held state", SkipReason.HELD)
 _NOT_NOW = ("job can not be altered now", SkipReason.PENDING)
 _SIGNAL_RE = re.compile(r"(SIG)?[A-Z0-9]+")
 
 
-def _classify(message: str, harmless: Sequence[tuple[str, SkipReason]]) -> SkipReason | None:
+_Harmless = tuple[str | tuple[str, ...], SkipReason]
+
+
+def _classify(message: str, harmless: Sequence[_Harmless]) -> SkipReason | None:
     low = message.lower()
-    return next((reason for text, reason in harmless if text in low), None)
+    for texts, reason in harmless:
+        if any(text in low for text in ((texts,) if isinstance(texts, str) else texts)):
+            return reason
+    return None
 
 
 class CliSlurmClient:
@@ -158,7 +166,7 @@ class CliSlurmClient:
 
     # -- writes -----------------------------------------------------------------------------
     def _per_job(self, argv: Sequence[str], ids: tuple[int, ...], what: str,
-                 harmless: Sequence[tuple[str, SkipReason]]) -> ActionResult:
+                 harmless: Sequence[_Harmless]) -> ActionResult:
         res: Completed = self._run(argv)
         messages, other = job_messages(res.stderr)
         by_ref = {self._ref(j): j for j in ids}
@@ -185,7 +193,7 @@ class CliSlurmClient:
         return ActionResult(tuple(j for j in ids if j not in gone), tuple(skipped), 1)
 
     def _scontrol_ids(self, verb: Sequence[str], job_ids: JobIds, what: str,
-                      harmless: Sequence[tuple[str, SkipReason]],
+                      harmless: Sequence[_Harmless],
                       suffix: Sequence[str] = ()) -> ActionResult:
         ids = job_id_tuple(job_ids)
         result = ActionResult()

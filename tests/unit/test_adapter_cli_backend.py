@@ -1,7 +1,7 @@
 """CliSlurmClient's command building, batching and error mapping, on recorded Slurm outputs.
 
 Commands go to a replaying CommandRunner (same interface as SubprocessRunner) that answers with
-files recorded from Slurm 22.05 or written for newer layouts, and with stderr texts Slurm 22.05
+files recorded from Slurm 22.05.8, 24.11.5 and 26.05.5, and with stderr texts Slurm 22.05
 printed for real.
 """
 
@@ -62,18 +62,18 @@ def cluster_2205(accounting: str = "accounting_storage/none") -> dict[tuple[str,
     }
 
 
-def cluster_2411() -> dict[tuple[str, ...], Answer]:
-    """Answers in the 24.11 layout (hand-written fixtures)."""
-    d = DATA / "24.11"
+def cluster_recorded(series: str) -> dict[tuple[str, ...], Answer]:
+    """Answers recorded on a newer release (24.11.5 or 26.05.5, Docker testbed with accounting)."""
+    d = DATA / series
     return {
         ("scontrol", "version"): ok([], (d / "scontrol-version.txt").read_text()),
         ("scontrol", "show", "config"): ok([], "AccountingStorageType   = "
                                                "accounting_storage/slurmdbd\n"),
-        ("squeue", "--json"): ok([], (d / "squeue.json").read_text()),
+        ("squeue", "--json"): ok([], (d / "squeue-mixed.json").read_text()),
         ("scontrol", "show", "nodes", "--json"): ok([], (d / "scontrol-show-nodes.json")
                                                     .read_text()),
-        ("scontrol", "show", "partitions", "--json"):
-            ok([], (d / "scontrol-show-partitions.json").read_text()),
+        ("scontrol", "--oneliner", "show", "partition"):
+            ok([], (d / "scontrol-show-partition.txt").read_text()),
         QOS_COMMAND: ok([], (d / "sacctmgr-show-qos.txt").read_text()),
     }
 
@@ -90,14 +90,22 @@ def test_snapshot_2205_uses_sinfo_and_scontrol_text() -> None:
     assert snap.qos == ()
 
 
-def test_snapshot_2411_uses_scontrol_json_and_reads_qos() -> None:
-    """On 24.11 the plan switches to scontrol ... --json and QOS come from sacctmgr."""
-    runner = ReplayRunner(cluster_2411())
+@pytest.mark.parametrize(("series", "version"), [("24.11", SlurmVersion(24, 11, 5)),
+                                                  ("26.05", SlurmVersion(26, 5, 5))])
+def test_snapshot_newer_uses_scontrol_json_nodes_text_partitions_and_qos(
+        series: str, version: SlurmVersion) -> None:
+    """From 23.02 nodes come from scontrol --json, partitions from its text, QOS from sacctmgr."""
+    runner = ReplayRunner(cluster_recorded(series))
     client = CliSlurmClient(runner)
     snap = client.snapshot()
-    assert ("scontrol", "show", "nodes", "--json") in runner.calls
-    assert ("sinfo", "--json") not in runner.calls and QOS_COMMAND in runner.calls
-    assert snap.version == SlurmVersion(24, 11, 5) and len(snap.qos) == 3
+    assert runner.calls == [("scontrol", "version"), ("squeue", "--json"),
+                            ("scontrol", "show", "nodes", "--json"),
+                            ("scontrol", "--oneliner", "show", "partition"),
+                            ("scontrol", "show", "config"), QOS_COMMAND]
+    assert snap.version == version and len(snap.qos) == 8
+    assert len(snap.jobs) == 7 and len(snap.nodes) == 2
+    (main,) = snap.partitions
+    assert main.default and main.nodes == ("n1", "n2")
     client.snapshot()
     assert runner.calls.count(("scontrol", "version")) == 1       # detected once
     assert runner.calls.count(("scontrol", "show", "config")) == 1
@@ -160,6 +168,15 @@ def test_held_job_priority_write_is_skipped() -> None:
         [], "", "Job is in held state, pending scheduler release for job 4\n", rc=1)})
     res = CliSlurmClient(runner).set_priorities({3: 7, 4: 7})
     assert res.done == (3,) and [s.reason for s in res.skipped] == [SkipReason.HELD]
+
+
+def test_job_that_finished_since_the_snapshot_is_skipped() -> None:
+    """A job ending between snapshot and write ("Job has already finished") is no error."""
+    runner = ReplayRunner({("scontrol", "update"): ok(
+        [], "", "Job has already finished for job 5\n", rc=1)})
+    res = CliSlurmClient(runner).set_priorities({5: 7, 6: 7})
+    assert res.done == (6,) and [(s.job_id, s.reason) for s in res.skipped] == [
+        (5, SkipReason.FINISHED)]
 
 
 def test_failure_without_per_job_lines_raises() -> None:
