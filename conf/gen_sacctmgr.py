@@ -1,5 +1,8 @@
 """The accounting set-up as an idempotent bash script of sacctmgr calls (pure: values -> text).
 
+The settings come from :func:`hai_slurm.conf.accounting.accounting_setup`, which the testbed's
+change plan (:func:`hai_slurm.conf.accounting.plan_changes`) uses too.
+
 Each object is added (``add`` on an existing object only prints "Nothing new added", which the
 script treats as success) and then ``modify``-ed to the wanted settings, so running the script
 again converges instead of failing. Order: cluster, one QOS per priority class, one account per
@@ -18,9 +21,14 @@ from __future__ import annotations
 
 import shlex
 
-from hai_slurm.conf.deployment import Deployment, PreemptionMode
-from hai_slurm.conf.model import ClassPolicy, ClusterDescription
-from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.conf.accounting import (
+    AccountingSetup,
+    QosSetting,
+    accounting_setup,
+    gpu_limit_tres,
+)
+from hai_slurm.conf.deployment import Deployment
+from hai_slurm.conf.model import ClusterDescription
 
 _PRELUDE = r'''set -euo pipefail
 SACCTMGR=${SACCTMGR:-sacctmgr}
@@ -42,14 +50,10 @@ def _q(value: str) -> str:
     return shlex.quote(value)
 
 
-def _qos_lines(cp: ClassPolicy, dep: Deployment) -> list[str]:
+def _qos_lines(q: QosSetting) -> list[str]:
     """Priority, PreemptMode and GraceTime of one class's QOS (Preempt lists come separately)."""
-    if dep.preemption is PreemptionMode.NATIVE:
-        # PreemptMode/GraceTime of a QOS apply when a job *of this QOS* is the victim.
-        settings = f"Priority={cp.cls.weight} PreemptMode=requeue GraceTime={cp.grace_time_s}"
-    else:
-        settings = f"Priority={cp.cls.weight} PreemptMode=cluster GraceTime=0"
-    return [f"sm modify qos where name={_q(cp.qos)} set {settings}"]
+    return [f"sm modify qos where name={_q(q.name)} set Priority={q.priority} "
+            f"PreemptMode={q.preempt_mode} GraceTime={q.grace_time}"]
 
 
 _PREEMPT_SYNC = r'''
@@ -70,68 +74,57 @@ done
 '''
 
 
-def _preempt_lines(desc: ClusterDescription, dep: Deployment) -> list[str]:
-    if dep.preemption is not PreemptionMode.NATIVE:
+def _preempt_lines(setup: AccountingSetup) -> list[str]:
+    if any(q.preempt is None for q in setup.qos):
         # preempt/none ignores QOS Preempt lists, so they are left as they are (emptying them
         # would trip the quirk described in _PREEMPT_SYNC when native mode comes back).
         return ["# Daemon mode: Slurm never preempts (preempt/none); QOS Preempt lists unused."]
-    by_cls = {cp.cls: cp for cp in desc.classes}
     lines = ["export LC_ALL=C  # the same sort order as the generator's",
-             "QOS_ORDER=(" + " ".join(_q(cp.qos) for cp in desc.classes) + ")",
+             "QOS_ORDER=(" + " ".join(_q(q.name) for q in setup.qos) + ")",
              "declare -A WANT_PREEMPT=("]
-    for cp in desc.classes:
-        victims = sorted(by_cls[v].qos for v in cp.preempts)
-        lines.append(f"  [{_q(cp.qos)}]={_q(','.join(victims))}")
+    for q in setup.qos:
+        lines.append(f"  [{_q(q.name)}]={_q(','.join(sorted(q.preempt or ())))}")
     lines.append(")")
     return lines + _PREEMPT_SYNC.strip("\n").splitlines()
-
-
-def _default_qos(classes: tuple[PriorityClass, ...],
-                 by_cls: dict[PriorityClass, ClassPolicy]) -> str | None:
-    """A user's DefaultQOS: the team's highest class at or below NORMAL, else its lowest class."""
-    if not classes:
-        return None
-    normal_or_below = [c for c in classes if c.weight <= PriorityClass.NORMAL.weight]
-    if normal_or_below:
-        return by_cls[max(normal_or_below, key=lambda c: c.weight)].qos
-    return by_cls[min(classes, key=lambda c: c.weight)].qos
 
 
 def render_sacctmgr(desc: ClusterDescription, dep: Deployment, header: str) -> str | None:
     """Bash script that creates the cluster, QOS, accounts, users and limits (None without
     accounting: there is no slurmdbd to talk to)."""
-    if not dep.accounting:
+    setup = accounting_setup(desc, dep)
+    if setup is None:
         return None
-    by_cls = {cp.cls: cp for cp in desc.classes}
+    cluster = _q(setup.cluster)
     lines = ["#!/usr/bin/env bash", header, _PRELUDE,
-             f"sm add cluster {_q(desc.name)}", "", "# One QOS per priority class; "
+             f"sm add cluster {cluster}", "", "# One QOS per priority class; "
              "QOS priority = the class's hai-platform weight."]
-    lines += [f"sm add qos {_q(cp.qos)}" for cp in desc.classes]
-    for cp in desc.classes:
-        lines += _qos_lines(cp, dep)
-    lines += _preempt_lines(desc, dep)
-    for team in desc.teams:
-        qos = ",".join(by_cls[c].qos for c in team.classes)
-        default = _default_qos(team.classes, by_cls)
-        note = f"hai quota gpu={team.gpu_quota}" if team.gpu_quota is not None else "hai no quota"
+    lines += [f"sm add qos {_q(q.name)}" for q in setup.qos]
+    for q in setup.qos:
+        lines += _qos_lines(q)
+    lines += _preempt_lines(setup)
+    for team, acct in zip(desc.teams, setup.accounts, strict=True):
         about = (f"quota {team.gpu_quota} GPUs is a guarantee the daemon keeps, not a Slurm "
                  "limit, so the team can borrow idle GPUs" if team.gpu_quota is not None
                  else "no quota")
         cap = (f"; hard cap {team.gpu_limit} GPUs (GrpTRES)" if team.gpu_limit is not None
                else "")
+        note = _q(acct.description)
         lines += ["", f"# team {team.name}: {about}{cap}",
-                  f"sm add account {_q(team.name)} Cluster={_q(desc.name)} "
-                  f"Description={_q(note)}"]
-        limit = f"gres/gpu={team.gpu_limit}" if team.gpu_limit is not None else "gres/gpu=-1"
-        mod = [f"GrpTRES={limit}", f"Description={_q(note)}"]
-        if qos:
-            mod.append(f"QOS={qos}")
-        lines.append(f"sm modify account where name={_q(team.name)} cluster={_q(desc.name)} "
+                  f"sm add account {_q(acct.name)} Cluster={cluster} Description={note}"]
+        mod = [f"GrpTRES={gpu_limit_tres(acct.gpu_limit)}", f"Description={note}"]
+        if acct.qos:
+            mod.append(f"QOS={','.join(acct.qos)}")
+        lines.append(f"sm modify account where name={_q(acct.name)} cluster={cluster} "
                      f"set {' '.join(mod)}")
-        for user in team.users:
-            lines.append(f"sm add user {_q(user)} Account={_q(team.name)} "
-                         f"Cluster={_q(desc.name)}")
-            if qos and default:
-                lines.append(f"sm modify user where name={_q(user)} account={_q(team.name)} "
-                             f"cluster={_q(desc.name)} set QOS={qos} DefaultQOS={default}")
+        for user in (u for u in setup.users if u.account == acct.name):
+            # A user's default account is the first team listing them (also for a user who
+            # exists already, such as root in the root account).
+            default = (f" DefaultAccount={_q(user.default_account)}"
+                       if user.default_account == user.account else "")
+            lines.append(f"sm add user {_q(user.name)} Account={_q(acct.name)} "
+                         f"Cluster={cluster}{default}")
+            if user.qos and user.default_qos:
+                lines.append(f"sm modify user where name={_q(user.name)} "
+                             f"account={_q(acct.name)} cluster={cluster} "
+                             f"set QOS={','.join(user.qos)} DefaultQOS={user.default_qos}")
     return "\n".join(lines) + "\n"

@@ -55,6 +55,11 @@ def _base(desc: ClusterDescription, dep: Deployment) -> list[str]:
     return lines
 
 
+def _def_mem_per_cpu(desc: ClusterDescription) -> int:
+    """Memory per CPU (MB) that fits every node type: the smallest RealMemory / CPUs."""
+    return max(1, min((nt.memory_mb // nt.cpus for _, nt in desc.nodes()), default=1))
+
+
 def _scheduling(desc: ClusterDescription, dep: Deployment) -> list[str]:
     native = dep.preemption is PreemptionMode.NATIVE
     sched = list(dep.scheduler_parameters)
@@ -63,6 +68,9 @@ def _scheduling(desc: ClusterDescription, dep: Deployment) -> list[str]:
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres  # GPUs are allocated individually (gres/gpu)",
         "SelectTypeParameters=CR_Core_Memory",
+        # Without a default, a job that asks for no memory is given all of the node's memory,
+        # and GPU jobs could no longer share a node.
+        f"DefMemPerCPU={_def_mem_per_cpu(desc)}  # a job without --mem gets this per CPU",
         "GresTypes=gpu",
     ]
     if desc.switches:

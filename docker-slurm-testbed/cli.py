@@ -137,8 +137,21 @@ def env(docker: bool, state_dir: Path) -> None:
 @_DOCKER
 @_STATE_DIR
 def down(docker: bool, state_dir: Path) -> None:
-    """Stop everything the testbed started (by PID); quiet and exit 0 if nothing is up."""
+    """Stop everything the testbed started (by PID); quiet and exit 0 if nothing is up.
+
+    Without --docker, a Docker testbed recorded in the same state dir is removed too.
+    """
     if docker:
         _docker_mode().down(state_dir, echo=click.echo)
-    else:
-        local.down(state_dir, echo=click.echo)
+        return
+    local.down(state_dir, echo=click.echo)
+    if not (state_dir / local.DOCKER_STATE_FILE).exists():
+        return
+    retry = f"hai-slurm testbed down --docker --state-dir {shlex.quote(str(state_dir))}"
+    try:
+        mode = _docker_mode()
+        click.echo(f"removing the Docker testbed recorded in {state_dir}")
+        mode.down(state_dir, echo=click.echo)
+    except TestbedError as err:
+        raise TestbedError(f"a Docker testbed is recorded in {state_dir} but could not be "
+                           f"removed: {err}. Once that is fixed, run: {retry}") from None

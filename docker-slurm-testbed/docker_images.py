@@ -26,6 +26,10 @@ IMAGE_REPO = "hai-slurm-testbed"
 SUITES = ("bookworm", "trixie", "sid")
 """Debian suites the image is built for: Slurm 22.05, 24.11 and 26.05 (issue 7's matrix)."""
 
+SLURM_SERIES = {"bookworm": "22.05", "trixie": "24.11", "sid": "26.05"}
+"""The Slurm release series each suite's slurm-wlm package gave when last checked (bookworm
+22.05.8, trixie 24.11.5, sid 26.05.5). sid moves on: the version-matrix tests say so when it does."""
+
 CONTEXT_FILES = ("Dockerfile", "entrypoint.sh")
 
 

@@ -3,7 +3,8 @@
 The same :class:`~.shape.ClusterShape` runs in two layouts. The local layout (:func:`local_layout`)
 puts every daemon on 127.0.0.1 with its own port and every file under one state directory; the
 Docker layout (built by the Docker mode) gives each node a container hostname and default ports.
-:mod:`.render` turns ``(shape, layout)`` into configuration text and never looks anywhere else.
+:mod:`.render` turns ``(shape, layout)`` into a :mod:`hai_slurm.conf` description and deployment,
+then into configuration text, and never looks anywhere else.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
 
+from hai_slurm.conf.deployment import DEFAULT_SLURM_VERSION, SlurmVersion
 from hai_slurm.errors import ConfigError
 
 from .shape import ClusterShape
@@ -33,9 +35,9 @@ class NodeLayout:
 class Layout:
     """Addresses and paths, as the daemons see them (inside containers for Docker).
 
-    ``slurmd_spool_dir``, ``slurmd_log_file`` and ``slurmd_pid_file`` may contain ``%n`` (node
-    name), which Slurm expands; several slurmd on one host need it. ``munge_socket`` None means
-    munge's default socket.
+    ``multiple_slurmd``: several slurmd on one host, so slurmd's spool dir, log and pid file get
+    ``-%n`` (node name, expanded by Slurm). ``munge_socket`` None means munge's default socket.
+    ``slurm_version`` is the release the daemons run (it decides a few moved keys).
     """
 
     controller_hostname: str
@@ -55,19 +57,16 @@ class Layout:
     log_dir: str
     run_dir: str
     device_dir: str
-    slurmd_spool_dir: str
+    spool_dir: str
+    multiple_slurmd: bool
     munge_socket: str | None
     slurm_user: str = "root"
+    slurm_version: SlurmVersion = DEFAULT_SLURM_VERSION
 
     @property
     def slurmctld_log_file(self) -> str:
         """slurmctld's log file."""
         return f"{self.log_dir}/slurmctld.log"
-
-    @property
-    def slurmd_log_file(self) -> str:
-        """slurmd's log file pattern (``%n`` = node name)."""
-        return f"{self.log_dir}/slurmd-%n.log"
 
     @property
     def slurmdbd_log_file(self) -> str:
@@ -128,7 +127,8 @@ class Ports:
 
 
 def local_layout(shape: ClusterShape, ports: Ports, state_dir: Path, hostname: str,
-                 storage_pass: str) -> Layout:
+                 storage_pass: str,
+                 slurm_version: SlurmVersion = DEFAULT_SLURM_VERSION) -> Layout:
     """Everything on 127.0.0.1 with one port per node, every path under ``state_dir``."""
     root = str(state_dir.resolve())
     nodes = tuple(NodeLayout(name, hostname, "127.0.0.1", ports.slurmd_base + i)
@@ -141,5 +141,6 @@ def local_layout(shape: ClusterShape, ports: Ports, state_dir: Path, hostname: s
         storage_pass=storage_pass, storage_db="slurm_acct_db",
         etc_dir=f"{root}/etc", state_save_dir=f"{root}/ctld", log_dir=f"{root}/log",
         run_dir=f"{root}/run", device_dir=f"{root}/dev",
-        slurmd_spool_dir=f"{root}/spool/slurmd-%n", munge_socket=f"{root}/munge/munge.socket",
+        spool_dir=f"{root}/spool/slurmd", multiple_slurmd=True,
+        munge_socket=f"{root}/munge/munge.socket", slurm_version=slurm_version,
     )

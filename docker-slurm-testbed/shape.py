@@ -1,25 +1,21 @@
 """What the test cluster looks like: nodes, fake GPUs, sockets, switches, accounting, preemption.
 
 :class:`ClusterShape` is a frozen value, validated on construction; both the local-process mode and
-the Docker mode render their configuration from the same shape (see :mod:`.render`).
+the Docker mode render their configuration from the same shape (see :mod:`.render`, which turns it
+into a :mod:`hai_slurm.conf` cluster description). :class:`PreemptionMode` is conf's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 
+from hai_slurm.conf.deployment import PreemptionMode
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.classes import PriorityClass
 
-
-class PreemptionMode(StrEnum):
-    """Who preempts: our daemon (Slurm never does) or Slurm itself through QOS."""
-
-    DAEMON = "daemon"
-    NATIVE = "native"
-
+__all__ = ["ClusterShape", "GpuPlacement", "PreemptionMode", "parse_grace_times",
+           "parse_preemption"]
 
 def _default_grace() -> tuple[tuple[PriorityClass, int], ...]:
     return tuple((cls, 0) for cls in PriorityClass)

@@ -1,10 +1,15 @@
-"""Slurm host lists and GRES strings: pure text helpers shared by the parsers and the fake."""
+"""Slurm host lists and GRES strings: pure text helpers shared by the parsers and the fake.
+
+Host lists are expanded and compressed by :mod:`hai_slurm.conf.hostlist` (the one implementation);
+the wrappers here only make it tolerant of what Slurm prints.
+"""
 
 from __future__ import annotations
 
 import re
 
-_BRACKET = re.compile(r"\[([^\]]*)\]")
+from hai_slurm.conf.hostlist import compress, expand
+from hai_slurm.errors import ConfigError
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -26,66 +31,39 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _expand_one(name: str) -> list[str]:
-    m = _BRACKET.search(name)
-    if m is None:
-        return [name]
-    head, tail = name[: m.start()], name[m.end():]
-    out: list[str] = []
-    for rng in m.group(1).split(","):
-        rng = rng.strip()
-        if not rng:
-            continue
-        lo, _, hi = rng.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise ValueError(f"bad range {rng!r} in host list {name!r}")
-        width = len(lo)
-        for i in range(int(lo), int(hi or lo) + 1):
-            out.extend(_expand_one(f"{head}{i:0{width}d}{tail}"))
-    return out
+def _expand_term(term: str) -> list[str]:
+    try:
+        return expand(term)
+    except ConfigError as err:
+        if "[" not in term and "]" not in term:
+            return [term]  # a plain name with characters conf refuses in descriptions: keep it
+        raise ValueError(f"{err} (Slurm output)") from None
 
 
 def expand_hostlist(text: str | None) -> tuple[str, ...]:
     """Expand ``"n[1-3,07],gpu-a"`` to ``("n1", "n2", "n3", "n07", "gpu-a")``.
 
-    Empty text, ``"(null)"`` and ``"None assigned"`` give an empty tuple.
+    Empty text, ``"(null)"`` and ``"None assigned"`` give an empty tuple. Expansion is
+    :func:`hai_slurm.conf.hostlist.expand`, made tolerant for Slurm's output: a plain name it
+    would refuse is kept as it is; only a broken bracket expression raises :class:`ValueError`.
     """
     if not text or text in ("(null)", "None assigned", "N/A"):
         return ()
-    out: list[str] = []
+    out: dict[str, None] = {}
     for part in split_top_level(text):
-        out.extend(_expand_one(part))
+        out.update(dict.fromkeys(_expand_term(part)))
     return tuple(out)
 
 
 def compress_hostlist(names: tuple[str, ...] | list[str]) -> str:
-    """The inverse of :func:`expand_hostlist` for simple ``prefixNUMBER`` names (order kept)."""
-    groups: list[tuple[str, list[str]]] = []
-    for name in names:
-        m = re.fullmatch(r"(.*?)(\d+)", name)
-        prefix, num = (m.group(1), m.group(2)) if m else (name, "")
-        if groups and groups[-1][0] == prefix and num and groups[-1][1]:
-            groups[-1][1].append(num)
-        else:
-            groups.append((prefix, [num] if num else []))
-    parts: list[str] = []
-    for prefix, nums in groups:
-        if not nums:
-            parts.append(prefix)
-        elif len(nums) == 1:
-            parts.append(prefix + nums[0])
-        else:
-            runs: list[str] = []
-            start = prev = nums[0]
-            for n in [*nums[1:], None]:
-                if n is not None and int(n) == int(prev) + 1 and len(n) == len(prev):
-                    prev = n
-                    continue
-                runs.append(start if start == prev else f"{start}-{prev}")
-                if n is not None:
-                    start = prev = n
-            parts.append(f"{prefix}[{','.join(runs)}]")
-    return ",".join(parts)
+    """The hostlist expression of ``names`` (:func:`hai_slurm.conf.hostlist.compress`; canonical
+    order, ``""`` for no names; names it refuses are simply joined with commas)."""
+    if not names:
+        return ""
+    try:
+        return compress(names)
+    except ConfigError:
+        return ",".join(names)
 
 
 def gres_gpu_count(spec: str | None) -> int:

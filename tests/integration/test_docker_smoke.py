@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from hai_slurm.cli import cli
 from hai_slurm.errors import TestbedError
 from hai_slurm.testbed import docker_images, docker_mode
 from hai_slurm.testbed.shape import ClusterShape
@@ -104,14 +106,20 @@ def test_status_lists_every_container_running(cluster: Path) -> None:
 
 def test_down_removes_every_container_network_and_volume(client: Any,
                                                          tmp_path: Path) -> None:
-    """up then down on a fresh state dir leaves nothing labelled with its id; down again is []."""
+    """up then down on a fresh state dir leaves nothing labelled with its id; down again is [].
+
+    The down is `hai-slurm testbed down` *without* --docker: it finds the recorded Docker testbed.
+    """
     shape = ClusterShape(nodes=2, gpus_per_node=2, leaf_switch_count=2, accounting=False)
     tid = docker_mode.testbed_id(tmp_path)
     try:
         docker_mode.up(shape, state_dir=tmp_path, suite=SUITE, build=False)
         assert len(_leftovers(client, tid)) == 5  # ctl, n1, n2, the network, the volume
     finally:
-        removed = docker_mode.down(tmp_path)
+        res = CliRunner().invoke(cli, ["testbed", "down", "--state-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    removed = [ln.removeprefix("removed ") for ln in res.output.splitlines()
+               if ln.startswith("removed ")]
     assert _leftovers(client, tid) == []
     assert sorted(removed) == sorted([f"hai-slurm-{tid}-ctl", f"hai-slurm-{tid}-n1",
                                       f"hai-slurm-{tid}-n2", f"network hai-slurm-{tid}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hai_slurm.testbed.render import hostlist
+from hai_slurm.conf.hostlist import compress
 from hai_slurm.testbed.waiting import check, parse_oneliner, show_nodes, wait_for
 
 
@@ -61,10 +61,10 @@ def test_scontrol_show_topology_matches_shape(testbed):
     leaves = testbed.shape.leaf_switches()
     assert len(leaves) >= 2
     for leaf, nodes in leaves:
-        assert switches[leaf]["Nodes"] == hostlist(nodes)
+        assert switches[leaf]["Nodes"] == compress(nodes)
         assert switches[leaf]["Level"] == "0"
     assert switches["spine"]["Level"] == "1"
-    assert switches["spine"]["Switches"] == hostlist([leaf for leaf, _ in leaves])
+    assert switches["spine"]["Switches"] == compress([leaf for leaf, _ in leaves])
 
 
 def test_scontrol_show_node_matches_shape(testbed):

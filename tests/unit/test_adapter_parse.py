@@ -125,7 +125,7 @@ def test_2205_qos_recorded() -> None:
 # -- newer layouts (hand-written, see tests/data/slurm/README.md) --------------------------------
 def test_2411_wrapped_numbers_and_state_lists() -> None:
     """24.11 layout: number wrappers, job_state lists, gres/gpu specs, per-task GPUs."""
-    jobs = {j.job_id: j for j in parse_jobs(load("24.11/squeue.json"))}
+    jobs = {j.job_id: j for j in parse_jobs(load("24.11/hand-written/squeue.json"))}
     assert sorted(jobs) == [101, 102, 103, 104, 105, 107]       # 106 COMPLETED is dropped
     big = jobs[101]
     assert big.state is JobState.RUNNING and big.priority == 4000 and big.time_limit == 1440
@@ -143,12 +143,12 @@ def test_2411_wrapped_numbers_and_state_lists() -> None:
 
 def test_2411_nodes_and_partitions() -> None:
     """24.11 scontrol show nodes/partitions --json."""
-    nodes = {n.name: n for n in parse_nodes(load("24.11/scontrol-show-nodes.json"))}
+    nodes = {n.name: n for n in parse_nodes(load("24.11/hand-written/scontrol-show-nodes.json"))}
     assert nodes["gpu03"].state == "MIXED" and nodes["gpu03"].state_flags == ("COMPLETING",)
     assert nodes["gpu04"].gpus == 8 and nodes["gpu04"].gpus_used == 4
     assert not nodes["gpu04"].available and nodes["gpu04"].reason == "fan"
     assert nodes["gpu01"].gpus_used == 8
-    gpu, debug = parse_partitions_json(load("24.11/scontrol-show-partitions.json"))
+    gpu, debug = parse_partitions_json(load("24.11/hand-written/scontrol-show-partitions.json"))
     assert gpu.default and gpu.max_time == INFINITE and len(gpu.nodes) == 4
     assert not debug.default and debug.max_time == 60 and debug.priority_tier == 10
     assert debug.grace_time == 30
@@ -156,8 +156,8 @@ def test_2411_nodes_and_partitions() -> None:
 
 def test_2411_qos_with_preempt_lists() -> None:
     """Preempt lists, grace times and wall limits in sacctmgr's --parsable2 form."""
-    by = {q.name: q for q in parse_qos((DATA / "24.11/sacctmgr-show-qos.txt").read_text(),
-                                       QOS_FIELDS)}
+    text = (DATA / "24.11/hand-written/sacctmgr-show-qos.txt").read_text()
+    by = {q.name: q for q in parse_qos(text, QOS_FIELDS)}
     assert by["high"].preempt == ("low", "normal") and by["high"].grace_time == 120
     assert by["high"].max_wall == 2 * 24 * 60 and by["high"].flags == ("DenyOnLimit",
                                                                          "OverPartQOS")
@@ -167,13 +167,13 @@ def test_2411_qos_with_preempt_lists() -> None:
 
 def test_2605_unknown_fields_ignored_and_missing_tolerated() -> None:
     """Extra fields of a newer data_parser are ignored; absent optional fields do not break."""
-    jobs = {j.job_id: j for j in parse_jobs(load("26.05/squeue.json"))}
+    jobs = {j.job_id: j for j in parse_jobs(load("26.05/hand-written/squeue.json"))}
     assert jobs[2001].gpus_per_node == {"node-a1": 4, "node-a2": 4}
     assert jobs[2002].gpus_requested == 2 and not jobs[2002].held
-    nodes = {n.name: n for n in parse_nodes(load("26.05/scontrol-show-nodes.json"))}
+    nodes = {n.name: n for n in parse_nodes(load("26.05/hand-written/scontrol-show-nodes.json"))}
     assert nodes["node-b1"].state == "DOWN" and "NOT_RESPONDING" in nodes["node-b1"].state_flags
     assert not nodes["node-b1"].available and nodes["node-a2"].gpus_used == 4
-    (batch,) = parse_partitions_json(load("26.05/scontrol-show-partitions.json"))
+    (batch,) = parse_partitions_json(load("26.05/hand-written/scontrol-show-partitions.json"))
     assert batch.nodes == ("node-a1", "node-a2", "node-b1") and batch.max_time == 2880
 
 
@@ -233,7 +233,8 @@ def test_hostlists_round_trip() -> None:
     assert expand_hostlist("n[1-3,07],gpu-a") == ("n1", "n2", "n3", "n07", "gpu-a")
     assert expand_hostlist("r[1-2]-n[01-02]") == ("r1-n01", "r1-n02", "r2-n01", "r2-n02")
     assert expand_hostlist("") == () and expand_hostlist("(null)") == ()
-    assert compress_hostlist(("n1", "n2", "n3", "n5", "login")) == "n[1-3,5],login"
+    assert compress_hostlist(("n1", "n2", "n3", "n5", "login")) == "login,n[1-3,5]"
+    assert expand_hostlist("n1,weird+name") == ("n1", "weird+name")  # Slurm output: kept as is
     with pytest.raises(ValueError, match="bad range 'a-b'"):
         expand_hostlist("n[a-b]")
 

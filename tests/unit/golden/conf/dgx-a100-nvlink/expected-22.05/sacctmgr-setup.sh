@@ -64,13 +64,13 @@ done
 # team llm: quota 48 GPUs is a guarantee the daemon keeps, not a Slurm limit, so the team can borrow idle GPUs; hard cap 64 GPUs (GrpTRES)
 sm add account llm Cluster=dgx Description='hai quota gpu=48'
 sm modify account where name=llm cluster=dgx set GrpTRES=gres/gpu=64 Description='hai quota gpu=48' QOS=very_high,high,normal,low
-sm add user dave Account=llm Cluster=dgx
+sm add user dave Account=llm Cluster=dgx DefaultAccount=llm
 sm modify user where name=dave account=llm cluster=dgx set QOS=very_high,high,normal,low DefaultQOS=normal
-sm add user erin Account=llm Cluster=dgx
+sm add user erin Account=llm Cluster=dgx DefaultAccount=llm
 sm modify user where name=erin account=llm cluster=dgx set QOS=very_high,high,normal,low DefaultQOS=normal
 
 # team infra: no quota
 sm add account infra Cluster=dgx Description='hai no quota'
 sm modify account where name=infra cluster=dgx set GrpTRES=gres/gpu=-1 Description='hai no quota' QOS=extreme_high,normal
-sm add user root Account=infra Cluster=dgx
+sm add user root Account=infra Cluster=dgx DefaultAccount=infra
 sm modify user where name=root account=infra cluster=dgx set QOS=extreme_high,normal DefaultQOS=normal

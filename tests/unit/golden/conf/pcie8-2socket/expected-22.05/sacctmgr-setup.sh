@@ -39,11 +39,11 @@ sm modify qos where name=low set Priority=0 PreemptMode=cluster GraceTime=0
 # team research: quota 96 GPUs is a guarantee the daemon keeps, not a Slurm limit, so the team can borrow idle GPUs
 sm add account research Cluster=pcie Description='hai quota gpu=96'
 sm modify account where name=research cluster=pcie set GrpTRES=gres/gpu=-1 Description='hai quota gpu=96' QOS=high,normal,low
-sm add user alice Account=research Cluster=pcie
+sm add user alice Account=research Cluster=pcie DefaultAccount=research
 sm modify user where name=alice account=research cluster=pcie set QOS=high,normal,low DefaultQOS=normal
 
 # team prod: quota 32 GPUs is a guarantee the daemon keeps, not a Slurm limit, so the team can borrow idle GPUs
 sm add account prod Cluster=pcie Description='hai quota gpu=32'
 sm modify account where name=prod cluster=pcie set GrpTRES=gres/gpu=-1 Description='hai quota gpu=32' QOS=extreme_high,very_high,high,normal
-sm add user svc-train Account=prod Cluster=pcie
+sm add user svc-train Account=prod Cluster=pcie DefaultAccount=prod
 sm modify user where name=svc-train account=prod cluster=pcie set QOS=extreme_high,very_high,high,normal DefaultQOS=normal
