@@ -28,7 +28,8 @@ SUITES = ("bookworm", "trixie", "sid")
 
 SLURM_SERIES = {"bookworm": "22.05", "trixie": "24.11", "sid": "26.05"}
 """The Slurm release series each suite's slurm-wlm package gave when last checked (bookworm
-22.05.8, trixie 24.11.5, sid 26.05.5). sid moves on: the version-matrix tests say so when it does."""
+22.05.8, trixie 24.11.5, sid 26.05.5). sid moves on: the version-matrix tests say so when it
+does."""
 
 CONTEXT_FILES = ("Dockerfile", "entrypoint.sh")
 

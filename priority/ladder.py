@@ -10,9 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from hai_slurm.priority.classes import PriorityClass
-
 from hai_slurm.errors import ConfigError
+from hai_slurm.priority.classes import PriorityClass
 
 #: Classes from lowest to highest (LOW first), ordered by hai-platform weight.
 LADDER: tuple[PriorityClass, ...] = tuple(sorted(PriorityClass, key=lambda c: c.weight))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from hai_slurm.errors import ConfigError
 from hai_slurm.priority.ladder import parse_class
 from hai_slurm.priority.state import (
     AUTO,
@@ -29,8 +30,6 @@ from hai_slurm.priority.state import (
     Resources,
     RunningJob,
 )
-
-from hai_slurm.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

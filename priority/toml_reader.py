@@ -11,9 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hai_slurm.priority.ladder import suggest
-
 from hai_slurm.errors import ConfigError
+from hai_slurm.priority.ladder import suggest
 
 T = TypeVar("T")
 _HEADER = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]\s*(?:#.*)?$")

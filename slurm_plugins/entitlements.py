@@ -21,9 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hai_slurm.slurm_plugins.directives import CLASS_NAMES, CLASS_VALUES, TEAM_RE
-
 from hai_slurm.errors import ConfigError
+from hai_slurm.slurm_plugins.directives import CLASS_NAMES, CLASS_VALUES, TEAM_RE
 
 ANY = "*"
 FILE_NAME = "hai_entitlements.lua"

@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hai_slurm.errors import ConfigError, DirectiveError
 from hai_slurm.slurm_plugins import entitlements as ent_mod
 from hai_slurm.slurm_plugins.directives import (
     CLASS_NAMES,
@@ -29,10 +33,6 @@ from hai_slurm.slurm_plugins.entitlements import (
     validate_entitlements,
 )
 from hai_slurm.slurm_plugins.submit_check import evaluate_submission
-from hypothesis import given
-from hypothesis import strategies as st
-
-from hai_slurm.errors import ConfigError, DirectiveError
 
 INFO = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-a", preemptible=True, grace=60,
                   source=Source.DIRECTIVE, checkpoint_dir="/ckpt/run 1")

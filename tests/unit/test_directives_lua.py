@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from directive_cases import CASES, Case
+
+from hai_slurm.errors import DirectiveError
 from hai_slurm.slurm_plugins import entitlements as ent_mod
 from hai_slurm.slurm_plugins.entitlements import (
     AccountRule,
@@ -23,8 +25,6 @@ from hai_slurm.slurm_plugins.entitlements import (
     render_entitlements,
 )
 from hai_slurm.slurm_plugins.submit_check import evaluate_submission
-
-from hai_slurm.errors import DirectiveError
 
 PLUGINS = Path(ent_mod.__file__).parent
 HARNESS = Path(__file__).with_name("lua_job_submit_harness.lua")

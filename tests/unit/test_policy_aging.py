@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
 from hai_slurm.priority.aging import age, aging_step
 from hai_slurm.priority.classes import PriorityClass as P
 from hai_slurm.priority.config import AgingConfig, DecayConfig, PolicyConfig

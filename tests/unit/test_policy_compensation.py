@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hai_slurm.priority.aging import compensation_boost, credit_deltas, lost_work
 from hai_slurm.priority.classes import PriorityClass as P
 from hai_slurm.priority.config import CompensationConfig, PolicyConfig
@@ -12,8 +15,6 @@ from hai_slurm.priority.policy import compute_priorities
 from hai_slurm.priority.scoring import BAND, BASE
 from hai_slurm.priority.state import PendingJob, PolicyResult, Resources
 from hai_slurm.priority.testing import NOW, pending_job, running_job
-from hypothesis import given
-from hypothesis import strategies as st
 
 CLUSTER = Resources(16, 256, 16 * 256 * 1024)
 CFG = CompensationConfig(per_restart=600, per_wait=0.5, step=600, cap=7200)

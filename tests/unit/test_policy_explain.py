@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
+
+from hai_slurm.cli import cli
 from hai_slurm.priority.classes import PriorityClass as P
 from hai_slurm.priority.config import PolicyConfig, TeamQuota
 from hai_slurm.priority.explain import explain, explain_running
 from hai_slurm.priority.policy import compute_priorities
 from hai_slurm.priority.state import AUTO, ClassSource, EventKind, FairnessEvent, Resources
 from hai_slurm.priority.testing import NOW, pending_job, running_job
-
-from hai_slurm.cli import cli
 
 CLUSTER = Resources(16, 256, 16 * 256 * 1024)
 CONFIG = PolicyConfig(teams={"vision": TeamQuota(gpus=8, class_gpus={P.HIGH: 4})})

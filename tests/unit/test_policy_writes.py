@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hai_slurm.priority.classes import PriorityClass as P
 from hai_slurm.priority.policy import compute_priorities
 from hai_slurm.priority.scoring import choose_epoch, diff_priorities, time_span
 from hai_slurm.priority.state import PendingJob, PolicyResult
 from hai_slurm.priority.testing import NOW, Workload, pending_job, synthetic_cluster
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 @pytest.fixture(scope="module")
