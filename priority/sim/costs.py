@@ -1,0 +1,43 @@
+"""What a preemption costs, in simulated seconds (all integers, so runs are exact).
+
+* checkpoint time when asked to save: ``checkpoint_base + checkpoint_per_gpu * GPUs`` (bigger
+  jobs hold more state);
+* restart overhead: every run after a requeue spends ``restart_base + restart_per_node * nodes``
+  loading the checkpoint before it makes progress again;
+* Slurm's requeue delay: a requeued job may start again ``requeue_delay`` s later
+  (``cred_expire`` + 1, 11 s with Slurm's default);
+* policies that kill (slurm-multifactor) lose the work since the job's last *periodic* checkpoint,
+  taken every ``checkpoint_interval`` s of progress; ``grace_time`` is Slurm's GraceTime between
+  the preemption signal and the kill.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Preemption costs (see the module docstring). Seconds."""
+
+    checkpoint_base: int = 30
+    checkpoint_per_gpu: int = 5
+    restart_base: int = 60
+    restart_per_node: int = 10
+    requeue_delay: int = 11
+    checkpoint_interval: int = 3600
+    grace_time: int = 120
+
+    def checkpoint_time(self, gpus: int) -> int:
+        """Seconds a job of ``gpus`` GPUs needs to write a checkpoint on request."""
+        return self.checkpoint_base + self.checkpoint_per_gpu * gpus
+
+    def restart_time(self, nodes: int) -> int:
+        """Seconds a restarted job spends before it makes progress again."""
+        return self.restart_base + self.restart_per_node * max(1, nodes)
+
+    def saved_by_periodic(self, progress: int) -> int:
+        """Progress kept by periodic checkpoints when a job that made ``progress`` is killed."""
+        if self.checkpoint_interval <= 0:
+            return 0
+        return progress // self.checkpoint_interval * self.checkpoint_interval

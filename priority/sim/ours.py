@@ -1,0 +1,133 @@
+"""The ``hai-slurm`` policy in the simulator: the daemon's own cycle and planner, unchanged.
+
+Each cycle does what :class:`hai_slurm.priority.daemon.Daemon` does, without its database: one
+snapshot of the (simulated) Slurm, :func:`hai_slurm.priority.cycle.decide` with the tracked jobs,
+fairness events, protections and policy state kept in memory, priority writes through
+``set_priorities``; then the planner's inputs are built with :mod:`~hai_slurm.priority.plan_inputs`
+and :func:`~hai_slurm.priority.planner.plan_preemptions` chooses victims. Executing a plan is the
+executor's protocol as a cost: victims are signalled, checkpoint (the cost model's time for their
+size; the plan waits for the slowest), are requeued, and the beneficiary is pinned to the plan's
+nodes. Fairness events (preempted / preempting) and the victims' checkpoint times go back into
+the tracked state, as the executor records them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import replace
+
+from hai_slurm.priority.config import DaemonConfig
+from hai_slurm.priority.cycle import decide
+from hai_slurm.priority.plan_inputs import holders_from_policy, waiting_from_policy
+from hai_slurm.priority.plan_types import PlannerConfig, PlanSnapshot
+from hai_slurm.priority.planner import plan_preemptions
+from hai_slurm.priority.sim.engine import Engine, Mode, SimJob
+from hai_slurm.priority.state import PendingJob, PolicyResult, PolicyState, RunningJob
+from hai_slurm.priority.store import FairnessEvent, Protection, TrackedJob
+from hai_slurm.priority.store.states import EventKind
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+
+
+class HaiSlurm:
+    """Our policy: the daemon's cycle (policy + planner) every ``intervals.cycle`` seconds."""
+
+    name = "hai-slurm"
+    mode = Mode.CHECKPOINT
+
+    def __init__(self, config: DaemonConfig, planner: PlannerConfig) -> None:
+        self.config = config
+        self.planner = planner
+        self.cycle: int | None = max(1, round(config.intervals.cycle))
+        self.engine: Engine | None = None
+        self.tracked: dict[int, TrackedJob] = {}
+        self.events: deque[FairnessEvent] = deque()
+        self.protections: dict[str, Protection] = {}
+        self.state = PolicyState()
+        self.inflight: dict[int, int] = {}
+        self.counts: Counter[str] = Counter()
+
+    def attach(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @property
+    def eng(self) -> Engine:
+        assert self.engine is not None, "attach() first"
+        return self.engine
+
+    def submit_args(self, job: SimJob) -> dict[str, str | int]:
+        """What job_submit.lua would have recorded for the job: class, team, grace."""
+        cls = job.trace.cls
+        info = HaiJobInfo(priority=cls.value, job_class=cls.value, team=job.trace.team,
+                          preemptible=True, grace=self.eng.costs.checkpoint_time(job.gpus),
+                          source=Source.DIRECTIVE)
+        return {"qos": cls.qos, "priority": 1, "admin_comment": format_admin_comment(info)}
+
+    def on_step(self, now: int) -> None:
+        return None
+
+    def on_cycle(self, now: int) -> None:
+        """One daemon cycle at ``now`` (see the module docstring)."""
+        eng = self.eng
+        slurm = eng.slurm
+        policy = self.config.policy
+        snap = slurm.snapshot()
+        window = now - policy.fairness.window
+        while self.events and self.events[0].at < window:
+            self.events.popleft()
+        protections = {t: p for t, p in self.protections.items() if p.until > now}
+        d = decide(snap, tracked=self.tracked, events=tuple(self.events), state=self.state,
+                   protections=protections, config=policy, now=float(now))
+        if d.writes:
+            slurm.set_priorities(d.writes)
+        for rec in d.jobs:
+            self.tracked[rec.job_id] = rec
+        for jid in d.forget:
+            self.tracked.pop(jid, None)
+        for p in d.protections:
+            self.protections[p.team] = p
+        self.state = d.state
+        ch = d.changes
+        self.counts.update({"promotions": len(ch.promotions), "demotions": len(ch.demotions),
+                            "decays": len(ch.decays), "protections": len(ch.protections)})
+        self._plan(d.inputs.pending, d.inputs.running, d.result, float(snap.time), now)
+
+    def _plan(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
+              result: PolicyResult, taken_at: float, now: int) -> None:
+        eng = self.eng
+        slurm = eng.slurm
+        self.inflight = {b: t for b, t in self.inflight.items() if t > now}
+        if not pending:
+            return
+        gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
+        holders = tuple(
+            replace(h, last_checkpoint=eng.periodic_checkpoint(job, now),
+                    preemptible=h.preemptible and job.signalled is None)
+            for h in holders_from_policy(running, result.running, gpus)
+            for job in (eng.by_slurm[h.job_id],))
+        waiting_jobs = [p for p in pending if p.job_id not in self.inflight]
+        nodes = {p.job_id: eng.by_slurm[p.job_id].nodes for p in waiting_jobs
+                 if eng.by_slurm[p.job_id].trace.nodes > 0}
+        waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes)
+        plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at),
+                                 config=self.planner, now=float(now))
+        if plans.refused:
+            self.counts["plans_refused"] += 1
+        for plan in plans.plans:
+            delay = max(eng.costs.checkpoint_time(eng.by_slurm[v].gpus)
+                        for v in plan.victim_ids)
+            eng.preempt(plan.victim_ids, plan.beneficiary, nodes=plan.nodes, delay=delay)
+            self.inflight[plan.beneficiary] = now + delay + eng.costs.requeue_delay + 1
+            self.counts["plans"] += 1
+            ben = eng.by_slurm[plan.beneficiary]
+            self.events.append(FairnessEvent(ben.trace.team, ben.trace.user or ben.trace.team,
+                                             EventKind.PREEMPTING, float(now),
+                                             job_id=plan.beneficiary))
+            for v in plan.victims:
+                vj = eng.by_slurm[v.job_id]
+                self.events.append(FairnessEvent(v.team, vj.trace.user or v.team,
+                                                 EventKind.PREEMPTED, float(now),
+                                                 job_id=v.job_id))
+                t = self.tracked.get(v.job_id)
+                if t is not None:
+                    self.tracked[v.job_id] = replace(t, preemptions=t.preemptions + 1,
+                                                     checkpoint_at=float(now))

@@ -1,0 +1,222 @@
+"""SimSlurm: FakeSlurm with a cons_tres + topology/tree allocator over the cluster's tree.
+
+Everything but placement is :class:`~hai_slurm.slurm_plugins.fake.FakeSlurm` (submit, priorities,
+requeue with its delay, signals, snapshots). :meth:`SimSlurm.schedule` starts pending jobs in
+priority order (ties: submit time, job id) on exact GPUs chosen by the planner's placement code
+(:mod:`hai_slurm.priority.placement`): inside a node the lowest cell with room, best fit; a
+multi-node job under one leaf switch when one can hold it, else across leaves (topology/tree
+without ``--switches``). With ``backfill`` (the default here) a job that does not fit does not
+block lower ones; without it the first job that does not fit stops the pass, as Slurm's main
+scheduler does. A job may be *pinned* to nodes (``ReqNodeList``), as the preemption executor does
+for a beneficiary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from hai_slurm.conf.topology import GpuRef, Level, Topology
+from hai_slurm.priority.placement import ClusterView, Placement, place_free
+from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
+from hai_slurm.slurm_plugins.types import ActionResult, JobIds, JobState
+
+PARTITION = "gpu"
+
+
+class SimSlurm(FakeSlurm):
+    """FakeSlurm that places jobs on exact GPUs of a topology tree (see the module docstring)."""
+
+    def __init__(self, topology: Topology, *, now: int, requeue_delay: int = 0,
+                 backfill: bool = True) -> None:
+        view = ClusterView(topology)
+        nodes = [FakeNode(name, gpus=layout.full.bit_count(), cpus=1_000_000,
+                          memory_mb=1_000_000, partitions=(PARTITION,))
+                 for name, layout in view.nodes.items()]
+        super().__init__(nodes, now=now, requeue_delay=requeue_delay, backfill=backfill)
+        self.topology = topology
+        self.view = view
+        self.total_gpus = sum(n.gpus for n in nodes)
+        self.used_gpus = 0
+        self.placed: dict[int, tuple[tuple[str, int], ...]] = {}
+        """Exact GPUs (node, bit mask) of every running job."""
+        self.pins: dict[int, tuple[str, ...]] = {}
+        self._pending: set[int] = set()
+        # Nodes by free GPU count, node layouts by shape, and picks already worked out: a
+        # single-node placement then looks at few nodes instead of all (same choice, see
+        # _place_one).
+        top = view.max_node_gpus
+        self._buckets: list[set[str]] = [set() for _ in range(top + 1)]
+        shapes: dict[tuple[tuple[int, int, tuple[int, ...]], ...], int] = {}
+        self._shape_of: dict[str, int] = {}
+        for name, layout in view.nodes.items():
+            key = tuple((int(c.level), c.mask, c.children) for c in layout.cells)
+            self._shape_of[name] = shapes.setdefault(key, len(shapes))
+            self._buckets[layout.full.bit_count()].add(name)
+        self.min_level = [min((int(c.level) for layout in view.nodes.values()
+                                for c in layout.cells if c.mask.bit_count() >= k),
+                               default=int(Level.NODE)) for k in range(top + 1)]
+        self._picks: dict[tuple[int, int, int], tuple[Level, int] | None] = {}
+
+    # -- jobs in and out ----------------------------------------------------------------------
+    def submit_gpus(self, *, gpus: int, nodes: int, name: str, user: str, account: str,
+                    admin_comment: str = "", qos: str = "normal", priority: int = 1) -> int:
+        """Queue a job for ``nodes`` x (``gpus`` / ``nodes``) GPUs; its id."""
+        jid = self.submit(name=name, user=user, account=account, qos=qos, nodes=nodes,
+                          gpus_per_node=gpus // nodes, cpus_per_node=0,
+                          admin_comment=admin_comment, priority=priority)
+        self._pending.add(jid)
+        return jid
+
+    def _move(self, node: str, before: int) -> None:
+        self._buckets[before].discard(node)
+        self._buckets[self.view.free(node).bit_count()].add(node)
+
+    def _release(self, job_ids: Iterable[int]) -> None:
+        view = self.view
+        for jid in job_ids:
+            masks = self.placed.pop(jid, ())
+            for node, mask in masks:
+                before = view.free(node).bit_count()
+                view.busy[node] &= ~mask
+                view.group_free[view.nodes[node].group] += mask.bit_count()
+                self.used_gpus -= mask.bit_count()
+                self._move(node, before)
+
+    def finish(self, job_id: int, state: JobState = JobState.COMPLETED) -> None:
+        """The job's program ended: free its GPUs."""
+        super().finish(job_id, state)
+        self._release((job_id,))
+        self._pending.discard(job_id)
+
+    def _requeued(self, result: ActionResult) -> ActionResult:
+        self._release(result.done)
+        self._pending.update(result.done)
+        return result
+
+    def requeue(self, job_ids: JobIds) -> ActionResult:
+        """Slurm's requeue; the GPUs are free at once."""
+        return self._requeued(super().requeue(job_ids))
+
+    def requeue_hold(self, job_ids: JobIds) -> ActionResult:
+        """Slurm's requeuehold; the GPUs are free at once."""
+        return self._requeued(super().requeue_hold(job_ids))
+
+    def cancel(self, job_ids: JobIds) -> ActionResult:
+        """Cancel: a running job frees its GPUs, a pending one leaves the queue."""
+        result = super().cancel(job_ids)
+        self._release(result.done)
+        self._pending.difference_update(result.done)
+        return result
+
+    def pin(self, job_id: int, nodes: tuple[str, ...]) -> None:
+        """Restrict a pending job to ``nodes`` (``scontrol update JobId=.. ReqNodeList=..``)."""
+        self.pins[job_id] = nodes
+
+    # -- placement -----------------------------------------------------------------------------
+    def gpus_of(self, job_id: int) -> tuple[GpuRef, ...]:
+        """The exact GPUs a running job holds (what gres_detail shows)."""
+        return tuple(sorted(g for node, mask in self.placed.get(job_id, ())
+                            for g in self.view.nodes[node].gpus(mask)))
+
+    def _place_one(self, count: int) -> Placement | None:
+        """The single-node placement :func:`~hai_slurm.priority.placement.place_free` chooses:
+        the least (in-node level, free GPUs, free GPUs of the leaf, node order). Nodes are
+        visited by free count, lowest first, and the walk stops once no fuller node can have a
+        lower level."""
+        view = self.view
+        best: tuple[tuple[int, int, int, int], str, int] | None = None
+        for have in range(count, len(self._buckets)):
+            for name in self._buckets[have]:
+                layout = view.nodes[name]
+                free = layout.full & ~view.busy[name]
+                key = (self._shape_of[name], free, count)
+                if key in self._picks:
+                    got = self._picks[key]
+                else:
+                    got = self._picks[key] = layout.pick(free, count)
+                if got is None:
+                    continue
+                rank = (int(got[0]), have, view.group_free[layout.group], layout.order)
+                if best is None or rank < best[0]:
+                    best = (rank, name, got[1])
+            if best is not None and best[0][0] <= self.min_level[count]:
+                break
+        if best is None:
+            return None
+        return Placement(((best[1], best[2]),), Level(best[0][0]))
+
+    def _place_pinned(self, nodes: int, per_node: int, allowed: tuple[str, ...]
+                      ) -> Placement | None:
+        options = []
+        for name in allowed:
+            layout = self.view.nodes.get(name)
+            if layout is None:
+                continue
+            got = layout.pick(self.view.free(name), per_node)
+            if got is not None:
+                options.append((int(got[0]), layout.order, name, got[1]))
+        if len(options) < nodes:
+            return None
+        options.sort()
+        chosen = options[:nodes]
+        return Placement(tuple(sorted((n, m) for _, _, n, m in chosen)),
+                         Level(max(o[0] for o in chosen)))
+
+    def schedule(self, now: int | None = None) -> tuple[int, ...]:
+        """Start pending jobs in priority order on exact GPUs; return the started ids."""
+        if now is not None:
+            self.advance(now)
+        if not self._pending:
+            return ()
+        jobs = self.jobs
+        queue = sorted((jobs[j] for j in self._pending),
+                       key=lambda j: (-j.priority, j.submit_time, j.job_id))
+        started: list[int] = []
+        failed: dict[int, int] = {}   # nodes -> smallest GPUs per node that did not fit
+        free_total = self.total_gpus - self.used_gpus
+        for j in queue:
+            if j.held or j.priority == 0:
+                continue
+            if j.eligible_time > self.now:
+                j.reason = "BeginTime"
+                continue
+            need = j.gpus_per_node * j.node_count
+            pinned = self.pins.get(j.job_id)
+            if need > free_total or (pinned is None and j.gpus_per_node >= failed.get(
+                    j.node_count, j.gpus_per_node + 1)):
+                got = None
+            elif pinned is not None:
+                got = self._place_pinned(j.node_count, j.gpus_per_node, pinned)
+            else:
+                got = self._place_one(j.gpus_per_node) if j.node_count == 1 else place_free(
+                    self.view, j.node_count, j.gpus_per_node, cross_leaf=True)
+                if got is None:
+                    failed[j.node_count] = j.gpus_per_node
+            if got is None:
+                j.reason = "Resources"
+                if not self.backfill:
+                    break
+                continue
+            for node, mask in got.masks:
+                before = self.view.free(node).bit_count()
+                self.view.occupy(node, mask)
+                self._move(node, before)
+            self.placed[j.job_id] = got.masks
+            self.used_gpus += need
+            free_total -= need
+            j.nodes = got.nodes
+            j.state, j.reason, j.start_time = JobState.RUNNING, "None", self.now
+            self._pending.discard(j.job_id)
+            self.pins.pop(j.job_id, None)
+            started.append(j.job_id)
+            if free_total <= 0:
+                break
+        return tuple(started)
+
+    def pending_ids(self) -> frozenset[int]:
+        """Ids of the jobs waiting in the queue."""
+        return frozenset(self._pending)
+
+    def running_masks(self) -> Mapping[int, tuple[tuple[str, int], ...]]:
+        """Exact GPUs per running job."""
+        return self.placed

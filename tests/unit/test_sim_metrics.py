@@ -1,0 +1,58 @@
+"""Metric helpers: percentiles, Jain's index, lost GPU time, allocation, fragmentation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hai_slurm.priority.classes import PriorityClass as P
+from hai_slurm.priority.config import PolicyConfig
+from hai_slurm.priority.plan_testing import gpu_cluster
+from hai_slurm.priority.sim.baselines import HaiPlatform
+from hai_slurm.priority.sim.engine import Engine
+from hai_slurm.priority.sim.metrics import jain, percentile, summarize
+from hai_slurm.priority.sim.trace import Trace, TraceJob, read_generic
+
+DATA = Path(__file__).parent.parent / "data" / "traces"
+BOUNDS = {c: p.max_wait for c, p in PolicyConfig().classes.items()}
+
+
+def test_nearest_rank_percentiles() -> None:
+    """p50 of 1..10 is 5, p95 and p99 are 10, p0 is the minimum; empty gives 0."""
+    values = [float(v) for v in range(1, 11)]
+    assert [percentile(values, p) for p in (0, 50, 95, 99, 100)] == [1, 5, 10, 10, 10]
+    assert percentile([], 50) == 0.0
+
+
+def test_jain_index_is_one_when_use_follows_quota() -> None:
+    """Use proportional to quota: 1; one team taking everything of two equal quotas: 0.5."""
+    assert jain({"a": 30.0, "b": 10.0}, {"a": 3.0, "b": 1.0}) == pytest.approx(1.0)
+    assert jain({"a": 10.0}, {"a": 1.0, "b": 1.0}) == pytest.approx(0.5)
+
+
+def test_summary_of_the_hai_platform_schedule() -> None:
+    """The one-node trace under hai-platform: delays 0/80/120 s, A lost 140 GPU-s x 8 / 8."""
+    engine = Engine(read_generic(DATA / "one_node_contention.csv"), gpu_cluster(1, 1),
+                    HaiPlatform()).run()
+    res = summarize(engine, bounds=BOUNDS, quotas={"t1": 4, "t2": 4})
+    assert res["classes"]["LOW"]["queue_delay_s"]["max"] == 0
+    assert res["classes"]["HIGH"]["queue_delay_s"]["max"] == 80
+    assert res["classes"]["NORMAL"]["queue_delay_s"]["max"] == 120
+    assert res["classes"]["LOW"]["gpu_hours_lost"] == pytest.approx(140 * 8 / 3600, rel=1e-5)
+    assert res["classes"]["LOW"]["total_wait_s"]["max"] == 150 - 90
+    assert res["totals"]["preemptions"] == 1
+    assert res["totals"]["allocation_mean"] == pytest.approx(1.0)
+
+
+def test_fragmentation_counts_jobs_split_over_pcie_switches() -> None:
+    """1-GPU jobs take GPUs 0, 1, 2 (best fit); a 4-GPU job takes socket 1 (GPUs 4-7, not
+    fragmented); job 2 ends and frees GPU 1, so a 2-GPU job gets GPUs 1 and 3 on two PCIe
+    switches although a switch could hold it: 1 of 2 multi-GPU starts is fragmented."""
+    jobs = [TraceJob(1, 0, 1000, 1, "t", P.NORMAL), TraceJob(2, 0, 100, 1, "t", P.NORMAL),
+            TraceJob(3, 0, 1000, 1, "t", P.NORMAL), TraceJob(4, 1, 1000, 4, "t", P.NORMAL),
+            TraceJob(5, 200, 100, 2, "t", P.NORMAL)]
+    engine = Engine(Trace(tuple(jobs), "t"), gpu_cluster(1, 1), HaiPlatform()).run()
+    res = summarize(engine, bounds=BOUNDS, quotas={"t": 8})
+    assert res["totals"]["multi_gpu_starts"] == 2
+    assert res["totals"]["fragmented_starts"] == 1

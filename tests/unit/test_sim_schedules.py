@@ -1,0 +1,148 @@
+"""Exact schedules of small hand-made traces on one 8-GPU node, for each policy.
+
+Times are seconds from the trace start. Cost model: checkpoint 30 + 5/GPU s (70 s for 8 GPUs),
+restart overhead 60 + 10/node s (70 s), requeue delay 11 s, periodic checkpoints every hour,
+Slurm GraceTime 120 s. hai-slurm cycles every 30 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hai_slurm.priority.classes import PriorityClass as P
+from hai_slurm.priority.config import parse_config
+from hai_slurm.priority.plan_testing import gpu_cluster
+from hai_slurm.priority.sim.engine import T0, Engine
+from hai_slurm.priority.sim.runner import Setup, make_policy, with_quotas
+from hai_slurm.priority.sim.trace import Trace, TraceJob, read_generic
+
+DATA = Path(__file__).parent.parent / "data" / "traces"
+NODE = gpu_cluster(1, 1)
+
+
+def job(jid: int, submit: int, duration: int, gpus: int, team: str, cls: P) -> TraceJob:
+    return TraceJob(jid, submit, duration, gpus, team, cls, 0, team)
+
+
+def run(policy: str, jobs: list[TraceJob] | Trace, toml: str = "") -> Engine:
+    trace = jobs if isinstance(jobs, Trace) else Trace(tuple(jobs), "test")
+    setup = Setup(config=with_quotas(parse_config(toml), trace.teams, 8))
+    return Engine(trace, NODE, make_policy(policy, setup), costs=setup.costs).run()
+
+
+def runs(engine: Engine) -> dict[int, tuple[int | None, int | None, int]]:
+    """trace id -> (first start, end, preemptions), times from the trace start."""
+    return {tid: (None if j.first_start is None else j.first_start - T0,
+                  None if j.end is None else j.end - T0, j.preemptions)
+            for tid, j in engine.jobs.items()}
+
+
+def test_fifo_runs_jobs_in_submit_order_without_preemption() -> None:
+    """A 0-1000, then HIGH B 1000-1050 (submitted before C), then C 1050-1060; no preemption."""
+    got = runs(run("fifo", read_generic(DATA / "one_node_contention.csv")))
+    assert got == {1: (0, 1000, 0), 2: (1000, 1050, 0), 3: (1050, 1060, 0)}
+
+
+def test_multifactor_kills_at_once_and_loses_work_since_the_periodic_checkpoint() -> None:
+    """B (HIGH) preempts A (LOW) on arrival at 10; A is killed after GraceTime (130), B runs
+    130-180, C (NORMAL, higher QOS factor than A) 180-190, A restarts from zero at 190 and
+    needs 70 s restart + its whole 1000 s again: 1260. A lost (130 + 1070 - 1000) x 8 GPU-s."""
+    engine = run("slurm-multifactor", read_generic(DATA / "one_node_contention.csv"))
+    assert runs(engine) == {1: (0, 1260, 1), 2: (130, 180, 0), 3: (180, 190, 0)}
+    a = engine.jobs[1]
+    assert a.held_gpu_s - 8 * 1000 == 200 * 8
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [(10, 1, 2)]
+
+
+def test_hai_platform_waits_10s_then_checkpoints_the_victim() -> None:
+    """B waits 10 s, then A checkpoints (70 s) and is requeued at 90; B runs 90-140, C 140-150;
+    A keeps its 20 s of progress: 150 + 70 restart + 980 = 1200."""
+    engine = run("hai-platform", read_generic(DATA / "one_node_contention.csv"))
+    assert runs(engine) == {1: (0, 1200, 1), 2: (90, 140, 0), 3: (140, 150, 0)}
+    assert engine.jobs[1].held_gpu_s - 8 * 1000 == (90 + 1050 - 1000) * 8
+
+
+PREEMPT = [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 1000, 100, 8, "t2", P.HIGH)]
+
+
+def test_hai_slurm_preempts_once_the_benefit_beats_the_lost_work() -> None:
+    """Cycle at 1020: benefit 30 x 20 s x 8 < lost (1020 + 70) x 8: no plan. At 1050: 30 x 50
+    x 8 = 12000 > 8960: A checkpoints (70 s), B runs 1120-1220, A restarts at 1220 with
+    5000 - 1050 s left after 70 s of restart: ends 5240."""
+    engine = run("hai-slurm", PREEMPT)
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1120, 1220, 0)}
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1050, 1, 2)]
+
+
+def test_hai_slurm_never_preempts_a_job_younger_than_the_minimum_run_time() -> None:
+    """B arrives at 100 while A has run 100 s (< 10 min): the plan waits for A to reach 600 s;
+    at 600 the benefit 30 x 500 x 8 beats (600 + 70) x 8."""
+    engine = run("hai-slurm", [job(1, 0, 5000, 8, "t1", P.LOW),
+                               job(2, 100, 100, 8, "t2", P.HIGH)])
+    assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(600, 1)]
+    assert runs(engine)[2] == (670, 770, 0)
+
+
+AGING = [job(1, 0, 300, 8, "t1", P.NORMAL), job(2, 10, 10, 8, "t1", P.LOW),
+         job(3, 100, 10, 8, "t1", P.UNDER_NORMAL)]
+
+
+def test_hai_slurm_without_aging_the_higher_class_goes_first() -> None:
+    """Default bounds (LOW 24 h): at 300 the UNDER_NORMAL job 3 starts before the LOW job 2."""
+    got = runs(run("hai-slurm", AGING))
+    assert got == {1: (0, 300, 0), 2: (310, 320, 0), 3: (300, 310, 0)}
+
+
+def test_hai_slurm_aging_promotes_a_job_past_its_bound() -> None:
+    """LOW and BELOW_NORMAL bounds of 60 s: job 2 (waiting since 10) is UNDER_NORMAL by 130
+    and, submitted earlier than job 3 in the same class and team, starts first at 300."""
+    toml = "[classes.LOW]\nmax_wait = 60\n[classes.BELOW_NORMAL]\nmax_wait = 60\n"
+    engine = run("hai-slurm", AGING, toml)
+    assert runs(engine) == {1: (0, 300, 0), 2: (300, 310, 0), 3: (310, 320, 0)}
+    policy = engine.policy
+    assert policy.counts["promotions"] >= 1
+
+
+DECAY = [job(1, 0, 10000, 8, "t1", P.ABOVE_NORMAL), job(2, 100, 100, 8, "t2", P.ABOVE_NORMAL)]
+
+
+def test_hai_slurm_decay_makes_a_long_running_job_a_victim() -> None:
+    """Job 1 is ABOVE_NORMAL like job 2 (no victim) until it has run 30 min; at 1800 it counts
+    as NORMAL and job 2 preempts it: job 2 runs 1870-1970, job 1 ends 1970 + 70 + 8200."""
+    engine = run("hai-slurm", DECAY)
+    assert runs(engine) == {1: (0, 10240, 1), 2: (1870, 1970, 0)}
+    assert engine.policy.counts["decays"] >= 1
+
+
+def test_hai_slurm_without_decay_job_2_waits_for_its_bound() -> None:
+    """decay.after = 0 turns decay off: job 1 stays ABOVE_NORMAL, so job 2 must wait out its
+    bound (30 min, at 1900) and be aged to HIGH; it preempts at the next cycle (1920)."""
+    engine = run("hai-slurm", DECAY, "[decay]\nafter = 0\n")
+    assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(1920, 1)]
+    assert runs(engine) == {1: (0, 10240, 1), 2: (1990, 2090, 0)}
+    assert engine.policy.counts["decays"] == 0
+
+
+PROTECT = [*PREEMPT[:1], PREEMPT[1], job(3, 2000, 100, 8, "t2", P.HIGH)]
+
+
+def test_hai_slurm_preempts_the_same_team_again_when_unprotected() -> None:
+    """Default protection (after more than 3 preemptions): job 3 preempts job 1 again at 2040
+    (job 1 has run 820 s since its restart at 1220; 30 x 40 x 8 > (820 + 70) x 8)."""
+    engine = run("hai-slurm", PROTECT)
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1050, 1, 2), (2040, 1, 3)]
+    assert runs(engine)[3] == (2110, 2210, 0)
+
+
+def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
+    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1050, so job 3
+    waits until 4650, then preempts: job 3 runs 4720-4820; job 1 kept its progress (3360 s
+    of this run, 590 s left) and ends 4820 + 70 + 590."""
+    toml = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
+    engine = run("hai-slurm", PROTECT, toml)
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1050, 1, 2), (4650, 1, 3)]
+    assert runs(engine) == {1: (0, 5480, 2), 2: (1120, 1220, 0), 3: (4720, 4820, 0)}
+    assert engine.policy.counts["protections"] >= 1
