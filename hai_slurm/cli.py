@@ -44,6 +44,9 @@ def _register() -> None:
     cli.add_command(config)
     cli.add_command(priority)
     from hai_slurm.priority.daemon_cli import daemon; cli.add_command(daemon)  # noqa: E702, I001
+    from hai_slurm.priority.sim.cli import simulate; cli.add_command(simulate)  # noqa: E702, I001
+    from hai_slurm.priority.preempt_cli import preempt; cli.add_command(preempt)  # noqa: E702, I001
+    from hai_slurm.demo import demo; cli.add_command(demo)  # noqa: E702, I001
 
 
 _register()

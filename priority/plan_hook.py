@@ -1,0 +1,45 @@
+"""Glue between a daemon cycle and the pure planner: a :class:`~.hooks.Planner` for the daemon.
+
+:class:`SnapshotPlanner` builds the planner's :class:`~.plan_types.PlanSnapshot` from the
+cycle's view (GPUs per node from Slurm's snapshot, classes and flags from the policy's
+decisions, via :mod:`~.plan_inputs`) and returns the planner's result when it has plans. The
+topology is given once (e.g. from the cluster description, or the testbed's shape).
+"""
+
+from __future__ import annotations
+
+from hai_slurm.conf.topology import Topology
+from hai_slurm.priority.hooks import CycleView
+from hai_slurm.priority.plan_inputs import (
+    gpus_from_counts,
+    holders_from_policy,
+    waiting_from_policy,
+)
+from hai_slurm.priority.plan_types import PlannerConfig, PlanningResult, PlanSnapshot
+from hai_slurm.priority.planner import plan_preemptions
+
+
+class SnapshotPlanner:
+    """Plans preemptions from each cycle's view (see the module docstring)."""
+
+    def __init__(self, topology: Topology, config: PlannerConfig | None = None) -> None:
+        self.topology = topology
+        self.config = config or PlannerConfig()
+        self.last: PlanningResult | None = None
+
+    def snapshot(self, view: CycleView) -> PlanSnapshot:
+        """The planner's inputs for this cycle."""
+        snap = view.snapshot
+        running_ids = {j.job_id for j in view.running}
+        counts = {j.job_id: dict(j.gpus_per_node) for j in snap.running
+                  if j.job_id in running_ids and j.gpus_per_node}
+        gpus = gpus_from_counts(self.topology, counts)
+        holders = holders_from_policy(view.running, view.result.running, gpus)
+        nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
+        waiting = waiting_from_policy(view.pending, view.result.pending, nodes=nodes)
+        return PlanSnapshot(self.topology, holders, waiting, float(snap.time))
+
+    def plan(self, view: CycleView) -> PlanningResult | None:
+        """The planner's result when it proposes at least one plan, else None."""
+        self.last = plan_preemptions(self.snapshot(view), config=self.config, now=view.now)
+        return self.last if self.last.plans else None

@@ -1,0 +1,112 @@
+"""Shared pieces of the executor tests on the real testbed: toy jobs that clean up after
+themselves, an executor on the testbed with its own SQLite store, and state checks."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import Testbed
+
+from hai_slurm.priority.executor import PreemptionExecutor
+from hai_slurm.priority.executor_types import ExecutorSettings
+from hai_slurm.priority.scenario import ToyJob, submit_toy, toy_runs, wait_state
+from hai_slurm.priority.slurm_actions import CliPreemptionActions, JobFacts
+from hai_slurm.priority.store import Repository, upgrade
+from hai_slurm.priority.toy_train import reference
+from hai_slurm.slurm_plugins.adapter import CliSlurmClient
+from hai_slurm.slurm_plugins.runner import SubprocessRunner
+
+
+@dataclass
+class Bed:
+    """The testbed through the executor's eyes; cancels every job it submitted at the end."""
+
+    testbed: Testbed
+    workdir: Path
+    jobs: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.run = SubprocessRunner(self.testbed.slurm_conf)
+        self.slurm = CliSlurmClient(self.run)
+        self.actions = CliPreemptionActions(self.run)
+        self.repo = Repository(upgrade(f"sqlite:///{self.workdir / 'state.db'}"))
+
+    def toy(self, name: str, *, steps: int = 4000, step_seconds: float = 0.05,
+            priority: str = "LOW", account: str = "team-a", sbatch: Sequence[str] = (),
+            train: Sequence[str] = (), grace: int = 30) -> ToyJob:
+        """Submit a toy job (remembered for cleanup)."""
+        job = submit_toy(self.run, self.workdir, name, steps=steps, step_seconds=step_seconds,
+                         priority=priority, account=account, sbatch_args=sbatch,
+                         train_args=train, grace=grace)
+        self.jobs.append(job.job_id)
+        return job
+
+    def executor(self, **settings: float) -> PreemptionExecutor:
+        """An executor on this testbed."""
+        return PreemptionExecutor(self.slurm, self.repo, actions=self.actions,
+                                  settings=ExecutorSettings(**settings))  # type: ignore[arg-type]
+
+    def wait(self, job: ToyJob | int, *states: str, timeout: float = 30) -> JobFacts:
+        """Wait for a state; return the job's facts."""
+        jid = job if isinstance(job, int) else job.job_id
+        return wait_state(self.actions, jid, states, timeout=timeout)[0]
+
+    def facts(self, job: ToyJob | int) -> JobFacts:
+        """The job's facts now."""
+        jid = job if isinstance(job, int) else job.job_id
+        return self.actions.facts([jid])[jid]
+
+    def nodes_of(self, job: ToyJob) -> set[str]:
+        """Nodes the job runs on (from the snapshot)."""
+        j = self.slurm.snapshot().job(job.job_id)
+        return set(j.nodes) if j is not None else set()
+
+    def wait_progress(self, job: ToyJob, steps: int, timeout: float = 30,
+                      run: int | None = None) -> None:
+        """Wait until the job's run ``run`` (default: the latest) has done ``steps`` steps."""
+        end = time.monotonic() + timeout
+        while True:
+            runs = [r for r in toy_runs(job) if run is None or r.number == run]
+            if runs and runs[-1].last_step - runs[-1].start_step >= steps:
+                return
+            assert time.monotonic() < end, (f"{job.name} run {run} did not do {steps} steps in "
+                                            f"{timeout} s: {toy_runs(job)}")
+            time.sleep(0.1)
+
+    def held_jobs(self) -> list[int]:
+        """Our jobs that are held now."""
+        facts = self.actions.facts(self.jobs)
+        return [j for j, f in facts.items() if f.held]
+
+    def cleanup(self) -> None:
+        """Cancel every job and wait until none is active."""
+        if not self.jobs:
+            return
+        self.run(["scancel", *map(str, self.jobs)])
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            facts = self.actions.facts(self.jobs)
+            if all(f.finished and f.state != "COMPLETING" for f in facts.values()):
+                return
+            time.sleep(0.2)
+
+
+def bit_identical(job: ToyJob, steps: int) -> bool:
+    """The job's result equals an uninterrupted run's."""
+    return json.loads(job.result.read_text()) == json.loads(json.dumps(reference(steps)))
+
+
+def bed_for(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    """A Bed in a fresh directory; everything it submitted is cancelled afterwards (the body
+    of each test module's ``bed`` fixture)."""
+    work = Path(tmp_path_factory.mktemp("preempt"))
+    b = Bed(testbed, work)
+    try:
+        yield b
+    finally:
+        b.cleanup()

@@ -1,0 +1,146 @@
+"""A fake world for executor unit tests: FakeSlurm, a fake clock, and victims that react.
+
+Each victim has a :class:`Behaviour`. When the executor waits (it sleeps through the clock), the
+world moves time on, lets FakeSlurm schedule, and lets every signalled victim do what its
+behaviour says: write ``phase.json`` (saving) and ``ack.json`` into its real control directory
+(owned by the test's uid, so :func:`read_job_report` trusts them) and exit 75 or keep running.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hai_slurm.checkpoint.protocol import (
+    Ack,
+    Phase,
+    make_phase,
+    prepare_control_dir,
+    write_ack,
+    write_phase,
+)
+from hai_slurm.priority.clock import FakeClock
+from hai_slurm.priority.executor import PreemptionExecutor
+from hai_slurm.priority.executor_types import ExecutorSettings
+from hai_slurm.priority.slurm_actions import FakePreemptionActions
+from hai_slurm.priority.store import Repository, upgrade
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
+from hai_slurm.slurm_plugins.types import JobState
+
+T0 = 1_800_000_000
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How a victim answers: ack ``ack_after`` s after the request (None: never), show
+    ``saving`` from ``saving_from`` s, exit 75 after acking or keep running, or end by itself
+    ``completes_after`` s after the request."""
+
+    ack_after: float | None = 1.0
+    saving_from: float | None = None
+    exits: bool = True
+    step: int = 100
+    completes_after: float | None = None
+
+
+@dataclass
+class World:
+    """FakeSlurm + fake clock + reacting victims (see the module docstring)."""
+
+    tmp: Path
+    fake: FakeSlurm
+    repo: Repository
+    clock: WorldClock = field(init=False)
+    actions: FakePreemptionActions = field(init=False)
+    behaviour: dict[int, Behaviour] = field(default_factory=dict)
+    asked: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.clock = WorldClock(self, float(T0))
+        self.actions = FakePreemptionActions(self.fake)
+
+    def victim(self, name: str, behaviour: Behaviour | None = None, *, gpus: int = 8,
+               nodes: int = 1, team: str = "team-a", grace: int = 30,
+               checkpoint: bool = True) -> int:
+        """Submit and start a victim job with a checkpoint dir under tmp."""
+        ckdir = self.tmp / f"ck-{name}"
+        info = HaiJobInfo(priority="LOW", job_class="LOW", team=team, preemptible=True,
+                          grace=grace, source=Source.DIRECTIVE,
+                          checkpoint_dir=str(ckdir) if checkpoint else None)
+        jid = self.fake.submit(name=name, uid=os.getuid(), account=team, qos="low", nodes=nodes,
+                               gpus_per_node=gpus, admin_comment=format_admin_comment(info))
+        started = self.fake.schedule()
+        assert jid in started, f"victim {name} did not start"
+        if checkpoint:
+            prepare_control_dir(ckdir / ".hai" / str(jid))
+        self.behaviour[jid] = behaviour or Behaviour()
+        return jid
+
+    def pending(self, name: str, *, gpus: int = 8, nodes: int = 1, team: str = "team-b",
+                qos: str = "high", priority: int = 10) -> int:
+        """Submit a job that has to wait."""
+        info = HaiJobInfo(priority="HIGH", job_class="HIGH", team=team, preemptible=True,
+                          grace=30, source=Source.DIRECTIVE)
+        return self.fake.submit(name=name, uid=os.getuid(), account=team, qos=qos, nodes=nodes,
+                                gpus_per_node=gpus, priority=priority,
+                                admin_comment=format_admin_comment(info))
+
+    def control(self, jid: int) -> Path:
+        """The victim's control directory."""
+        return self.tmp / f"ck-{self.fake.jobs[jid].name}" / ".hai" / str(jid)
+
+    def tick(self) -> None:
+        """Let the victims react to requests, then let Slurm schedule."""
+        now = self.clock.now
+        for rec in self.fake.signals:
+            self.asked.setdefault(rec.job_id, now)
+        for jid, asked in self.asked.items():
+            b = self.behaviour.get(jid)
+            j = self.fake.jobs[jid]
+            if b is None or j.state is not JobState.RUNNING:
+                continue
+            ctl = self.control(jid)
+            since = now - asked
+            if b.completes_after is not None and since >= b.completes_after:
+                self.fake.finish(jid, JobState.COMPLETED)
+                continue
+            if b.ack_after is not None and since >= b.ack_after and not (ctl / "ack.json").exists():
+                write_ack(ctl, Ack(job_id=str(jid), restart_count=j.restart_count, step=b.step,
+                                   sha256="0" * 64, checkpoint=f"ckpt-step{b.step}.pkl", time=now,
+                                   exit_code=75, request_signal="SIGUSR2"))
+                write_phase(ctl, make_phase(str(jid), j.restart_count, Phase.SAVED, b.step))
+                if b.exits:
+                    self.fake.finish(jid, JobState.FAILED)
+            elif b.saving_from is not None and since >= b.saving_from:
+                write_phase(ctl, make_phase(str(jid), j.restart_count, Phase.SAVING, b.step))
+        self.fake.now = int(now)
+        self.fake.schedule()
+
+    def executor(self, **settings: float) -> PreemptionExecutor:
+        """An executor wired to this world."""
+        return PreemptionExecutor(self.fake, self.repo, actions=self.actions, clock=self.clock,
+                                  settings=ExecutorSettings(**settings))  # type: ignore[arg-type]
+
+
+class WorldClock(FakeClock):
+    """A fake clock whose waits let the world move."""
+
+    def __init__(self, world: World, now: float) -> None:
+        super().__init__(now)
+        self.world = world
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        """Jump over the wait, then let the world react."""
+        result = super().wait(stop, seconds)
+        self.world.tick()
+        return result
+
+
+def make_world(tmp: Path, nodes: int = 4, gpus: int = 8) -> World:
+    """A world with ``nodes`` nodes of ``gpus`` GPUs and a migrated SQLite store."""
+    fake = FakeSlurm([FakeNode(f"n{i}", gpus=gpus) for i in range(1, nodes + 1)], now=T0)
+    repo = Repository(upgrade(f"sqlite:///{tmp / 'state.db'}"))
+    return World(tmp, fake, repo)

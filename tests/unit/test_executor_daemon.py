@@ -1,0 +1,52 @@
+"""One daemon cycle with the planner hook and the executor, on FakeSlurm: planned, saved, done."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from executor_world import Behaviour, make_world
+
+from hai_slurm.priority.config import DaemonConfig
+from hai_slurm.priority.daemon import Daemon
+from hai_slurm.priority.plan_hook import SnapshotPlanner
+from hai_slurm.priority.plan_testing import gpu_cluster
+from hai_slurm.priority.plan_types import PlannerConfig
+from hai_slurm.priority.store import EventKind, LeaderLock, PlanState, upgrade
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+from hai_slurm.slurm_plugins.types import JobState
+
+
+def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
+    """Four LOW jobs fill 4 x 8 GPUs; a HIGH 16-GPU job waits; one cycle later it runs on one
+    leaf's two nodes, two victims were requeued, and the plan is done with its events."""
+    world = make_world(tmp_path)
+    victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5)) for i in range(4)]
+    world.fake.advance(world.fake.now + 3600)  # they have run an hour
+    world.clock.now = float(world.fake.now)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=Source.DIRECTIVE)
+    bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=2,
+                             gpus_per_node=8, admin_comment=format_admin_comment(info),
+                             now=world.fake.now - 600)
+    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
+    planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))  # the world's database
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=planner, executor=world.executor(), interval=1.0)
+    report = daemon.run_once()
+    assert report.outcome.value == "ok", report.reason
+    assert planner.last is not None and len(planner.last.plans) == 1, planner.last
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.DONE
+    job = world.fake.jobs[bene]
+    assert job.state is JobState.RUNNING
+    pairs = ({"n1", "n2"}, {"n3", "n4"})
+    assert set(job.nodes) in pairs
+    requeued = [v for v in victims if world.fake.jobs[v].restart_count == 1]
+    assert len(requeued) == 2
+    assert {n for v in victims if v not in requeued for n in world.fake.jobs[v].nodes} \
+        == next(p for p in pairs if p != set(job.nodes))
+    counts = world.repo.event_counts(0)
+    assert counts[("team-a", EventKind.PREEMPTED)] == 2
+    assert counts[("team-b", EventKind.PREEMPTING)] == 1
