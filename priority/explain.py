@@ -63,11 +63,18 @@ def _team_lines(team: TeamState | None, config: PolicyConfig) -> list[str]:
                  f"not preemption victims (more than {config.fairness.protect_after} "
                  "preemptions in the window).")
     if team.demoting:
-        fair += (f" It preempted more than {config.fairness.demote_after} times, so its new "
+        fair += (f" It preempted more than {config.fairness.demote_after} times"
+                 f"{_excess(config)}, so its new "
                  f"jobs of class {_name(config.fairness.demote_from)} and above are demoted one "
                  "class until the window clears.")
     lines.append(fair)
     return lines
+
+
+def _excess(config: PolicyConfig) -> str:
+    """The share-relative part of the demotion rule, in words ('' when it is off)."""
+    x = config.fairness.demote_excess
+    return (f" and more than {x:g} x as often per quota GPU as the other teams" if x > 0 else "")
 
 
 def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None = None, *,
@@ -80,8 +87,8 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
     lines.append(f"Class: {_class_origin(job, r.auto_class)}.")
     if r.demoted:
         lines.append(f"Fairness demotion: submitted while team {job.team} had preempted others "
-                     f"more than {config.fairness.demote_after} times in the last "
-                     f"{dur(config.fairness.window)}, so it counts one class lower until the "
+                     f"more than {config.fairness.demote_after} times{_excess(config)} in the "
+                     f"last {dur(config.fairness.window)}, so it counts one class lower until the "
                      "window clears.")
     if r.decayed:
         lines.append(f"Decay: it has run {dur(job.run_time)} in total, and "

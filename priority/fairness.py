@@ -5,12 +5,19 @@ A window ending at ``t`` holds the events with time in ``(t - window, t]``.
 
 * **Protection.** When an event of kind PREEMPTED at time ``t`` makes a team's count in the window
   ending at ``t`` exceed ``protect_after`` (N), the team is protected until ``t + protect_for`` (T):
-  its running jobs are not preemption victims.
+  its running jobs within its quota are not preemption victims (its borrowed jobs stay
+  victims, so others can reclaim their quota, unless ``protect_borrowed`` is set).
 * **Demotion.** A job of class ``demote_from`` or higher whose team had more than ``demote_after``
   (M) PREEMPTING events in the window ending at the job's submit time is treated one class lower,
   for as long as the team's count in the window ending *now* is still above M ("until the window
   clears"). Jobs submitted while the team was under M are never demoted.
   Aging still applies to a demoted job: the guaranteed wait of its lower class holds.
+  With ``demote_excess`` (X) > 0 the threshold is relative to the team's share: at time ``t`` it
+  is ``max(M, X x others x f / (1 - f))``, where ``others`` counts the other teams' PREEMPTING
+  events in the window ending at ``t`` and ``f`` is the team's part of the quotas: the team is
+  demoted only when it preempts more than X times as often per quota GPU as the rest. On a
+  busy cluster, where every team preempts in proportion to its share, nobody is demoted; a team
+  that preempts well beyond its share still is. X = 0 (or a single team): M alone decides.
 
 Counters are kept per team and per user; the thresholds apply to teams.
 """
@@ -32,6 +39,7 @@ class FairnessIndex:
 
     preempted: Mapping[str, tuple[float, ...]]
     preempting: Mapping[str, tuple[float, ...]]
+    all_preempting: tuple[float, ...]
     user_preempted: Mapping[str, tuple[float, ...]]
     user_preempting: Mapping[str, tuple[float, ...]]
 
@@ -50,6 +58,8 @@ def index_events(events: Iterable[FairnessEvent]) -> FairnessIndex:
     return FairnessIndex(
         preempted=frozen(EventKind.PREEMPTED, False),
         preempting=frozen(EventKind.PREEMPTING, False),
+        all_preempting=tuple(sorted(t for v in groups[EventKind.PREEMPTING, False].values()
+                                    for t in v)),
         user_preempted=frozen(EventKind.PREEMPTED, True),
         user_preempting=frozen(EventKind.PREEMPTING, True),
     )
@@ -73,15 +83,38 @@ def protected_until(times: tuple[float, ...], now: float, cfg: FairnessConfig) -
     return until
 
 
-def demoting(times: tuple[float, ...], now: float, cfg: FairnessConfig) -> bool:
-    """True while the team has preempted more than M times in the window ending now."""
-    return count_in_window(times, now, cfg.window) > cfg.demote_after
+def demote_limit(own: int, everyone: tuple[float, ...], fraction: float, at: float,
+                 cfg: FairnessConfig) -> float:
+    """The PREEMPTING count in the window ending at ``at`` that a team with ``own`` events
+    there and ``fraction`` of the quotas may reach without being demoted."""
+    if cfg.demote_excess <= 0 or not everyone or fraction >= 1.0:
+        return float(cfg.demote_after)
+    others = count_in_window(everyone, at, cfg.window) - own
+    return max(float(cfg.demote_after), cfg.demote_excess * others * fraction / (1.0 - fraction))
 
 
-def demoted(times: tuple[float, ...], submit: float, now: float, cfg: FairnessConfig) -> bool:
-    """True for a job submitted while its team was over M and the window has not cleared yet."""
-    return (count_in_window(times, submit, cfg.window) > cfg.demote_after
-            and count_in_window(times, now, cfg.window) > cfg.demote_after)
+def over_limit(times: tuple[float, ...], at: float, cfg: FairnessConfig, *,
+               everyone: tuple[float, ...] = (), fraction: float = 1.0) -> bool:
+    """True when the team's PREEMPTING count in the window ending at ``at`` is over its limit.
+
+    ``everyone``: all teams' PREEMPTING times, sorted; ``fraction``: the team's part of the
+    quotas. Without ``everyone`` (or with ``demote_excess`` 0) the limit is M.
+    """
+    own = count_in_window(times, at, cfg.window)
+    return own > demote_limit(own, everyone, fraction, at, cfg)
+
+
+def demoting(times: tuple[float, ...], now: float, cfg: FairnessConfig, *,
+             everyone: tuple[float, ...] = (), fraction: float = 1.0) -> bool:
+    """True while the team is over its limit in the window ending now."""
+    return over_limit(times, now, cfg, everyone=everyone, fraction=fraction)
+
+
+def demoted(times: tuple[float, ...], submit: float, now: float, cfg: FairnessConfig, *,
+            everyone: tuple[float, ...] = (), fraction: float = 1.0) -> bool:
+    """True for a job submitted while its team was over its limit, until that clears."""
+    return (over_limit(times, submit, cfg, everyone=everyone, fraction=fraction)
+            and over_limit(times, now, cfg, everyone=everyone, fraction=fraction))
 
 
 def user_counts(index: FairnessIndex, now: float, window: float) -> dict[str, tuple[int, int]]:

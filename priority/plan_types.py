@@ -77,6 +77,10 @@ class PlannerConfig:
     * ``max_staleness``: refuse to plan from a snapshot older than this (seconds).
     * ``max_plans``: plans per cycle; ``max_searches``: victim searches per cycle (bounds the
       cycle's time); ``max_candidates_per_node``: victims considered per node (cheapest first).
+    * ``plans_per_pending``: the limits grow with the queue: a cycle may make
+      ``max(max_plans, ceil(plans_per_pending x pending jobs))`` plans, and its search limit
+      grows by the same factor (so a long queue of high-class jobs is not served four per
+      cycle). 0: fixed limits. ``max_plans`` 0 still means no plans at all.
     * ``allow_cross_leaf``: let a multi-node beneficiary span leaf switches when no single leaf
       can hold it (off: nodes under one leaf switch, or no plan).
     """
@@ -89,12 +93,20 @@ class PlannerConfig:
     max_staleness: float = 60.0
     max_plans: int = 4
     max_searches: int = 64
+    plans_per_pending: float = 0.05
     max_candidates_per_node: int = 8
     allow_cross_leaf: bool = False
 
+    def limits(self, pending: int) -> tuple[int, int]:
+        """(plans, victim searches) allowed in a cycle with ``pending`` jobs waiting."""
+        if self.max_plans <= 0:
+            return 0, self.max_searches
+        plans = max(self.max_plans, math.ceil(self.plans_per_pending * pending))
+        return plans, max(self.max_searches, self.max_searches * plans // self.max_plans)
+
     def __post_init__(self) -> None:
         for key in ("min_run_time", "benefit_threshold", "restart_cost",
-                    "restart_cost_per_node", "max_staleness"):
+                    "restart_cost_per_node", "max_staleness", "plans_per_pending"):
             _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
         for key in ("max_plans", "max_searches"):
             _check(key, getattr(self, key), "an integer >= 0",

@@ -228,6 +228,7 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
     # (rank, shape) -> (state version, loss of the best set): reused only while nothing changed
     not_worth: dict[tuple[int, int, int], tuple[int, float]] = {}
     version = searches = 0
+    max_plans, max_searches = config.limits(len(snapshot.pending))
     for i in order:
         job = snapshot.pending[i]
         jid, rank = job.job_id, RANK[job.effective]
@@ -270,8 +271,8 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                 f"{lead}; the best victim set loses {_gs(seen[1])}; benefit {benefit:,.0f} is "
                 f"not more than {config.benefit_threshold:g} x that"))
             continue
-        if len(plans) >= config.max_plans or searches >= config.max_searches:
-            limit = "plans" if len(plans) >= config.max_plans else "victim searches"
+        if len(plans) >= max_plans or searches >= max_searches:
+            limit = "plans" if len(plans) >= max_plans else "victim searches"
             decisions[jid] = Decision(jid, Outcome.SKIPPED,
                                       f"{lead}; this cycle's limit of {limit} was reached")
             continue

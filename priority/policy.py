@@ -66,20 +66,35 @@ class _Row(NamedTuple):
 
 
 def _base_class(cls: PriorityClass, demote: bool, run_time: float,
-                config: PolicyConfig) -> tuple[PriorityClass, bool, bool]:
-    """(class before aging, demoted?, decayed?) for a job whose requested class is ``cls``."""
+                config: PolicyConfig, *, decay: bool = True) -> tuple[PriorityClass, bool, bool]:
+    """(class before aging, demoted?, decayed?) for a job whose requested class is ``cls``.
+
+    Decay is for jobs that asked for its source class: a job demoted into it (``demote``, or
+    ``decay`` False for a running job that started demoted) is one class down, not two.
+    """
     demoted = demote and RANK[cls] >= RANK[config.fairness.demote_from]
     if demoted:
         cls = step(cls, -1)
-    decayed = decays(cls, run_time, config.decay)
+    decayed = decay and not demoted and decays(cls, run_time, config.decay)
     if decayed:
         cls = config.decay.target
     return cls, demoted, decayed
 
 
+def quota_fractions(teams: Iterable[str], config: PolicyConfig) -> dict[str, float]:
+    """Each team's part of the GPU quotas of ``teams`` (equal parts when none has a quota)."""
+    names = sorted(set(teams))
+    quotas = {t: max(0, config.quota(t).gpus) for t in names}
+    total = sum(quotas.values())
+    if total <= 0:
+        return {t: 1.0 / len(names) for t in names}
+    return {t: q / total for t, q in quotas.items()}
+
+
 def _running(
     running: Sequence[RunningJob], config: PolicyConfig, index: fairness.FairnessIndex,
-    protected: Mapping[str, float], demoting: set[str], now: float,
+    protected: Mapping[str, float], demoting: set[str], fractions: Mapping[str, float],
+    now: float,
 ) -> tuple[dict[int, RunningDecision], dict[str, dict[PriorityClass, int]]]:
     """Running jobs' decisions, and each team's GPUs in use per effective class."""
     classes: dict[int, tuple[PriorityClass, bool]] = {}
@@ -87,12 +102,19 @@ def _running(
     class_usage: defaultdict[str, dict[PriorityClass, int]] = defaultdict(dict)
     for run in running:
         if run.start_class is not None:
-            cls, _, dec = _base_class(run.start_class, False, run.run_time, config)
+            start = run.start_class
+            # Started below what it asked for (demoted): no decay on top of the demotion.
+            demoted_start = (isinstance(run.requested, PriorityClass)
+                             and RANK[run.requested] > RANK[start]
+                             and RANK[run.requested] >= RANK[config.fairness.demote_from])
+            cls, _, dec = _base_class(start, False, run.run_time, config,
+                                      decay=not demoted_start)
         else:
             req = run.requested if isinstance(run.requested, PriorityClass) else (
                 config.default_class)  # AUTO without a recorded start class
             dem = run.team in demoting and fairness.demoted(
-                index.preempting.get(run.team, _EMPTY), run.submit_time, now, config.fairness)
+                index.preempting.get(run.team, _EMPTY), run.submit_time, now, config.fairness,
+                everyone=index.all_preempting, fraction=fractions[run.team])
             cls, _, dec = _base_class(req, dem, run.run_time, config)
         classes[run.job_id] = (cls, dec)
         by_team[run.team].append((run, cls))
@@ -104,7 +126,9 @@ def _running(
     out = {run.job_id: RunningDecision(
         job_id=run.job_id, team=run.team, effective=classes[run.job_id][0],
         decayed=classes[run.job_id][1], borrowed=run.job_id in borrowed,
-        protected=run.team in protected, preemptible=run.preemptible) for run in running}
+        protected=run.team in protected and (
+            config.fairness.protect_borrowed or run.job_id not in borrowed),
+        preemptible=run.preemptible) for run in running}
     return out, dict(class_usage)
 
 
@@ -131,14 +155,17 @@ def compute_priorities(
 
     protected: dict[str, float] = {}
     demoting: set[str] = set()
+    fractions = quota_fractions(teams, config) if teams else {}
     for team in teams:
         until = fairness.protected_until(index.preempted.get(team, _EMPTY), now, fair_cfg)
         if until is not None:
             protected[team] = until
-        if fairness.demoting(index.preempting.get(team, _EMPTY), now, fair_cfg):
+        if fairness.demoting(index.preempting.get(team, _EMPTY), now, fair_cfg,
+                             everyone=index.all_preempting, fraction=fractions[team]):
             demoting.add(team)
 
-    running_out, class_usage = _running(running, config, index, protected, demoting, now)
+    running_out, class_usage = _running(running, config, index, protected, demoting,
+                                        fractions, now)
     zero = Resources()
     shares = {t: dominant_share(usage.get(t, zero), config.quota(t), cluster) for t in teams}
     window = fair_cfg.window
@@ -161,7 +188,8 @@ def compute_priorities(
                                             class_usage.get(job.team, {}), config)
         if job.team in demoting or requested is decay_source:
             dem_now = job.team in demoting and fairness.demoted(
-                index.preempting.get(job.team, _EMPTY), job.original_submit, now, fair_cfg)
+                index.preempting.get(job.team, _EMPTY), job.original_submit, now, fair_cfg,
+                everyone=index.all_preempting, fraction=fractions[job.team])
             cls, dem, dec = _base_class(requested, dem_now, job.run_time, config)
             base.append((cls, auto, dem, dec))
             depth[cls] += 1

@@ -29,6 +29,7 @@ because that is what Lua 5.1 does.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 
@@ -322,6 +323,8 @@ def encode_value(value: str) -> str:
 
 def decode_value(value: str) -> str:
     """Inverse of :func:`encode_value`."""
+    if "%" not in value:
+        return value  # nothing encoded: the common case, and the text is already what it means
     raw = value.encode("utf-8", "surrogateescape")
     out = bytearray()
     i = 0
@@ -358,11 +361,15 @@ def format_admin_comment(info: HaiJobInfo, existing: str | None = None) -> str:
     return record if rest.strip(_BLANKS) == "" else rest + SEGMENT_SEP + record
 
 
+@functools.lru_cache(maxsize=65536)
 def parse_admin_comment(text: str | None) -> HaiJobInfo | None:
     """The last valid ``hai:v1:`` record in an ``admin_comment``, or ``None``.
 
     Other segments, unknown fields and records of other versions are ignored; a v1 record that
     lacks a required field or has a bad value counts as absent.
+
+    Cached (the daemon reads the same comments every cycle): the result depends on ``text``
+    alone and :class:`HaiJobInfo` is frozen, so sharing one value between callers is safe.
     """
     if not text:
         return None

@@ -225,3 +225,27 @@ def test_main_writes_the_demo_table(tmp_path: Path) -> None:
     assert ent_mod.main([str(out)]) == 0
     assert out.read_text(encoding="utf-8") == render_entitlements(demo_entitlements())
     assert ent_mod.main([]) == 2
+
+
+def test_admin_comment_parse_is_cached_and_decodes_plain_values_unchanged() -> None:
+    """The daemon parses the same comments every cycle: the second parse is a cache hit and
+    gives the same frozen value; values with and without percent escapes decode correctly."""
+    from hai_slurm.slurm_plugins.directives import (
+        HaiJobInfo,
+        Source,
+        decode_value,
+        format_admin_comment,
+        parse_admin_comment,
+    )
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="vision lab|x", preemptible=True,
+                      grace=90, source=Source.DIRECTIVE, checkpoint_dir="/ckpt/a;b")
+    text = format_admin_comment(info, "admin note")
+    parse_admin_comment.cache_clear()
+    first = parse_admin_comment(text)
+    hits = parse_admin_comment.cache_info().hits
+    second = parse_admin_comment(text)
+    assert first == info and second is first
+    assert parse_admin_comment.cache_info().hits == hits + 1
+    assert decode_value("plain_value-1.0") == "plain_value-1.0"
+    assert decode_value("a%3Bb%7Cc%25") == "a;b|c%"
+    assert decode_value("50%") == "50%"  # a lone percent sign is kept

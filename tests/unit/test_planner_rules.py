@@ -302,3 +302,21 @@ def test_a_short_wait_does_not_stop_a_longer_waiting_job_of_the_same_shape() -> 
     assert "the best victim set loses 5,760 GPU-s" in result.decisions[9].reason
     plan = result.plan_for(10)
     assert plan is not None and plan.victim_ids == (1,)
+
+
+def test_plan_limits_grow_with_the_queue() -> None:
+    """plans_per_pending: with 40 jobs waiting and 0.1 per job, 4 plans instead of max_plans 2;
+    0 keeps the fixed limit; max_plans 0 still means none."""
+    topo = gpu_cluster(1, 6)
+    jobs = [holder(i, NORMAL, gpus(f"n{i}", *ALL8)) for i in range(1, 7)]
+    pend = [waiting(10 + i, HIGH, 8, wait=86400) for i in range(40)]
+    grown = _plan(snapshot(topo, jobs, pend), replace(CFG, max_plans=2, plans_per_pending=0.1))
+    assert [p.beneficiary for p in grown.plans] == [10, 11, 12, 13]
+    assert "limit of plans" in grown.decisions[14].reason
+    fixed = _plan(snapshot(topo, jobs, pend), replace(CFG, max_plans=2, plans_per_pending=0.0))
+    assert [p.beneficiary for p in fixed.plans] == [10, 11]
+    assert not _plan(snapshot(topo, jobs, pend), replace(CFG, max_plans=0)).plans
+    assert PlannerConfig(max_plans=4, max_searches=64, plans_per_pending=0.05).limits(400) == (
+        20, 320)
+    with pytest.raises(ConfigError, match=r"plans_per_pending: must be a number >= 0"):
+        PlannerConfig(plans_per_pending=-0.5)

@@ -139,3 +139,69 @@ def test_demotion_threshold_is_configurable() -> None:
     job = pending_job(1, P.HIGH, team="a", submit=NOW - 60)
     result = compute_priorities([job], [], config=config, cluster=CLUSTER, events=events, now=NOW)
     assert result.pending[1].effective is P.HIGH
+
+
+def test_demotion_is_relative_to_the_team_share() -> None:
+    """With demote_excess X = 2 (the default), a team over M is demoted only if it preempted
+    more than X times as often per quota GPU as the other teams together (equal quotas here)."""
+    config = replace(CONFIG, fairness=replace(CFG, demote_excess=2.0))
+    job = pending_job(1, P.HIGH, team="a", submit=NOW - 60)
+
+    def effective(events: list[FairnessEvent]) -> P:
+        return compute_priorities([job], [], config=config, cluster=CLUSTER, events=events,
+                                  now=NOW).pending[1].effective
+
+    a_four = preempting("a", 4 * HOUR, 3 * HOUR, 2 * HOUR, HOUR)
+    # A busy cluster: b preempts as often as a; a is not a repeat offender.
+    assert effective(a_four + preempting("b", 4 * HOUR, 3 * HOUR, 2 * HOUR, HOUR)) is P.HIGH
+    # Exactly twice b's rate: the limit (2 x 2 = 4) is not exceeded.
+    assert effective(a_four + preempting("b", 3 * HOUR, HOUR)) is P.HIGH
+    # More than twice: demoted. And M still applies on its own when nobody else preempts.
+    assert effective(a_four + preempting("b", HOUR)) is P.ABOVE_NORMAL
+    assert effective(a_four) is P.ABOVE_NORMAL
+    # X = 0: the absolute count alone, as before.
+    old = replace(config, fairness=replace(CFG, demote_excess=0.0))
+    busy = a_four + preempting("b", 4 * HOUR, 3 * HOUR, 2 * HOUR, HOUR)
+    assert compute_priorities([job], [], config=old, cluster=CLUSTER, events=busy,
+                              now=NOW).pending[1].effective is P.ABOVE_NORMAL
+
+
+def test_demotion_limit_weighs_quota_shares() -> None:
+    """A team with 3/4 of the quotas may preempt 3 times as often as one with 1/4."""
+    cfg = replace(CFG, demote_after=0, demote_excess=1.0)
+    big = fairness.index_events(preempting("a", 6, 5, 4, 3, 2, 1) + preempting("b", 7, 8))
+    times = big.preempting["a"]
+    assert not fairness.demoting(times, NOW, cfg, everyone=big.all_preempting, fraction=0.75)
+    assert fairness.demoting(times, NOW, cfg, everyone=big.all_preempting, fraction=0.5)
+    assert fairness.demote_limit(6, big.all_preempting, 0.75, NOW, cfg) == 6.0
+
+
+def test_protection_does_not_cover_borrowed_jobs_by_default() -> None:
+    """A protected team over its quota (8 GPUs) keeps only its jobs within quota safe: the
+    borrowed one can be reclaimed, unless protect_borrowed is set."""
+    running = [running_job(1, P.LOW, team="a", gpus=8, start=NOW - 2 * HOUR),
+               running_job(2, P.LOW, team="a", gpus=4, start=NOW - HOUR)]
+    events = preempted("a", 400, 300, 200, 100)
+    result = run([], running, events)
+    assert result.protected_teams == frozenset({"a"})
+    assert result.running[2].borrowed and not result.running[2].protected
+    assert result.running[1].protected and not result.running[1].borrowed
+    config = replace(CONFIG, fairness=replace(CFG, protect_borrowed=True))
+    both = compute_priorities([], running, config=config, cluster=CLUSTER, events=events, now=NOW)
+    assert both.running[1].protected and both.running[2].protected
+
+
+def test_a_demoted_job_does_not_also_decay() -> None:
+    """Demotion is one class down: a HIGH job demoted into ABOVE_NORMAL (decay's source class)
+    does not then decay to NORMAL after 30 min of running, pending (requeued) or running."""
+    events = preempting("a", 3 * HOUR, 2 * HOUR, HOUR)
+    requeued = pending_job(1, P.HIGH, team="a", submit=NOW - 60, run_time=2 * HOUR)
+    started = running_job(2, P.HIGH, team="a", start=NOW - 2 * HOUR,
+                          start_class=P.ABOVE_NORMAL)
+    asked = running_job(3, P.ABOVE_NORMAL, team="b", start=NOW - 2 * HOUR,
+                        start_class=P.ABOVE_NORMAL)
+    result = run([requeued], [started, asked], events)
+    assert result.pending[1].effective is P.ABOVE_NORMAL and result.pending[1].reason.demoted
+    assert not result.pending[1].reason.decayed
+    assert result.running[2].effective is P.ABOVE_NORMAL and not result.running[2].decayed
+    assert result.running[3].effective is P.NORMAL and result.running[3].decayed

@@ -139,10 +139,18 @@ def test_hai_slurm_preempts_the_same_team_again_when_unprotected() -> None:
 def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
     """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1050, so job 3
     waits until 4650, then preempts: job 3 runs 4720-4820; job 1 kept its progress (3360 s
-    of this run, 590 s left) and ends 4820 + 70 + 590."""
+    of this run, 590 s left) and ends 4820 + 70 + 590.
+
+    Job 1 holds all 8 GPUs, so 4 of them are borrowed (quota 4 per team): protection covers it
+    only with protect_borrowed; by default (second run) the borrowed job is reclaimed at 2040
+    exactly as when unprotected."""
     toml = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
-    engine = run("hai-slurm", PROTECT, toml)
+    engine = run("hai-slurm", PROTECT, toml + "protect_borrowed = true\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
         (1050, 1, 2), (4650, 1, 3)]
     assert runs(engine) == {1: (0, 5480, 2), 2: (1120, 1220, 0), 3: (4720, 4820, 0)}
     assert engine.policy.counts["protections"] >= 1
+    default = run("hai-slurm", PROTECT, toml)
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
+        (1050, 1, 2), (2040, 1, 3)]
+    assert default.policy.counts["protections"] >= 1
