@@ -96,6 +96,12 @@ def _scheduling(desc: ClusterDescription, dep: Deployment) -> list[str]:
             "# the GPUs allocated, so GPU preemption must requeue.",
             "PreemptType=preempt/qos",
             "PreemptMode=REQUEUE",
+            "# Slurm's preemption signals (SIGCONT, SIGTERM) reach srun steps only, never the",
+            "# batch shell: run training as a step (`exec srun python train.py`) or it cannot",
+            "# save. The job library saves on SIGTERM and exits 75 (checkpoint/PROTOCOL.md);",
+            "# preempt/qos leaves a job that ended by itself within its GraceTime FAILED, so",
+            "# exit code 75 is requeued (daemon mode needs none of this: the executor requeues).",
+            "RequeueExit=75",
         ]
         if dep.slurm_version.has_preempt_parameters:
             lines.append("PreemptParameters=send_user_signal  # --signal goes out at preemption")

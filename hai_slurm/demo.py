@@ -1,8 +1,9 @@
 """``hai-slurm demo``: checkpoint-then-requeue preemption end to end on the local testbed.
 
 1. brings the local testbed up (daemon preemption mode, accounting on) unless it already runs;
-2. starts the priority daemon in this process with built-in defaults (SQLite under the work
-   dir, a 1 s cycle), the planner and the two-phase executor;
+2. starts the priority daemon in this process, built like ``hai-slurm daemon`` builds it
+   (policy, planner and two-phase executor) with the testbed's cluster description as its
+   topology, SQLite under the work dir and a 1 s cycle;
 3. fills the testbed with two teams' toy training jobs (:mod:`hai_slurm.priority.toy_train`),
    then submits an urgent 16-GPU job;
 4. the daemon plans, the victims save and are requeued, the urgent job runs, the victims resume
@@ -150,42 +151,39 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
 
 def start_daemon(state: TestbedState, daemon_dir: Path, slurm: SlurmClient,
                  actions: PreemptionActions) -> tuple[Daemon, threading.Thread, Repository]:
-    """The priority daemon with the planner and executor, cycling every second in a thread.
+    """The priority daemon as ``hai-slurm daemon`` builds it (planner and executor included,
+    :func:`~hai_slurm.priority.daemon_factory.build_daemon`), cycling every second in a thread.
 
-    Built-in defaults, SQLite under ``daemon_dir``, Redis of the testbed for checkpoint messages.
-    Demo planner settings: a job may be preempted after 10 s of running, a restart is assumed
-    to cost 10 s, and a plan needs a benefit above a tenth of the lost work (the victims save on
-    request, so the planner's lost-work model, time since the last checkpoint, is pessimistic).
+    Its cluster description is the testbed's own (:func:`hai_slurm.testbed.describe.
+    cluster_description` of the testbed's shape: the value its slurm.conf, gres.conf and
+    topology.conf were generated from), SQLite under ``daemon_dir``, the testbed's Redis for
+    checkpoint messages. Demo planner settings: a job may be preempted after 10 s of running,
+    a restart is assumed to cost 10 s, and a plan needs a benefit above a tenth of the lost work
+    (the victims save on request, so the planner's lost-work model, time since the last
+    checkpoint, is pessimistic).
     """
     from hai_slurm.priority.config import DaemonConfig, Intervals
-    from hai_slurm.priority.daemon import Daemon, open_store
-    from hai_slurm.priority.executor import PreemptionExecutor
+    from hai_slurm.priority.config_preempt import PreemptConfig
+    from hai_slurm.priority.daemon_factory import build_daemon
     from hai_slurm.priority.executor_types import ExecutorSettings
-    from hai_slurm.priority.notify import RedisNotifier
-    from hai_slurm.priority.plan_hook import SnapshotPlanner
-    from hai_slurm.priority.plan_testing import gpu_cluster
     from hai_slurm.priority.plan_types import PlannerConfig
+    from hai_slurm.testbed.describe import cluster_description
 
     daemon_dir.mkdir(parents=True, exist_ok=True)
     cfg = DaemonConfig(state_dir=str(daemon_dir),
                        database_url=f"sqlite:///{daemon_dir / 'hai-slurm.db'}",
                        redis_url=f"redis://127.0.0.1:{state.ports.redis}/0", metrics_port=0,
-                       intervals=Intervals(cycle=1.0, lock_ttl=30.0, backoff_max=5.0))
-    repo, lock = open_store(cfg)
-    owner = f"demo@{socket.gethostname()}:{os.getpid()}"
-    executor = PreemptionExecutor(
-        slurm, repo, actions=actions, notifier=RedisNotifier(str(cfg.redis_url)),
-        settings=ExecutorSettings(start_timeout=60.0),
-        heartbeat=lambda: lock.acquire_or_renew(owner, time.time(), cfg.intervals.lock_ttl))
-    shape = state.shape
-    planner = SnapshotPlanner(
-        gpu_cluster(shape.leaf_switch_count, shape.nodes // shape.leaf_switch_count),
-        PlannerConfig(min_run_time=10.0, restart_cost=10.0, benefit_threshold=0.1))
-    daemon = Daemon(slurm, repo, lock, config=cfg, planner=planner, executor=executor,
-                    owner=owner, interval=1.0)
+                       intervals=Intervals(cycle=1.0, lock_ttl=30.0, backoff_max=5.0),
+                       description=cluster_description(state.shape),
+                       preempt=PreemptConfig(
+                           planner=PlannerConfig(min_run_time=10.0, restart_cost=10.0,
+                                                 benefit_threshold=0.1),
+                           executor=ExecutorSettings(start_timeout=60.0)))
+    daemon = build_daemon(cfg, slurm=slurm, actions=actions,
+                          owner=f"demo@{socket.gethostname()}:{os.getpid()}", interval=1.0)
     thread = threading.Thread(target=daemon.run, name="hai-daemon", daemon=True)
     thread.start()
-    return daemon, thread, repo
+    return daemon, thread, daemon.repository
 
 
 def _observe(actions: PreemptionActions, watch: _Watch, *, until: Callable[[], bool],

@@ -43,8 +43,33 @@ def summary(cfg: DaemonConfig) -> list[str]:
         f"teams and class facts (grace caps, preemptible-optional): {_origin(cfg)}",
         f"database {cfg.database_url}; redis {cfg.redis_url or 'off'}; metrics port "
         f"{cfg.metrics_port or 'off'}; cycle every {format_duration(cfg.intervals.cycle)}",
+        *_preempt_summary(cfg),
     ]
     return lines
+
+
+def _preempt_summary(cfg: DaemonConfig) -> list[str]:
+    """The ``[planner]`` and ``[executor]`` lines of :func:`summary`."""
+    pre = cfg.preempt
+    if not pre.enabled:
+        return ["preemption: off ([planner] enabled = false): the daemon writes priorities only"]
+    pl, ex = pre.planner, pre.executor
+    topo = ("the cluster description's" if cfg.description is not None else
+            "derived from Slurm's nodes (leaf switches from scontrol show topology, else flat)")
+    misses = ", ".join(f"{c.value} {cfg.policy.classes[c].on_deadline.value}"
+                       for c in reversed(LADDER))
+    via = f"SIG{ex.signal}" + (" + Redis" if cfg.redis_url and pre.redis else "")
+    return [
+        f"preemption: on; planner: victims run >= {format_duration(pl.min_run_time)}, restart "
+        f"cost {format_duration(pl.restart_cost)}, preempt when benefit > "
+        f"{pl.benefit_threshold:g} x lost work, <= {pl.max_plans} plans per cycle, snapshot "
+        f"<= {format_duration(pl.max_staleness)} old; topology {topo}",
+        f"executor: checkpoint request by {via}; deadline = the job's --grace (default "
+        f"{format_duration(ex.default_deadline)}) capped by the class's grace cap; +"
+        f"{format_duration(ex.saving_extension)} while saving; beneficiary start timeout "
+        f"{format_duration(ex.start_timeout)}",
+        f"on a missed deadline (beneficiary's class): {misses}",
+    ]
 
 
 def _origin(cfg: DaemonConfig) -> str:

@@ -25,13 +25,14 @@ from hai_slurm.priority.config_cluster import (
     reject_class_facts,
     reject_teams,
 )
+from hai_slurm.priority.config_preempt import PREEMPT_KEYS, PreemptConfig, read_preempt
 from hai_slurm.priority.ladder import LADDER, class_names, parse_class, rank
 from hai_slurm.priority.toml_reader import Source, Table, boolean, integer, number, string
 from hai_slurm.priority.units import parse_duration, parse_size_mb
 
 _ROOT_KEYS = ("cluster", "default_class", "state_dir", "database_url", "redis_url", "metrics_port",
               "intervals", "classes", "aging", "decay", "fairness", "fair_share", "compensation",
-              "team_defaults", "teams")
+              "team_defaults", "teams", *PREEMPT_KEYS)
 _DURATION_FORMS = "seconds (e.g. 600) or '45s', '10m', '1h30m', '2d'"
 
 
@@ -85,13 +86,22 @@ class DecayConfig:
 
 @dataclass(frozen=True, slots=True)
 class FairnessConfig:
-    """Rolling-window counters: protect after > protect_after preemptions, demote after > M."""
+    """Rolling-window counters: protect after > protect_after preemptions, demote after > M.
+
+    ``demote_excess`` (X) makes demotion relative to the team's share: a team is a repeat
+    offender only when it also preempted more than X times as often per quota GPU as the other
+    teams together in the window (0: the absolute count M alone decides, as before).
+    ``protect_borrowed``: whether protection also covers a team's borrowed (over-quota) jobs;
+    off by default, so a protected team's borrowed GPUs can still be reclaimed.
+    """
 
     window: float = 86400.0
     protect_after: int = 3
     protect_for: float = 3600.0
     demote_after: int = 5
     demote_from: PriorityClass = PriorityClass.HIGH
+    demote_excess: float = 2.0
+    protect_borrowed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +175,8 @@ class DaemonConfig:
     source: str = "<defaults>"
     #: The cluster description named by ``cluster`` (teams and class facts came from it), or None.
     description: ClusterDescription | None = None
+    #: ``[planner]`` and ``[executor]`` (:mod:`hai_slurm.priority.config_preempt`).
+    preempt: PreemptConfig = field(default_factory=PreemptConfig)
 
 
 def load_config(path: str | Path) -> DaemonConfig:
@@ -238,6 +250,8 @@ def parse_config(text: str, *, source: str = "<string>",
         protect_for=fa.get("protect_for", 3600.0, _duration, _DURATION_FORMS),
         demote_after=fa.get("demote_after", 5, integer(0), "an integer >= 0"),
         demote_from=fa.get("demote_from", PriorityClass.HIGH, _cls, ", ".join(class_names())),
+        demote_excess=fa.get("demote_excess", 2.0, number(0.0, 100.0), "a number from 0 to 100"),
+        protect_borrowed=fa.get("protect_borrowed", False, boolean, "true or false"),
     )
     fa.finish()
 
@@ -266,6 +280,7 @@ def parse_config(text: str, *, source: str = "<string>",
         teams = {t.name: TeamQuota(gpus=t.gpu_quota or 0, class_gpus=MappingProxyType({}),
                                    allowed_classes=frozenset(t.classes))
                  for t in description.teams}
+    preempt = read_preempt(root, redis_url)
     if default_class not in team_default.allowed_classes:
         raise root.error("default_class", "team_defaults.allowed_classes does not include the "
                          "default class", default_class.name)
@@ -277,7 +292,8 @@ def parse_config(text: str, *, source: str = "<string>",
     )
     return DaemonConfig(policy=policy, intervals=intervals, state_dir=state_dir,
                         database_url=database_url, redis_url=redis_url,
-                        metrics_port=metrics_port, source=source, description=description)
+                        metrics_port=metrics_port, source=source, description=description,
+                        preempt=preempt)
 
 
 def _class_key(table: Table, name: str) -> PriorityClass:

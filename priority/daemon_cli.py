@@ -10,9 +10,8 @@ import click
 
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.config import DaemonConfig, Intervals, load_config
-from hai_slurm.priority.daemon import Daemon, open_store
+from hai_slurm.priority.daemon_factory import build_daemon, describe_preemption
 from hai_slurm.priority.store import default_sqlite_url, masked
-from hai_slurm.slurm_plugins.adapter import make_client
 
 DEFAULT_STATE_DIR = "/var/lib/hai-slurm"
 
@@ -51,19 +50,22 @@ def daemon_config(config_path: str | None, state_dir: str | None,
                    f"{DEFAULT_STATE_DIR}).")
 @click.option("--metrics-addr", default="0.0.0.0", show_default=True,  # noqa: S104
               help="Address of the Prometheus endpoint (port: metrics_port; 0 turns it off).")
+@click.option("--no-preempt", is_flag=True,
+              help="Write priorities only: no preemption planner or executor (same as "
+                   "[planner] enabled = false).")
 def daemon(config_path: str | None, once: bool, interval: float | None, state_dir: str | None,
-           metrics_addr: str) -> None:
-    """Run the priority daemon: snapshot Slurm, decide, write back what changed, repeat."""
+           metrics_addr: str, no_preempt: bool) -> None:
+    """Run the priority daemon: snapshot Slurm, decide, write back what changed, preempt
+    (checkpoint, then requeue) where a waiting job of a higher class deserves it, repeat."""
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("hai_slurm.priority").setLevel(logging.INFO)
     cfg = daemon_config(config_path, state_dir, interval)
-    repo, lock = open_store(cfg)
-    d = Daemon(make_client(), repo, lock, config=cfg)
+    d = build_daemon(cfg, preempt=False if no_preempt else None)
     if cfg.metrics_port and not once:
         d.metrics.serve(cfg.metrics_port, metrics_addr)
     logging.getLogger("hai_slurm.priority.daemon").warning(
-        "daemon %s starting: database %s, cycle every %g s%s", d.owner,
+        "daemon %s starting: database %s, cycle every %g s%s; %s", d.owner,
         masked(cfg.database_url), cfg.intervals.cycle,
         f", metrics on {metrics_addr}:{cfg.metrics_port}" if cfg.metrics_port and not once
-        else "")
+        else "", describe_preemption(d))
     d.run(once=once)

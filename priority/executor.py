@@ -98,7 +98,8 @@ class PreemptionExecutor:
         if plan is None:
             return CycleExtras()
         audit: list[AuditEntry] = []
-        for request in requests_from(plan, view.snapshot, view.config):
+        for request in requests_from(plan, view.snapshot, view.config,
+                                     self.settings.default_deadline):
             victims = self.prepare(request, view.snapshot)
             if isinstance(victims, str):
                 log.info("preemption for job %d not started: %s", request.beneficiary, victims)

@@ -42,25 +42,27 @@ def miss_policy(cls: PriorityClass, config: PolicyConfig) -> MissPolicy:
 
 
 def request_from_plan(plan: PreemptionPlan, snap: ClusterSnapshot,
-                      config: PolicyConfig) -> ExecutionRequest:
-    """One planner plan as an executor request."""
+                      config: PolicyConfig, default_grace: float = DEFAULT_GRACE
+                      ) -> ExecutionRequest:
+    """One planner plan as an executor request (``default_grace``: a victim's deadline when
+    it gave no ``#HAI --grace``, before the class cap)."""
     return ExecutionRequest(
         beneficiary=plan.beneficiary, victims=plan.victim_ids, nodes=tuple(plan.nodes),
-        deadlines={v.job_id: victim_deadline(v.job_id, v.effective, snap, config)
+        deadlines={v.job_id: victim_deadline(v.job_id, v.effective, snap, config, default_grace)
                    for v in plan.victims},
         on_miss=miss_policy(plan.beneficiary_class, config), reason=plan.reason,
         lost_work=plan.lost_work)
 
 
-def requests_from(plan: object, snap: ClusterSnapshot,
-                  config: PolicyConfig) -> tuple[ExecutionRequest, ...]:
+def requests_from(plan: object, snap: ClusterSnapshot, config: PolicyConfig,
+                  default_grace: float = DEFAULT_GRACE) -> tuple[ExecutionRequest, ...]:
     """Every request in what a planner returned (see the module docstring)."""
     if isinstance(plan, ExecutionRequest):
         return (plan,)
     if isinstance(plan, PreemptionPlan):
-        return (request_from_plan(plan, snap, config),)
+        return (request_from_plan(plan, snap, config, default_grace),)
     if isinstance(plan, PlanningResult):
-        return tuple(request_from_plan(p, snap, config) for p in plan.plans)
+        return tuple(request_from_plan(p, snap, config, default_grace) for p in plan.plans)
     raise ConfigError(f"the executor cannot run a {type(plan).__name__}; the planner must return "
                       "a PreemptionPlan, a PlanningResult or an ExecutionRequest",
                       key="planner", value=type(plan).__name__)

@@ -93,6 +93,7 @@ high = 2
     ('database_url = "postgres://x"\n', ["database_url = 'postgres://x'", "mysql+pymysql://"]),
     ('metrics_port = 70000\n', ["metrics_port = 70000", "0 (off) to 65535"]),
     ('[aging]\nmax_step = 9\n', ["aging.max_step = 9", "1 to 7"]),
+    ('[fairness]\ndemote_excess = -1\n', ["line 2", "fairness.demote_excess = -1", "0 to 100"]),
     ("x = [\n", ["not valid TOML"]),
     ('fairness = 3\n', ["fairness = 3", "expected a table"]),
 ])
