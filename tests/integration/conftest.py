@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from mariadb_support import mariadb_server, mariadb_url  # noqa: F401  (fixtures for every module)
 
 from hai_slurm.testbed import local
 from hai_slurm.testbed.layout import Ports

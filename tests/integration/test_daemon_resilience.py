@@ -28,8 +28,6 @@ from daemon_support import (
 )
 
 # The store's MariaDB fixtures (the testbed's server, a fresh database per test).
-from test_store_mariadb import mariadb_server, mariadb_url  # noqa: F401
-
 from hai_slurm.priority.cycle import POLICY_STATE_KEY
 from hai_slurm.priority.store import EventKind, FairnessEvent
 from hai_slurm.testbed import local
