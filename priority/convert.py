@@ -11,6 +11,9 @@ configured default class and its Slurm account as team.
 What Slurm forgets on a requeue comes from the tracked job: the original submit time, the seconds
 waited and run before. ``run_seconds`` in the store counts running time up to ``updated_at`` (the
 last cycle that saw the job), so each cycle adds only the time since then.
+
+Resources are the job's GPUs, CPUs and memory as the adapter read them (allocated while running,
+requested while pending): the fair-share classes rank teams by their dominant share of all three.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def pending_job(job: Job, tracked: TrackedJob | None, default_class: PriorityCla
     requeued = job.restart_count > 0 and tracked is not None
     return PendingJob(
         job_id=job.job_id, user=job.user, team=cls.team, requested=cls.requested,
-        submit_time=submit, resources=Resources(job.gpus_requested, 0, 0), source=cls.source,
+        submit_time=submit, resources=Resources(job.gpus_requested, job.cpus, job.memory_mb),
+        source=cls.source,
         first_submit_time=tracked.original_submit_at if requeued and tracked else None,
         eligible_time=float(job.eligible_time) if job.eligible_time is not None else None,
         prior_wait=tracked.wait_seconds if requeued and tracked else 0.0,
@@ -117,7 +121,7 @@ def running_job(job: Job, tracked: TrackedJob | None, default_class: PriorityCla
     return RunningJob(
         job_id=job.job_id, user=job.user, team=cls.team, requested=cls.requested,
         submit_time=original_submit(job, tracked, now), start_time=start,
-        resources=Resources(gpus, 0, 0), source=cls.source,
+        resources=Resources(gpus, job.cpus, job.memory_mb), source=cls.source,
         run_time=run_seconds(job, tracked, now), restarts=job.restart_count,
         preemptible=cls.preemptible, start_class=start_class(tracked),
         last_checkpoint=tracked.checkpoint_at if tracked is not None else None,

@@ -89,6 +89,13 @@ class _FakeJob:
     nodes: tuple[str, ...] = ()
     restart_count: int = 0
     flags: tuple[str, ...] = field(default=())
+    memory_per_node: int = 0
+
+
+def _minus(free: tuple[int, int, int], job: _FakeJob) -> tuple[int, int, int]:
+    """A node's free (GPUs, CPUs, MiB) after placing one node's share of ``job``."""
+    g, c, m = free
+    return g - job.gpus_per_node, c - job.cpus_per_node, m - job.memory_per_node
 
 
 class FakeSlurm:
@@ -126,8 +133,12 @@ class FakeSlurm:
                gpus_per_node: int = 0, cpus_per_node: int = 1, time_limit: int | None = None,
                requeue: bool = True, comment: str = "", admin_comment: str = "",
                priority: int = 1, hold: bool = False, begin_time: int | None = None,
-               now: int | None = None) -> int:
-        """Queue a batch job and return its id (``begin_time`` like ``sbatch --begin``)."""
+               now: int | None = None, memory_per_node_mb: int = 0) -> int:
+        """Queue a batch job and return its id (``begin_time`` like ``sbatch --begin``).
+
+        ``memory_per_node_mb`` is ``sbatch --mem`` (0: none, as on a cluster where memory is not
+        a consumable resource); like GPUs and CPUs it must fit on each node the job gets.
+        """
         part = partition or next(p.name for p in self.partitions if p.default)
         if part not in {p.name for p in self.partitions}:
             raise SlurmError(f"sbatch: error: invalid partition specified: {part}")
@@ -138,7 +149,8 @@ class FakeSlurm:
                                   cpus_per_node, time_limit, requeue, comment, admin_comment,
                                   t, max(t, begin_time or t), 0 if hold else priority, held=hold,
                                   reason="JobHeldUser" if hold else
-                                  "BeginTime" if (begin_time or t) > t else "Priority")
+                                  "BeginTime" if (begin_time or t) > t else "Priority",
+                                  memory_per_node=memory_per_node_mb)
         return jid
 
     def advance(self, now: int) -> None:
@@ -147,15 +159,14 @@ class FakeSlurm:
             raise ValueError(f"time cannot go back: now={self.now}, asked {now}")
         self.now = now
 
-    def _free(self) -> dict[str, tuple[int, int]]:
-        free = {n.name: (n.gpus, n.cpus) for n in self.nodes.values()
+    def _free(self) -> dict[str, tuple[int, int, int]]:
+        free = {n.name: (n.gpus, n.cpus, n.memory_mb) for n in self.nodes.values()
                 if n.state not in ("DOWN", "DRAIN")}
         for j in self.jobs.values():
             if j.state in (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING):
                 for n in j.nodes:
                     if n in free:
-                        g, c = free[n]
-                        free[n] = (g - j.gpus_per_node, c - j.cpus_per_node)
+                        free[n] = _minus(free[n], j)
         return free
 
     def schedule(self, now: int | None = None) -> tuple[int, ...]:
@@ -174,8 +185,7 @@ class FakeSlurm:
                 j.reason = "BeginTime"
                 continue
             part = next(p for p in self.partitions if p.name == j.partition)
-            fits = [n for n in part.nodes if n in free and free[n][0] >= j.gpus_per_node
-                    and free[n][1] >= j.cpus_per_node]
+            fits = [n for n in part.nodes if n in free and min(_minus(free[n], j)) >= 0]
             if len(fits) < j.node_count:
                 j.reason = "Resources" if j.partition not in blocked else "Priority"
                 if not self.backfill:
@@ -183,8 +193,7 @@ class FakeSlurm:
                 continue
             j.nodes = tuple(fits[: j.node_count])
             for n in j.nodes:
-                g, c = free[n]
-                free[n] = (g - j.gpus_per_node, c - j.cpus_per_node)
+                free[n] = _minus(free[n], j)
             j.state, j.reason, j.start_time = JobState.RUNNING, "None", self.now
             started.append(j.job_id)
         return tuple(started)
@@ -213,7 +222,8 @@ class FakeSlurm:
             gpus_requested=j.gpus_per_node * j.node_count,
             gpus_per_node={n: j.gpus_per_node for n in j.nodes} if running else {},
             restart_count=j.restart_count, requeue=j.requeue, comment=j.comment,
-            admin_comment=j.admin_comment, batch=True, held=j.held)
+            admin_comment=j.admin_comment, batch=True, held=j.held,
+            cpus=j.cpus_per_node * j.node_count, memory_mb=j.memory_per_node * j.node_count)
 
     def snapshot(self) -> ClusterSnapshot:
         """The current state, stamped with the fake clock."""
@@ -228,13 +238,13 @@ class FakeSlurm:
         free = self._free()
         nodes = []
         for n in self.nodes.values():
-            g, c = free.get(n.name, (n.gpus, n.cpus))
+            g, c, m = free.get(n.name, (n.gpus, n.cpus, n.memory_mb))
             used_c = n.cpus - c
             state = n.state if n.state != "IDLE" else (
                 "IDLE" if used_c == 0 and g == n.gpus else
                 "ALLOCATED" if c == 0 else "MIXED")
-            nodes.append(Node(n.name, state, (), n.cpus, used_c, n.memory_mb, 0, n.gpus,
-                              n.gpus - g, n.partitions))
+            nodes.append(Node(n.name, state, (), n.cpus, used_c, n.memory_mb, n.memory_mb - m,
+                              n.gpus, n.gpus - g, n.partitions))
         return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
                                nodes=tuple(nodes), partitions=self.partitions, qos=self.qos)
 

@@ -20,6 +20,7 @@ from hai_slurm.slurm_plugins.hostlist import (
     split_top_level,
     tres_gpu_count,
 )
+from hai_slurm.slurm_plugins.tres import job_size
 from hai_slurm.slurm_plugins.types import INFINITE, Job, JobState, Node, Partition, Qos
 
 _NO_VAL = (0xFFFFFFFE, 0xFFFFFFFFFFFFFFFE, 0xFFFE)
@@ -149,6 +150,12 @@ def parse_job(d: Mapping[str, Any]) -> Job | None:
     time_limit = number(d.get("time_limit"), f"{where}: time_limit")
     if time_limit is None and "time_limit" in d and d.get("time_limit") is None:
         time_limit = INFINITE   # v0.0.38 writes null for an UNLIMITED job time limit
+    cpus, memory_mb = job_size(
+        running=state is not JobState.PENDING, alloc=text(d.get("tres_alloc_str")),
+        req=text(d.get("tres_req_str")), cpus=number(d.get("cpus"), f"{where}: cpus"),
+        memory_per_node=number(d.get("memory_per_node"), f"{where}: memory_per_node"),
+        memory_per_cpu=number(d.get("memory_per_cpu"), f"{where}: memory_per_cpu"),
+        node_count=node_count, where=where)
     return Job(
         job_id=job_id,
         name=text(d.get("name")),
@@ -180,6 +187,8 @@ def parse_job(d: Mapping[str, Any]) -> Job | None:
         array_job_id=number(d.get("array_job_id"), f"{where}: array_job_id") or None,
         array_task_id=number(d.get("array_task_id"), f"{where}: array_task_id"),
         array_tasks=text(d.get("array_task_string")),
+        cpus=cpus,
+        memory_mb=memory_mb,
     )
 
 

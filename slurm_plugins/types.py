@@ -151,6 +151,11 @@ class Job:
     """This task's index; None for a record that stands for several pending tasks."""
     array_tasks: str = ""
     """Pending tasks this one record stands for (Slurm lists them as e.g. ``"4-5"``)."""
+    cpus: int = 0
+    """CPUs of the whole job: allocated while it runs (``tres_alloc_str``), else requested."""
+    memory_mb: int = 0
+    """Memory of the whole job in MiB (all nodes), allocated while it runs, else requested; 0 when
+    Slurm allocates none (memory not a consumable resource, e.g. ``CR_Core``) or tells nothing."""
 
     @property
     def gpus_allocated(self) -> int:

@@ -1,7 +1,8 @@
 """The whole store suite (repository, lock, schema, kill-and-restart) on a real MariaDB.
 
 Which server: see ``mariadb_support`` (the testbed's by default, ``HAI_TEST_MARIADB_URL``
-otherwise). Every test gets its own freshly created database ``hai_store_<random>``, dropped afterwards.
+otherwise). Every test gets its own freshly created database ``hai_store_<random>``, dropped
+afterwards.
 """
 
 from __future__ import annotations
