@@ -32,13 +32,19 @@ class SlurmVersion:
 
     @classmethod
     def parse(cls, text: str) -> SlurmVersion:
-        """``"22.05"``, ``"22.05.8"`` or ``"slurm 24.11.5"`` -> SlurmVersion."""
+        """``"22.05"``, ``"22.05.8"`` or ``"slurm 24.11.5"`` -> SlurmVersion (22.05 or newer)."""
         m = re.search(r"(\d{2})\.(\d{2})", text)
         if not m:
             raise ConfigError(
                 "not a Slurm version (expected YY.MM such as 22.05 or 24.11)",
                 key="slurm_version", value=text)
-        return cls(int(m.group(1)), int(m.group(2)))
+        version = cls(int(m.group(1)), int(m.group(2)))
+        if version < OLDEST_SLURM_VERSION:
+            raise ConfigError(
+                f"Slurm {version} is older than the oldest release the generators know "
+                f"({OLDEST_SLURM_VERSION}; tested: 22.05, 24.11, 26.05); generate for "
+                f"{OLDEST_SLURM_VERSION} or newer", key="slurm_version", value=text)
+        return version
 
     def __str__(self) -> str:
         return f"{self.year:02d}.{self.month:02d}"
@@ -49,8 +55,17 @@ class SlurmVersion:
         ``SchedulerParameters`` with a ``preempt_`` prefix (22.05 dies on the unknown key)."""
         return self >= SlurmVersion(23, 2)
 
+    @property
+    def gres_cores_whole_sockets(self) -> bool:
+        """gres.conf ``Cores=`` must cover whole sockets. 24.11.5 and 26.05.5 drain a node whose
+        GPU core range ends inside a socket ("GRES core specification 48-63 ... doesn't match
+        socket boundaries", node INVAL); 22.05.8 takes any range. 23.x was not tried, so from
+        23.02 on (whole sockets are accepted by every release)."""
+        return self >= SlurmVersion(23, 2)
+
 
 DEFAULT_SLURM_VERSION = SlurmVersion(22, 5)
+OLDEST_SLURM_VERSION = SlurmVersion(22, 5)
 
 
 @dataclass(frozen=True)

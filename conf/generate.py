@@ -23,7 +23,8 @@ Renderer = Callable[[ClusterDescription, Deployment, str], "str | None"]
 # file name -> renderer(description, deployment, comment header) -> text (None: file not needed)
 RENDERERS: dict[str, Renderer] = {
     "slurm.conf": render_slurm_conf,
-    "gres.conf": lambda d, _dep, h: render_gres_conf(d, h),
+    "gres.conf": lambda d, dep, h: render_gres_conf(
+        d, h, whole_sockets=dep.slurm_version.gres_cores_whole_sockets),
     "topology.conf": lambda d, _dep, h: render_topology_conf(d, h),
     "sacctmgr-setup.sh": render_sacctmgr,
     "hai_entitlements.lua": lambda d, _dep, _h: render_entitlements_lua(d),

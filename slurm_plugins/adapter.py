@@ -26,7 +26,7 @@ from collections.abc import Callable
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm, SignalRecord
-from hai_slurm.slurm_plugins.runner import CommandRunner, SubprocessRunner
+from hai_slurm.slurm_plugins.runner import CommandRunner, DockerExecRunner, SubprocessRunner
 from hai_slurm.slurm_plugins.types import (
     INFINITE,
     ActionResult,
@@ -45,9 +45,9 @@ from hai_slurm.slurm_plugins.types import (
 
 __all__ = [
     "INFINITE", "ActionResult", "CliSlurmClient", "ClusterSnapshot", "CommandRunner",
-    "FakeNode", "FakeSlurm", "Job", "JobState", "Node", "Partition", "Qos", "SignalRecord",
-    "SignalTarget", "SkipReason", "Skipped", "SlurmClient", "SlurmVersion", "SubprocessRunner",
-    "make_client",
+    "DockerExecRunner", "FakeNode", "FakeSlurm", "Job", "JobState", "Node", "Partition", "Qos",
+    "SignalRecord", "SignalTarget", "SkipReason", "Skipped", "SlurmClient", "SlurmVersion",
+    "SubprocessRunner", "make_client",
 ]
 
 
@@ -70,16 +70,18 @@ def _pyslurm_usable(cluster_version: Callable[[], SlurmVersion]) -> str:
 
 
 def make_client(backend: str = "auto", *, slurm_conf: str | None = None,
-                timeout: float = 30.0) -> SlurmClient:
+                timeout: float = 30.0, runner: CommandRunner | None = None) -> SlurmClient:
     """A SlurmClient for the cluster that ``slurm_conf`` (or ``$SLURM_CONF``) points at.
 
     ``backend``: ``"cli"``, ``"pyslurm"`` or ``"auto"`` (pyslurm when usable, else the CLI).
     Today "auto" always ends with the CLI backend; "pyslurm" raises SlurmError saying why.
+    ``runner`` replaces how commands run, e.g. ``DockerExecRunner(container)`` for a cluster
+    inside Docker (``slurm_conf`` and ``timeout`` are then the runner's business).
     Nothing is run here: the CLI backend detects the Slurm release on first use.
     """
     if backend not in ("auto", "cli", "pyslurm"):
         raise ValueError(f"backend must be auto, cli or pyslurm, got {backend!r}")
-    cli = CliSlurmClient(slurm_conf=slurm_conf, timeout=timeout)
+    cli = CliSlurmClient(runner, slurm_conf=slurm_conf, timeout=timeout)
     if backend == "pyslurm":
         raise SlurmError(f"pyslurm backend unavailable: {_pyslurm_usable(cli.version)}")
     return cli

@@ -67,6 +67,57 @@ class SubprocessRunner:
         return Completed(tuple(args), proc.returncode, proc.stdout, proc.stderr)
 
 
+class DockerExecRunner:
+    """Runs Slurm commands inside a container with ``docker exec`` (the Docker testbed's way in).
+
+    The host needs only the ``docker`` client: the adapter on the host drives the Slurm in the
+    testbed's controller container, whose ``/etc/slurm/slurm.conf`` the clients find by default.
+    Each command is wrapped in coreutils ``timeout`` inside the container (a hung client ends
+    there too); ``user`` runs it as that user (``docker exec -u``), ``workdir`` is its cwd and
+    ``stdin`` (per call) is piped in, e.g. a batch script for ``sbatch``. A timeout or an
+    unreachable container raises SlurmError naming the container.
+    """
+
+    def __init__(self, container: str, *, timeout: float = 30.0, user: str | None = None,
+                 workdir: str | None = None, docker: str = "docker") -> None:
+        self.container = container
+        self.timeout = timeout
+        self.user = user
+        self.workdir = workdir
+        self.docker = docker
+
+    def as_user(self, user: str | None) -> DockerExecRunner:
+        """The same runner, running commands as ``user`` (None: the container's default)."""
+        return DockerExecRunner(self.container, timeout=self.timeout, user=user,
+                                workdir=self.workdir, docker=self.docker)
+
+    def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
+                 stdin: str | None = None) -> Completed:
+        """Run ``argv`` in the container; ``Completed.argv`` is ``argv`` as given."""
+        limit = self.timeout if timeout is None else timeout
+        cmd = [self.docker, "exec", "-i", *(["-u", self.user] if self.user else []),
+               *(["-w", self.workdir] if self.workdir else []), self.container,
+               "timeout", "-k", "2", f"{limit:g}", *argv]
+        what = f"{' '.join(argv)} (in container {self.container})"
+        try:
+            proc = subprocess.run(cmd, input=stdin if stdin is not None else "",
+                                  capture_output=True, text=True, timeout=limit + 15,
+                                  check=False)
+        except FileNotFoundError as exc:
+            raise SlurmError(f"{self.docker} not found: install the Docker client "
+                             "(apt-get install -y docker.io)", command=cmd) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(f"{what} did not finish within {limit:g} s", command=cmd) from exc
+        if proc.returncode == 124:
+            raise SlurmError(f"{what} did not finish within {limit:g} s; is slurmctld up "
+                             "(scontrol ping)?", command=list(argv), returncode=124)
+        if proc.returncode in (125, 126, 127) or (
+                proc.returncode != 0 and proc.stderr.startswith("Error response from daemon")):
+            raise SlurmError(f"docker exec failed for {what}: {proc.stderr.strip()}",
+                             command=cmd, returncode=proc.returncode, stderr=proc.stderr)
+        return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
 def check(result: Completed, what: str) -> Completed:
     """Raise SlurmError carrying Slurm's message unless the command succeeded."""
     if result.returncode != 0:

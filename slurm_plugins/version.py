@@ -9,12 +9,19 @@ so the plan only decides *which command* to run:
 release         nodes                                partitions
 ==============  ===================================  =======================================
 < 23.02         ``sinfo --json`` (key ``nodes``)     ``scontrol -o show partition`` (text)
->= 23.02        ``scontrol show nodes --json``       ``scontrol show partitions --json``
+>= 23.02        ``scontrol show nodes --json``       ``scontrol -o show partition`` (text)
 ==============  ===================================  =======================================
 
 Jobs always come from ``squeue --json`` (openapi v0.0.38 on 22.05; data_parser v0.0.39+ later).
 From 23.02 on ``sinfo --json`` reports aggregated "sinfo" records rather than nodes, and
-``scontrol ... --json`` exists, so the scontrol commands are used there.
+``scontrol ... --json`` exists, so the scontrol command is used for nodes there.
+
+Partitions are read from ``scontrol``'s text on every release, because the JSON is not faithful
+across releases (recorded, see tests/data/slurm/): 24.11.5's ``scontrol show partitions --json``
+has no ``flags`` at all, so the default partition cannot be told; 26.05.5's has ``flags``, but its
+``preempt_mode`` is ``["CLUSTER_GLOBAL"]`` where the text shows the effective ``PreemptMode=OFF``.
+The text (``Default=YES``, ``PreemptMode``, ``GraceTime``, ``PriorityTier``, ``MaxTime``) is the
+same from 22.05 to 26.05. :func:`~.parse.parse_partitions_json` stays for callers holding JSON.
 """
 
 from __future__ import annotations
@@ -67,12 +74,12 @@ def query_plan(version: SlurmVersion) -> QueryPlan:
         raise SlurmError(f"Slurm {version} is too old: hai-slurm needs {OLDEST_SUPPORTED.series} "
                          "or newer (squeue --json appeared in 21.08, openapi v0.0.38 in 22.05)")
     jobs = ("squeue", "--json")
+    partitions = ("scontrol", "--oneliner", "show", "partition")  # text: see the module docstring
     if version < JSON_COMMANDS_SINCE:
-        return QueryPlan(version, jobs, ("sinfo", "--json"),
-                         ("scontrol", "--oneliner", "show", "partition"),
+        return QueryPlan(version, jobs, ("sinfo", "--json"), partitions,
                          PartitionSource.SCONTROL_TEXT)
-    return QueryPlan(version, jobs, ("scontrol", "show", "nodes", "--json"),
-                     ("scontrol", "show", "partitions", "--json"), PartitionSource.SCONTROL_JSON)
+    return QueryPlan(version, jobs, ("scontrol", "show", "nodes", "--json"), partitions,
+                     PartitionSource.SCONTROL_TEXT)
 
 
 QOS_FIELDS = ("Name", "Priority", "Preempt", "PreemptMode", "GraceTime", "MaxWall",

@@ -246,6 +246,9 @@ def test_version_parsing_and_plans() -> None:
     assert str(parse_version("26.05")) == "26.05.0"
     assert query_plan(SlurmVersion(23, 2, 0)).nodes == ("scontrol", "show", "nodes", "--json")
     assert query_plan(SlurmVersion(22, 5, 8)).nodes == ("sinfo", "--json")
+    text = ("scontrol", "--oneliner", "show", "partition")   # JSON is not faithful, see version.py
+    assert {query_plan(SlurmVersion(*v)).partitions for v in ((22, 5, 8), (24, 11, 5),
+                                                               (26, 5, 5))} == {text}
     with pytest.raises(SlurmError, match="too old"):
         query_plan(SlurmVersion(21, 8, 5))
     with pytest.raises(SlurmError, match="cannot read a Slurm version"):
