@@ -12,6 +12,9 @@ echo "== mypy (strict)"; bash scripts/typecheck.sh
 if [ "${HAI_SKIP_DOCKER:-0}" != 1 ]; then
   echo "== docker engine"; bash docker-slurm-testbed/start-dockerd.sh
   export HAI_REQUIRE_DOCKER=1
+  # tests/matrix runs the contract, directive, checkpoint and config tests on each Slurm release.
+  echo "== Slurm version matrix (tests/matrix): ${HAI_SLURM_SUITES:=bookworm,trixie,sid}"
+  export HAI_SLURM_SUITES
 fi
 echo "== pytest"
 set +e

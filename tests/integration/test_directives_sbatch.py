@@ -10,12 +10,16 @@ gets an association in team-b for the module and loses it afterwards.
 Each rejection is compared with the Python twin: sbatch must print every line of
 ``evaluate_submission``'s message, so the plugin that really runs in slurmctld says what the unit
 tests (which compare Lua and Python) say it says.
+
+Every command goes through :class:`Cluster` (``command`` builds the argv, ``etc_text`` reads a
+file beside slurm.conf), so tests/matrix/test_matrix_directives.py runs these same tests on the
+Docker testbed of each Slurm release by overriding the ``access`` fixture with a ``docker exec``
+variant.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import subprocess
 import time
@@ -46,13 +50,25 @@ class Cluster:
         self.env = {**os.environ, "SLURM_CONF": slurm_conf}
         self.jobs: list[str] = []
 
+    def fresh(self) -> Cluster:
+        """Another handle on the same cluster with no jobs remembered."""
+        return Cluster(self.env["SLURM_CONF"])
+
+    def command(self, argv: list[str], user: str | None) -> list[str]:
+        """The argv that runs ``argv`` against the cluster, as ``user`` if given."""
+        if user is None:
+            return argv
+        return ["runuser", "-u", user, "--", "env", f"SLURM_CONF={self.env['SLURM_CONF']}", *argv]
+
+    def etc_text(self, name: str) -> str | None:
+        """A file beside the cluster's slurm.conf, or None if it is missing."""
+        path = Path(self.env["SLURM_CONF"]).parent / name
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
     def run(self, argv: list[str], *, user: str | None = None, stdin: str | None = None,
             timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        if user is not None:
-            argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={self.env['SLURM_CONF']}",
-                    *argv]
-        return subprocess.run(argv, capture_output=True, text=True, env=self.env, input=stdin,
-                              timeout=timeout, check=False)
+        return subprocess.run(self.command(argv, user), capture_output=True, text=True,
+                              env=self.env, input=stdin, timeout=timeout, check=False)
 
     def sbatch(self, script: str, *args: str, user: str | None = None,
                ) -> subprocess.CompletedProcess[str]:
@@ -75,51 +91,52 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def slurm_conf(request: pytest.FixtureRequest) -> str:
+def access(request: pytest.FixtureRequest) -> Cluster:
+    """The cluster under test (no jobs of its own; ``cluster`` makes one handle per test)."""
     override = os.environ.get("HAI_DIRECTIVES_SLURM_CONF")
     if override:
-        return override
-    return str(request.getfixturevalue("testbed").slurm_conf)
+        return Cluster(override)
+    return Cluster(str(request.getfixturevalue("testbed").slurm_conf))
 
 
 @pytest.fixture(scope="module")
-def installed(slurm_conf: str) -> None:
+def installed(access: Cluster) -> None:
     """The cluster runs this tree's job_submit.lua and table, not a stale copy."""
-    etc = Path(slurm_conf).parent
     for name in ("job_submit.lua", "hai_entitlements.lua"):
         ours = (PLUGINS / name).read_text(encoding="utf-8")
-        theirs = etc / name
-        assert theirs.is_file() and theirs.read_text(encoding="utf-8") == ours, (
-            f"{theirs} is missing or differs from slurm_plugins/{name}; restart the testbed "
-            "(it copies both files at `up`)")
+        assert access.etc_text(name) == ours, (
+            f"{name} beside slurm.conf is missing or differs from slurm_plugins/{name}; restart "
+            "the testbed (it copies both files at `up`)")
 
 
 @pytest.fixture
-def cluster(slurm_conf: str, installed: None) -> Iterator[Cluster]:
-    c = Cluster(slurm_conf)
+def cluster(access: Cluster, installed: None) -> Iterator[Cluster]:
+    c = access.fresh()
     yield c
     c.cancel_all()
 
 
 @pytest.fixture(scope="module")
-def other_user(slurm_conf: str) -> Iterator[str]:
-    """``nobody`` as a user of account team-b allowed every class QOS (removed afterwards)."""
-    try:
-        pwd.getpwnam(OTHER_USER)
-    except KeyError:
-        pytest.skip(f"no local user {OTHER_USER!r} to submit as")
-    env = {**os.environ, "SLURM_CONF": slurm_conf}
+def other_user_name(access: Cluster) -> str:
+    """A non-admin user that exists where the cluster's commands run."""
+    if access.run(["id", "-u", OTHER_USER]).returncode != 0:
+        pytest.skip(f"no user {OTHER_USER!r} to submit as")
+    return OTHER_USER
+
+
+@pytest.fixture(scope="module")
+def other_user(access: Cluster, other_user_name: str) -> Iterator[str]:
+    """A non-admin user of account team-b allowed every class QOS (removed afterwards)."""
 
     def sacctmgr(*args: str) -> None:
-        res = subprocess.run(["sacctmgr", "-i", *args], capture_output=True, text=True, env=env,
-                             timeout=30, check=False)
+        res = access.run(["sacctmgr", "-i", *args])
         assert res.returncode == 0 or "Nothing" in res.stdout + res.stderr, res.stderr
 
-    sacctmgr("add", "user", OTHER_USER, "account=team-b")
-    sacctmgr("modify", "user", "where", f"name={OTHER_USER}", "account=team-b", "set",
+    sacctmgr("add", "user", other_user_name, "account=team-b")
+    sacctmgr("modify", "user", "where", f"name={other_user_name}", "account=team-b", "set",
              f"qos={CLASS_QOS}", "defaultqos=normal")
-    yield OTHER_USER
-    sacctmgr("delete", "user", "where", f"name={OTHER_USER}", "account=team-b")
+    yield other_user_name
+    sacctmgr("delete", "user", "where", f"name={other_user_name}", "account=team-b")
 
 
 def expected_rejection(script: str, account: str, qos: str | None = None) -> str:

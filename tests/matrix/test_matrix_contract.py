@@ -1,0 +1,150 @@
+"""The SlurmClient contract, run by the host-side CLI backend against each release in Docker.
+
+The adapter runs on the host exactly as in production; only its command runner differs
+(:class:`~hai_slurm.slurm_plugins.runner.DockerExecRunner`, ``docker exec`` into the controller).
+Same suite as tests/integration/test_adapter_contract.py (local 22.05 testbed).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import SuiteCluster, series_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
+from slurm_client_contract import Harness, SlurmClientContract
+
+from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SlurmClient, make_client
+from hai_slurm.slurm_plugins.runner import DockerExecRunner
+
+# Runs until cancelled; logs each USR2 it gets. `sleep & wait` lets the trap run at once.
+JOB_SCRIPT = """#!/bin/bash
+trap 'echo "HAI-SIGNAL USR2"' USR2
+echo started
+while :; do sleep 1 & wait $!; done
+"""
+
+
+class DockerHarness:
+    """Submits through sbatch in the controller, polls snapshots, cancels what it made."""
+
+    def __init__(self, bed: SuiteCluster) -> None:
+        self.run: DockerExecRunner = bed.runner()
+        self.client: SlurmClient = make_client("cli", runner=self.run)
+        self.workdir = bed.scratch()
+        self.submitted: list[int] = []
+
+    def sbatch(self, *args: str) -> int:
+        """sbatch ``args`` with the job script on stdin; remember and return the job id."""
+        argv = ["sbatch", "--parsable", f"--chdir={self.workdir}", *args]
+        res = self.run(argv, stdin=JOB_SCRIPT)
+        assert res.returncode == 0, f"sbatch failed: {res.stderr.strip()}"
+        jid = int(res.stdout.strip().split(";")[0])
+        self.submitted.append(jid)
+        return jid
+
+    def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
+               comment: str = "") -> int:
+        """sbatch a job that runs until cancelled."""
+        args = [f"--job-name={name}", "--nodes=1", f"--output={self.workdir}/%j.out"]
+        args += [f"--gres=gpu:{gpus}"] if gpus else []
+        args += ["--hold"] if hold else []
+        args += [f"--begin=now+{begin_in}"] if begin_in else []
+        args += [f"--comment={comment}"] if comment else []
+        return self.sbatch(*args)
+
+    def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
+                 timeout: float = 30.0) -> Job | None:
+        """Poll snapshots every 0.25 s until ``ok`` holds or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.client.snapshot().job(job_id)
+            if ok(job):
+                return job
+            if time.monotonic() > deadline:
+                now = "gone" if job is None else f"{job.state.value}, reason {job.reason}"
+                pytest.fail(f"job {job_id} did not become {what} within {timeout:g} s "
+                            f"(now {now})")
+            time.sleep(0.25)
+
+    def signals_seen(self, job_id: int) -> list[str]:
+        """Signals the job logged to its output file (read in the container)."""
+        res = self.run(["cat", f"{self.workdir}/{job_id}.out"])
+        lines = res.stdout.splitlines() if res.returncode == 0 else []
+        return [ln.split()[-1] for ln in lines if ln.startswith("HAI-SIGNAL")]
+
+    def cleanup(self) -> None:
+        """Cancel every job this harness submitted."""
+        if self.submitted:
+            self.run(["scancel", *map(str, self.submitted)])
+
+
+@pytest.fixture
+def docker_harness(suite_cluster: SuiteCluster) -> Iterator[DockerHarness]:
+    """A harness on the suite's testbed whose jobs are cancelled after the test."""
+    h = DockerHarness(suite_cluster)
+    try:
+        yield h
+    finally:
+        h.cleanup()
+
+
+class TestDockerSlurmContract(SlurmClientContract):
+    """The CLI backend honours the SlurmClient contract on every release of the matrix."""
+
+    @pytest.fixture
+    def harness(self, docker_harness: DockerHarness) -> Harness:
+        """The contract's harness: the Docker one."""
+        return docker_harness
+
+
+def test_version_is_the_suites_release(suite_cluster: SuiteCluster) -> None:
+    """The release is detected once, and is the one this suite is known to ship."""
+    client = CliSlurmClient(suite_cluster.runner())
+    v = client.version()
+    assert client.version() is v and client.snapshot().version == v
+    assert v.series == suite_cluster.series, (
+        f"{suite_cluster.suite} now ships Slurm {v}, not {suite_cluster.series}: update "
+        "docker_images.SLURM_SERIES, record its outputs (tests/data/slurm/record.py) and check "
+        "slurm_plugins/version.py")
+
+
+def test_qos_come_from_accounting(suite_cluster: SuiteCluster) -> None:
+    """With accounting, the snapshot carries the eight class QOS with their priorities."""
+    client = CliSlurmClient(suite_cluster.runner())
+    assert client.accounting()
+    prio = {q.name: q.priority for q in client.snapshot().qos}
+    assert prio["extreme_high"] == 50 and prio["normal"] == 10 and prio["low"] == 0
+
+
+def test_requeue_of_array_task_holding_the_array_id(docker_harness: DockerHarness) -> None:
+    """Requeueing the task that runs under the array's own id leaves its sibling running."""
+    h = docker_harness
+    array_id = h.sbatch("--array=0-1", "--nodes=1", "--gres=gpu:1",
+                        f"--output={h.workdir}/%A_%a.out")
+
+    def both_running(_: Job | None) -> bool:
+        tasks = [j for j in h.client.snapshot().jobs if j.array_job_id == array_id]
+        return len(tasks) == 2 and all(t.state.value == "RUNNING" for t in tasks)
+
+    h.wait_for(array_id, "two running tasks", both_running)
+    tasks = {j.job_id: j for j in h.client.snapshot().jobs if j.array_job_id == array_id}
+    assert array_id in tasks and tasks[array_id].array_task_id is not None
+    (sibling,) = set(tasks) - {array_id}
+    assert h.client.requeue(array_id).done == (array_id,)
+    again = h.wait_for(array_id, "requeued", lambda j: j is not None and j.restart_count == 1)
+    assert again is not None
+    other = h.client.snapshot().job(sibling)
+    assert other is not None and other.state.value == "RUNNING" and other.restart_count == 0
+
+
+def test_docker_exec_runner_reports_slurm_errors(suite_cluster: SuiteCluster) -> None:
+    """A failing Slurm command keeps its exit code and message through docker exec."""
+    res = suite_cluster.runner()(["scontrol", "show", "job", "987654"])
+    assert res.returncode != 0 and "Invalid job id" in res.stderr
+    assert series_of(suite_cluster.runner()(["scontrol", "version"]).stdout) == \
+        suite_cluster.series
