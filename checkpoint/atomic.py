@@ -162,13 +162,3 @@ def clean_stale_temps(directory: Path) -> list[Path]:
             removed.append(path)
     return removed
 
-
-def sha256_file(path: Path, chunk: int = 8 << 20) -> tuple[int, str]:
-    """Size and sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb", buffering=0) as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-            size += len(block)
-    return size, digest.hexdigest()

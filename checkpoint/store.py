@@ -279,8 +279,13 @@ class CheckpointStore:
     def _remove(self, old: list[CheckpointInfo]) -> None:
         for entry in old:
             for stale in (entry.meta_name, entry.file):  # metadata first: never listed, half gone
-                with contextlib.suppress(OSError):
+                try:
                     (self.directory / stale).unlink()
+                except FileNotFoundError:
+                    continue
+                except OSError as err:
+                    self._log(f"cannot remove old checkpoint file {self.directory / stale} "
+                              f"({err.strerror}); delete it by hand to free the space")
 
     def wait_pruning(self) -> None:
         """Wait until checkpoints beyond ``keep`` are removed (done in a background thread)."""

@@ -64,10 +64,6 @@ class NodeType:
         """Logical CPUs (Slurm's ``CPUs=``)."""
         return len(self.sockets) * self.cores_per_socket * self.threads_per_core
 
-    def gpu_indices(self) -> tuple[int, ...]:
-        """All GPU indices in layout order."""
-        return tuple(g for s in self.sockets for sw in s.pcie_switches for g in sw.gpus)
-
     def socket_of(self, gpu: int) -> int:
         """Socket index of ``gpu`` (KeyError if absent)."""
         for si, s in enumerate(self.sockets):

@@ -118,10 +118,6 @@ class ClusterShape:
             placements.append(GpuPlacement(index, switch // self.pcie_switches_per_socket, switch))
         return tuple(placements)
 
-    def socket_cores(self, socket: int) -> range:
-        """The core ids of ``socket``."""
-        return range(socket * self.cores_per_socket, (socket + 1) * self.cores_per_socket)
-
     def grace_time(self, cls: PriorityClass) -> int:
         """The native-mode GraceTime of ``cls``'s QOS in seconds."""
         return dict(self.grace_times)[cls]

@@ -169,7 +169,3 @@ def _now(info: Mapping[str, str] | None) -> str:
         text += f", exit code {info['ExitCode']}"
     return text
 
-
-def node_states(run: Runner) -> dict[str, str]:
-    """Node name -> state (e.g. ``IDLE``, ``IDLE+DRAIN``, ``DOWN*``) from ``scontrol show node``."""
-    return {n.get("NodeName", "?"): n.get("State", "UNKNOWN") for n in show_nodes(run)}

@@ -7,9 +7,11 @@ To accept an intended change:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,10 +51,20 @@ def test_generated_files_match_golden(shape: str, version: str) -> None:
 
 
 def test_generation_is_deterministic() -> None:
-    """Two renders of the same description are identical (no clock, no absolute paths)."""
-    desc, dep = load(GOLDEN / "mixed-2leaf" / "description.toml")
-    assert render_all(desc, dep) == render_all(desc, dep)
-    assert str(GOLDEN) not in "".join(render_all(desc, dep).values())
+    """Renders in fresh interpreters with other hash seeds are identical to this one (no clock,
+    no set or dict order leaking into the output) and hold no absolute paths."""
+    path = GOLDEN / "mixed-2leaf" / "description.toml"
+    here = render_all(*load(path))
+    code = ("import json, sys; from hai_slurm.conf.description import load; "
+            "from hai_slurm.conf.generate import render_all; "
+            "print(json.dumps(render_all(*load(sys.argv[1]))))")
+    for seed in ("1", "2"):
+        res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                             text=True, timeout=60, check=False,
+                             env={**os.environ, "PYTHONHASHSEED": seed})
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == here, f"output differs with PYTHONHASHSEED={seed}"
+    assert str(GOLDEN) not in "".join(here.values())
 
 
 def test_version_specific_preemption_keys() -> None:

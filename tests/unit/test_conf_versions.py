@@ -6,12 +6,13 @@ are the fast checks of the switch itself.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
-from hai_slurm.conf.deployment import SlurmVersion
+from hai_slurm.conf.deployment import PreemptionMode, SlurmVersion
 from hai_slurm.conf.description import load
 from hai_slurm.conf.generate import render_all
 from hai_slurm.errors import ConfigError
@@ -46,6 +47,11 @@ def test_newer_releases_get_whole_sockets(version: str) -> None:
 def test_send_user_signal_lives_where_the_release_reads_it(version: str, key: str) -> None:
     """PreemptParameters from 23.02; before, preempt_send_user_signal in SchedulerParameters."""
     assert SlurmVersion.parse(version).has_preempt_parameters == (key == "PreemptParameters")
+    desc, dep = load(EXAMPLE, version)
+    native = dataclasses.replace(dep, preemption=PreemptionMode.NATIVE)
+    lines = [ln for ln in render_all(desc, native)["slurm.conf"].splitlines()
+             if "send_user_signal" in ln and not ln.startswith("#")]
+    assert [ln.split("=", 1)[0] for ln in lines] == [key]
 
 
 def test_release_older_than_2205_is_refused_naming_file_and_key() -> None:
