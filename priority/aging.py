@@ -21,19 +21,18 @@ restored) and, on top, gets a boost of extra age::
 
 counted in whole steps so the priority changes only every ``step`` seconds. The boost only moves
 the job inside its class band: it never crosses into another class (only aging does that).
-The GPU-hours a preempted job lost are credited to its team (:func:`credit_deltas`).
+The GPU-hours a preempted job spent saving are credited to its team by the executor
+(:func:`hai_slurm.priority.executor_records.settle_records`).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hai_slurm.priority.classes import PriorityClass
 from hai_slurm.priority.config import AgingConfig, ClassPolicy, CompensationConfig, DecayConfig
 from hai_slurm.priority.ladder import LADDER, RANK
-from hai_slurm.priority.state import RunningJob
 
 
 def aging_step(depth: int, cfg: AgingConfig) -> int:
@@ -79,29 +78,3 @@ def compensation_boost(restarts: int, waited: float, cfg: CompensationConfig) ->
     raw = restarts * cfg.per_restart + cfg.per_wait * max(0.0, waited)
     steps = int(raw // cfg.step)
     return int(min(cfg.cap, steps * cfg.step))
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionLoss:
-    """Work a preempted job lost: GPUs held times seconds since its last checkpoint (+ restart)."""
-
-    team: str
-    job_id: int
-    gpus: int
-    lost_seconds: float
-
-
-def lost_work(job: RunningJob, now: float, restart_cost: float) -> PreemptionLoss:
-    """What preempting ``job`` at ``now`` loses: time since its last save plus the restart cost."""
-    since = job.start_time if job.last_checkpoint is None else max(job.start_time,
-                                                                    job.last_checkpoint)
-    return PreemptionLoss(job.team, job.job_id, job.resources.gpus,
-                          max(0.0, now - since) + max(0.0, restart_cost))
-
-
-def credit_deltas(losses: Iterable[PreemptionLoss]) -> dict[str, float]:
-    """GPU-hours to credit each team for work its preempted jobs lost."""
-    out: defaultdict[str, float] = defaultdict(float)
-    for loss in losses:
-        out[loss.team] += loss.gpus * loss.lost_seconds / 3600.0
-    return dict(out)

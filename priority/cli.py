@@ -6,8 +6,6 @@ import click
 
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.config import DaemonConfig, load_config
-from hai_slurm.priority.explain import explain as explain_pending
-from hai_slurm.priority.explain import explain_running
 from hai_slurm.priority.ladder import LADDER
 from hai_slurm.priority.policy import compute_priorities
 from hai_slurm.priority.snapshot_json import load_snapshot
@@ -103,9 +101,10 @@ def priority() -> None:
               envvar="HAI_SLURM_CONFIG", help="Daemon configuration (default: built-in).")
 def explain(jobid: int, snapshot_path: str | None, config_path: str | None) -> None:
     """Explain in plain words why JOBID has its place."""
+    from hai_slurm.priority.live import explain_job, explain_live, open_repository
+
     cfg = load_config(config_path) if config_path else DaemonConfig()
     if snapshot_path is None:
-        from hai_slurm.priority.live import explain_live, open_repository
         from hai_slurm.slurm_plugins.adapter import make_client
 
         click.echo(explain_live(jobid, make_client(), open_repository(cfg), cfg))
@@ -114,18 +113,8 @@ def explain(jobid: int, snapshot_path: str | None, config_path: str | None) -> N
     result = compute_priorities(snap.pending, snap.running, config=cfg.policy,
                                 cluster=snap.cluster, events=snap.events, state=snap.state,
                                 now=snap.now)
-    pending = {j.job_id: j for j in snap.pending}
-    running = {j.job_id: j for j in snap.running}
-    if jobid in pending:
-        job = pending[jobid]
-        mine = result.priorities[jobid]
-        ahead = sum(1 for p in result.priorities.values() if p > mine)
-        click.echo(explain_pending(job, result.pending[jobid], result.teams.get(job.team),
-                                   config=cfg.policy, jobs_ahead=ahead))
-    elif jobid in running:
-        run = running[jobid]
-        click.echo(explain_running(run, result.running[jobid], result.teams.get(run.team),
-                                   config=cfg.policy))
-    else:
+    text = explain_job(jobid, snap.pending, snap.running, result, cfg.policy)
+    if text is None:
         raise ConfigError(f"job {jobid} is neither pending nor running in the snapshot",
                           source=snapshot_path)
+    click.echo(text)

@@ -309,8 +309,11 @@ class Daemon:
             return CycleExtras()
 
     # --------------------------------------------------------------------------------- loop
-    def run(self, *, once: bool = False) -> None:
-        """Cycle until stopped (``once``: a single cycle); releases the lease on the way out."""
+    def run(self, *, once: bool = False) -> CycleReport | None:
+        """Cycle until stopped (``once``: a single cycle); releases the lease on the way out.
+
+        Returns the last cycle's report (None if stopped before the first cycle)."""
+        report: CycleReport | None = None
         with self._signals():
             try:
                 while not self._stop_requested:
@@ -327,6 +330,7 @@ class Daemon:
                         log.warning("could not release the leader lease (it expires on its "
                                     "own): %s", err)
                     self.leader = False
+        return report
 
 
 def _audit(decision: Decision, now: float) -> tuple[AuditEntry, ...]:

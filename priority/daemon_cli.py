@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from hai_slurm.errors import ConfigError
+from hai_slurm.errors import ConfigError, HaiSlurmError
 from hai_slurm.priority.config import DaemonConfig, Intervals, load_config
+from hai_slurm.priority.daemon import Outcome
 from hai_slurm.priority.daemon_factory import build_daemon, describe_preemption
 from hai_slurm.priority.store import default_sqlite_url, masked
 
@@ -68,4 +69,6 @@ def daemon(config_path: str | None, once: bool, interval: float | None, state_di
         masked(cfg.database_url), cfg.intervals.cycle,
         f", metrics on {metrics_addr}:{cfg.metrics_port}" if cfg.metrics_port and not once
         else "", describe_preemption(d))
-    d.run(once=once)
+    report = d.run(once=once)
+    if once and report is not None and report.outcome is Outcome.SKIPPED:
+        raise HaiSlurmError(f"the cycle was skipped, nothing written: {report.reason}")

@@ -27,7 +27,7 @@ from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.config import DaemonConfig
 from hai_slurm.priority.daemon import Daemon, open_store
 from hai_slurm.priority.executor import PreemptionExecutor
-from hai_slurm.priority.notify import CheckpointNotifier, NoNotifier, RedisNotifier
+from hai_slurm.priority.notify import CheckpointNotifier, make_notifier
 from hai_slurm.priority.plan_hook import SnapshotPlanner, TopologySource
 from hai_slurm.priority.slurm_actions import CliPreemptionActions, PreemptionActions
 from hai_slurm.priority.store import LeaderLock, Repository, default_owner
@@ -86,8 +86,7 @@ def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
     source = topology_source(cfg, switches or ())
     planner = SnapshotPlanner(source, cfg.preempt.planner)
     if notifier is None:
-        notifier = (RedisNotifier(cfg.redis_url) if cfg.redis_url and cfg.preempt.redis
-                    else NoNotifier())
+        notifier = make_notifier(cfg.redis_url if cfg.preempt.redis else None)
     ttl = cfg.intervals.lock_ttl
     executor = PreemptionExecutor(
         client, repo, actions=actions or CliPreemptionActions(run), notifier=notifier,

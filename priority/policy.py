@@ -215,7 +215,6 @@ def compute_priorities(
     pending_out: dict[int, PendingDecision] = {}
     priorities: dict[int, int] = {}
     band = scoring.BAND
-    span = band // levels
     lowest = scoring.BASE
     for i, job in enumerate(pending):
         cls, auto, dem, dec = base[i]
@@ -248,12 +247,9 @@ def compute_priorities(
         rule = RULES[eff]
         tag: int | None = None
         if rule is Rule.FCFS:
-            offset = int(original - boost) - epoch
-            score = band - 1 if offset <= 0 else (0 if offset >= band else band - 1 - offset)
+            score = scoring.time_score(original - boost, epoch, band)
         elif rule is Rule.FAIR_SHARE:
-            offset = int(original - boost) - epoch
-            score = (levels - 1 - share_lv[job.team]) * span + (
-                span - 1 if offset <= 0 else (0 if offset >= span else span - 1 - offset))
+            score = scoring.fair_share_score(share_lv[job.team], levels, original - boost, epoch)
         else:
             old = old_tags.get(job_id)
             if old is None or old[0] is not eff:

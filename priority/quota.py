@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from hai_slurm.priority.classes import PriorityClass
 from hai_slurm.priority.config import PolicyConfig, TeamQuota
 from hai_slurm.priority.ladder import LADDER, RANK
-from hai_slurm.priority.state import Resources, RunningDecision, RunningJob
+from hai_slurm.priority.state import Resources, RunningJob
 
 _ZERO = Resources()
 
@@ -85,18 +85,3 @@ def resolve_auto(team: str, gpus: int, class_usage: Mapping[PriorityClass, int],
         if class_usage.get(cls, 0) + gpus <= limit:
             return cls
     return config.default_class
-
-
-def victim_order(running: Iterable[RunningDecision], beneficiary: PriorityClass,
-                 start_times: Mapping[int, float]) -> list[RunningDecision]:
-    """Running jobs that may give way to a job of class ``beneficiary``, best victims first.
-
-    Only jobs of a strictly lower class, preemptible and not protected qualify. Borrowed jobs come
-    first, then lower classes, then the most recently started (the least work lost, unless the
-    planner knows better from checkpoint times).
-    """
-    top = RANK[beneficiary]
-    allowed = [d for d in running
-               if RANK[d.effective] < top and d.preemptible and not d.protected]
-    return sorted(allowed, key=lambda d: (not d.borrowed, RANK[d.effective],
-                                          -start_times.get(d.job_id, 0.0), d.job_id))

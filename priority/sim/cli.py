@@ -53,7 +53,8 @@ def _trace(path: str | None, synthetic: str | None, fmt: str, teams: int, skip_b
               help="Alibaba node list: keep one node in N (same node mix, smaller cluster).")
 @click.option("--nodes-per-leaf", type=int, default=32, show_default=True,
               help="Alibaba node list: nodes per assumed leaf switch.")
-@click.option("--limit", "jobs", type=int, default=0, help="Only the first N jobs.")
+@click.option("--limit", "jobs", type=click.IntRange(min=0), default=0,
+              help="Only the first N jobs (0: all).")
 @click.option("--teams", type=int, default=8, show_default=True,
               help="Alibaba trace: number of teams jobs are hashed into.")
 @click.option("--skip-bad", is_flag=True, help="Skip malformed trace rows (counted) "

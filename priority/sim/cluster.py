@@ -40,9 +40,9 @@ def alibaba_description(path: str | Path, *, nodes_per_leaf: int = 32,
     order): a smaller cluster with the same mix of node types, to put the trace under load.
     """
     if every < 1:
-        raise ConfigError("keep one node in N needs N >= 1", key="every", value=every)
+        raise ConfigError("keep one node in N needs N >= 1", key="--keep-one-node-in", value=every)
     if nodes_per_leaf < 1:
-        raise ConfigError("nodes per leaf switch must be >= 1", key="nodes_per_leaf",
+        raise ConfigError("nodes per leaf switch must be >= 1", key="--nodes-per-leaf",
                           value=nodes_per_leaf)
     p = Path(path)
     types: dict[str, NodeType] = {}
@@ -92,5 +92,5 @@ def load_topology(path: str | Path, *, nodes_per_leaf: int = 32, every: int = 1)
             p, nodes_per_leaf=nodes_per_leaf, every=every))
     if every != 1:
         raise ConfigError("keeping one node in N works on an Alibaba node list (.csv) only",
-                          source=str(p), key="every", value=every)
+                          source=str(p), key="--keep-one-node-in", value=every)
     return Topology.from_description(load_description(p))

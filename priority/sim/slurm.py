@@ -13,7 +13,7 @@ for a beneficiary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.priority.placement import ClusterView, Placement, place_free
@@ -216,7 +216,3 @@ class SimSlurm(FakeSlurm):
     def pending_ids(self) -> frozenset[int]:
         """Ids of the jobs waiting in the queue."""
         return frozenset(self._pending)
-
-    def running_masks(self) -> Mapping[int, tuple[tuple[str, int], ...]]:
-        """Exact GPUs per running job."""
-        return self.placed

@@ -10,7 +10,9 @@ from daemon_helpers import rig
 
 from hai_slurm.cli import cli
 from hai_slurm.errors import ConfigError, StateError
+from hai_slurm.priority import daemon_cli
 from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.priority.daemon import Daemon, Outcome
 from hai_slurm.priority.daemon_cli import daemon_config
 from hai_slurm.priority.live import explain_live, open_repository
 
@@ -36,6 +38,27 @@ def test_cli_reports_a_bad_config_file(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["daemon", "--config", str(bad), "--once"])
     assert res.exit_code == 1
     assert "intervals.cycle" in res.output and "soon" in res.output
+
+
+def test_once_exits_1_when_the_cycle_is_skipped(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``daemon --once`` (cron) must not report success when Slurm could not be read."""
+    r = rig(tmp_path)
+    r.submit(PriorityClass.HIGH)
+    r.slurm.fail_snapshots = 1
+    made: list[Daemon] = []
+
+    def build(cfg: object, preempt: object = None) -> Daemon:
+        made.append(r.daemon())
+        return made[-1]
+
+    monkeypatch.setattr(daemon_cli, "build_daemon", build)
+    res = CliRunner().invoke(cli, ["daemon", "--state-dir", str(tmp_path), "--once"])
+    assert res.exit_code == 1, res.output
+    assert "error: the cycle was skipped, nothing written: Slurm query failed: squeue" in res.output
+    assert r.slurm.writes == []
+    report = made[0].run(once=True)  # the fault is gone: the next cycle succeeds
+    assert report is not None and report.outcome is Outcome.OK and report.writes == 1
 
 
 def test_live_explain_reads_slurm_and_the_store(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Compensation for requeued jobs: age restored, a bounded boost, GPU-hours credited."""
+"""Compensation for requeued jobs: age restored, a bounded boost (credits: test_executor_*)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hai_slurm.priority.aging import compensation_boost, credit_deltas, lost_work
+from hai_slurm.priority.aging import compensation_boost
 from hai_slurm.priority.classes import PriorityClass as P
 from hai_slurm.priority.config import CompensationConfig, PolicyConfig
 from hai_slurm.priority.ladder import RANK
 from hai_slurm.priority.policy import compute_priorities
 from hai_slurm.priority.scoring import BAND, BASE
 from hai_slurm.priority.state import PendingJob, PolicyResult, Resources
-from hai_slurm.priority.testing import NOW, pending_job, running_job
+from hai_slurm.priority.testing import NOW, pending_job
 
 CLUSTER = Resources(16, 256, 16 * 256 * 1024)
 CFG = CompensationConfig(per_restart=600, per_wait=0.5, step=600, cap=7200)
@@ -63,19 +63,3 @@ def test_boost_never_crosses_a_class_band(restarts: int, waited: float, cls: P) 
     low = BASE + RANK[decision.effective] * BAND
     assert low <= decision.priority < low + BAND
     assert decision.reason.boost <= CFG.cap
-
-
-def test_lost_work_counts_since_last_checkpoint_plus_restart_cost() -> None:
-    """Lost work is the time since the last save (or start) plus the restart cost."""
-    saved = running_job(1, team="a", gpus=4, start=NOW - 3600, last_checkpoint=NOW - 600)
-    never = running_job(2, team="b", gpus=2, start=NOW - 1800)
-    assert lost_work(saved, NOW, 60).lost_seconds == 660
-    assert lost_work(never, NOW, 0).lost_seconds == 1800
-
-
-def test_credit_deltas_sum_gpu_hours_per_team() -> None:
-    """4 GPUs x 0.5 h + 2 GPUs x 1 h for team a; 8 GPUs x 0.25 h for b."""
-    a1 = lost_work(running_job(1, team="a", gpus=4, start=NOW - 1800), NOW, 0)
-    a2 = lost_work(running_job(2, team="a", gpus=2, start=NOW - 3600), NOW, 0)
-    b1 = lost_work(running_job(3, team="b", gpus=8, start=NOW - 900), NOW, 0)
-    assert credit_deltas([a1, a2, b1]) == {"a": 4.0, "b": 2.0}

@@ -1,4 +1,4 @@
-"""Quotas: borrowed detection, per-class quotas, dominant shares, AUTO and victim order."""
+"""Quotas: borrowed detection, per-class quotas, dominant shares and AUTO."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from hai_slurm.priority.classes import PriorityClass as P
 from hai_slurm.priority.config import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.quota import borrowed_jobs, dominant_share, victim_order
+from hai_slurm.priority.quota import borrowed_jobs, dominant_share
 from hai_slurm.priority.state import AUTO, PendingJob, PolicyResult, Resources, RunningJob
 from hai_slurm.priority.testing import NOW, pending_job, running_job
 
@@ -50,26 +50,6 @@ def test_per_class_quota_marks_excess_of_that_class_borrowed() -> None:
                running_job(3, P.NORMAL, team="b", gpus=4)]
     result = run(running)
     assert [j for j, d in result.running.items() if d.borrowed] == [2]
-
-
-def test_borrowed_jobs_come_first_in_victim_order() -> None:
-    """Borrowed before in-quota, then lower class, then most recently started."""
-    running = [running_job(1, P.NORMAL, team="a", gpus=8, start=NOW - 3000),
-               running_job(2, P.NORMAL, team="a", gpus=4, start=NOW - 1000),   # borrowed
-               running_job(3, P.LOW, team="b", gpus=2, start=NOW - 50),
-               running_job(4, P.LOW, team="b", gpus=2, start=NOW - 20),
-               running_job(5, P.HIGH, team="b", gpus=2, start=NOW - 20)]
-    result = run(running)
-    starts = {j.job_id: j.start_time for j in running}
-    order = [d.job_id for d in victim_order(result.running.values(), P.HIGH, starts)]
-    assert order == [2, 4, 3, 1]  # 5 is HIGH: same class as the beneficiary, never a victim
-
-
-def test_non_preemptible_jobs_are_never_victims() -> None:
-    """preemptible=False removes a job from the victim order."""
-    running = [running_job(1, P.LOW, team="a", preemptible=False)]
-    result = run(running)
-    assert victim_order(result.running.values(), P.EXTREME_HIGH, {}) == []
 
 
 def test_dominant_share_defaults_cpu_memory_quota_to_gpu_fraction() -> None:

@@ -71,6 +71,14 @@ def test_bad_sweep_parameter_is_a_clear_error(tmp_path: Path) -> None:
     assert "unknown setting 'benefit'" in err and "benefit_threshold" in err
 
 
+def test_node_sampling_on_a_description_names_the_option(tmp_path: Path) -> None:
+    """--keep-one-node-in only applies to an Alibaba node list: the error says which option."""
+    code, _, err = simulate("--synthetic", SPEC, "-o", str(tmp_path), "--keep-one-node-in", "2")
+    assert code == 1
+    assert f"error: {CLUSTER}: --keep-one-node-in: keeping one node in N works on an Alibaba " \
+        "node list (.csv) only" in err
+
+
 def test_malformed_trace_is_a_clear_error_and_skip_bad_continues(tmp_path: Path) -> None:
     """Line 3's bad value stops the command; --skip-bad runs the two good rows."""
     code, _, err = simulate("--trace", str(DATA / "malformed.csv"), "-o", str(tmp_path))
