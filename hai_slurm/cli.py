@@ -36,17 +36,17 @@ def cli(verbose: int) -> None:
 
 
 def _register() -> None:
+    """Add each part's command group (imported here, after ``cli`` exists)."""
+    from hai_slurm.conf.cli import conf
+    from hai_slurm.demo import demo
+    from hai_slurm.priority.cli import config, priority
+    from hai_slurm.priority.daemon_cli import daemon
+    from hai_slurm.priority.preempt_cli import preempt
+    from hai_slurm.priority.sim.cli import simulate
     from hai_slurm.testbed.cli import testbed
 
-    cli.add_command(testbed)
-    from hai_slurm.conf.cli import conf; cli.add_command(conf)  # noqa: E702, I001
-    from hai_slurm.priority.cli import config, priority
-    cli.add_command(config)
-    cli.add_command(priority)
-    from hai_slurm.priority.daemon_cli import daemon; cli.add_command(daemon)  # noqa: E702, I001
-    from hai_slurm.priority.sim.cli import simulate; cli.add_command(simulate)  # noqa: E702, I001
-    from hai_slurm.priority.preempt_cli import preempt; cli.add_command(preempt)  # noqa: E702, I001
-    from hai_slurm.demo import demo; cli.add_command(demo)  # noqa: E702, I001
+    for command in (testbed, conf, config, daemon, priority, preempt, simulate, demo):
+        cli.add_command(command)
 
 
 _register()
