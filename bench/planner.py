@@ -18,9 +18,9 @@ import tracemalloc
 from collections import Counter
 from dataclasses import replace
 
-from hai_slurm.priority.plan_testing import NOW, synthetic_snapshot
-from hai_slurm.priority.plan_types import PlannerConfig, PlanningResult, PlanSnapshot
-from hai_slurm.priority.planner import plan_preemptions
+from hai_slurm.priority.planner.search import plan_preemptions
+from hai_slurm.priority.planner.testing import NOW, synthetic_snapshot
+from hai_slurm.priority.planner.types import PlannerConfig, PlanningResult, PlanSnapshot
 
 
 def _timed(snap: PlanSnapshot, config: PlannerConfig, runs: int) -> tuple[list[float],

@@ -17,11 +17,11 @@ import time
 import tracemalloc
 from dataclasses import replace
 
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.scoring import diff_priorities
-from hai_slurm.priority.state import PendingJob, PolicyResult, RunningJob
-from hai_slurm.priority.testing import NOW, pending_job, synthetic_cluster
+from hai_slurm.classes import PriorityClass
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.scoring import diff_priorities
+from hai_slurm.priority.policy.state import PendingJob, PolicyResult, RunningJob
+from hai_slurm.priority.policy.testing import NOW, pending_job, synthetic_cluster
 
 
 def main() -> None:

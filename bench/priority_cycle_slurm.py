@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hai_slurm.priority.config import DaemonConfig, Intervals
-from hai_slurm.priority.daemon import CycleReport, Daemon, Outcome, open_store
+from hai_slurm.priority.config.loader import DaemonConfig, Intervals
+from hai_slurm.priority.daemon.loop import CycleReport, Daemon, Outcome, open_store
 from hai_slurm.slurm_plugins.adapter import make_client
 from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot, SlurmClient
 from hai_slurm.testbed import local

@@ -21,9 +21,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.deployment import Deployment, PreemptionMode
 from hai_slurm.conf.model import ClassPolicy, ClusterDescription
-from hai_slurm.priority.classes import PriorityClass
 
 
 @dataclass(frozen=True)

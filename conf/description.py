@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.deployment import Deployment, NodeEndpoint, PreemptionMode, SlurmVersion
 from hai_slurm.conf.model import (
     ClassPolicy,
@@ -28,7 +29,6 @@ from hai_slurm.conf.model import (
 )
 from hai_slurm.conf.validate import validate
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
 
 DEFAULT_GRACE_TIME_S = 60
 # A team without ``classes`` may submit at NORMAL and below.

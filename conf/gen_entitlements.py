@@ -7,8 +7,8 @@ grace defaults) and one account rule per team (its classes, highest first).
 
 from __future__ import annotations
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.model import ClassPolicy, ClusterDescription, Team
-from hai_slurm.priority.classes import PriorityClass
 from hai_slurm.slurm_plugins.entitlements import (
     AccountRule,
     ClassRule,

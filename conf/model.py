@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.hostlist import expand
-from hai_slurm.priority.classes import PriorityClass
 
 
 @dataclass(frozen=True)

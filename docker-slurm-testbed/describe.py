@@ -10,6 +10,7 @@ scheduling). conf's generators then write every file, so the testbed has no Slur
 
 from __future__ import annotations
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.deployment import Deployment, NodeEndpoint
 from hai_slurm.conf.hostlist import compress
 from hai_slurm.conf.model import (
@@ -24,7 +25,6 @@ from hai_slurm.conf.model import (
     Team,
 )
 from hai_slurm.conf.validate import validate
-from hai_slurm.priority.classes import PriorityClass
 
 from .layout import Layout
 from .shape import ClusterShape

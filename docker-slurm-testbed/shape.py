@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.deployment import PreemptionMode
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
 
 __all__ = ["ClusterShape", "GpuPlacement", "PreemptionMode", "parse_grace_times",
            "parse_preemption"]

@@ -39,9 +39,9 @@ def _register() -> None:
     """Add each part's command group (imported here, after ``cli`` exists)."""
     from hai_slurm.conf.cli import conf
     from hai_slurm.demo import demo
-    from hai_slurm.priority.cli import config, priority
-    from hai_slurm.priority.daemon_cli import daemon
-    from hai_slurm.priority.preempt_cli import preempt
+    from hai_slurm.priority.cli.admin import config, priority
+    from hai_slurm.priority.cli.daemon import daemon
+    from hai_slurm.priority.cli.preempt import preempt
     from hai_slurm.priority.sim.cli import simulate
     from hai_slurm.testbed.cli import testbed
 

@@ -4,7 +4,7 @@
 2. starts the priority daemon in this process, built like ``hai-slurm daemon`` builds it
    (policy, planner and two-phase executor) with the testbed's cluster description as its
    topology, SQLite under the work dir and a 1 s cycle;
-3. fills the testbed with two teams' toy training jobs (:mod:`hai_slurm.priority.toy_train`),
+3. fills the testbed with two teams' toy training jobs (:mod:`hai_slurm.priority.demo.toy_train`),
    then submits an urgent 16-GPU job;
 4. the daemon plans, the victims save and are requeued, the urgent job runs, the victims resume
    and finish — printed as a timeline with the figures: urgent submit -> start, steps lost per
@@ -29,9 +29,9 @@ import click
 from hai_slurm.errors import TestbedError
 
 if TYPE_CHECKING:
-    from hai_slurm.priority.daemon import Daemon
-    from hai_slurm.priority.scenario import ToyJob
-    from hai_slurm.priority.slurm_actions import PreemptionActions
+    from hai_slurm.priority.daemon.loop import Daemon
+    from hai_slurm.priority.demo.scenario import ToyJob
+    from hai_slurm.priority.executor.slurm_actions import PreemptionActions
     from hai_slurm.priority.store import Plan, Repository
     from hai_slurm.slurm_plugins.types import SlurmClient
     from hai_slurm.testbed.local import TestbedState
@@ -82,8 +82,8 @@ def _bring_up(state_dir: Path, echo: Callable[[str], None]) -> TestbedState:
 def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
          tear_down: bool) -> None:
     """Two teams fill the testbed, an urgent job arrives; watch it preempt with 0 steps lost."""
-    from hai_slurm.priority.scenario import submit_toy
-    from hai_slurm.priority.slurm_actions import CliPreemptionActions
+    from hai_slurm.priority.demo.scenario import submit_toy
+    from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions
     from hai_slurm.slurm_plugins.adapter import CliSlurmClient
     from hai_slurm.slurm_plugins.runner import SubprocessRunner
     from hai_slurm.testbed import local
@@ -152,7 +152,7 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
 def start_daemon(state: TestbedState, daemon_dir: Path, slurm: SlurmClient,
                  actions: PreemptionActions) -> tuple[Daemon, threading.Thread, Repository]:
     """The priority daemon as ``hai-slurm daemon`` builds it (planner and executor included,
-    :func:`~hai_slurm.priority.daemon_factory.build_daemon`), cycling every second in a thread.
+    :func:`~hai_slurm.priority.daemon.factory.build_daemon`), cycling every second in a thread.
 
     Its cluster description is the testbed's own (:func:`hai_slurm.testbed.describe.
     cluster_description` of the testbed's shape: the value its slurm.conf, gres.conf and
@@ -162,11 +162,11 @@ def start_daemon(state: TestbedState, daemon_dir: Path, slurm: SlurmClient,
     (the victims save on request, so the planner's lost-work model, time since the last
     checkpoint, is pessimistic).
     """
-    from hai_slurm.priority.config import DaemonConfig, Intervals
-    from hai_slurm.priority.config_preempt import PreemptConfig
-    from hai_slurm.priority.daemon_factory import build_daemon
-    from hai_slurm.priority.executor_types import ExecutorSettings
-    from hai_slurm.priority.plan_types import PlannerConfig
+    from hai_slurm.priority.config.loader import DaemonConfig, Intervals
+    from hai_slurm.priority.config.preempt import PreemptConfig
+    from hai_slurm.priority.daemon.factory import build_daemon
+    from hai_slurm.priority.executor.types import ExecutorSettings
+    from hai_slurm.priority.planner.types import PlannerConfig
     from hai_slurm.testbed.describe import cluster_description
 
     daemon_dir.mkdir(parents=True, exist_ok=True)
@@ -209,9 +209,9 @@ def _observe(actions: PreemptionActions, watch: _Watch, *, until: Callable[[], b
 def _report(echo: Callable[[str], None], watch: _Watch, t_submit: float, urgent: int,
             jobs: dict[str, ToyJob], plans: list[Plan], steps: int) -> None:
     """Print the timeline (job states and plan steps merged) and the figures."""
-    from hai_slurm.priority.preempt_cli import format_plan
-    from hai_slurm.priority.scenario import steps_lost, toy_runs
-    from hai_slurm.priority.toy_train import reference
+    from hai_slurm.priority.cli.preempt import format_plan
+    from hai_slurm.priority.demo.scenario import steps_lost, toy_runs
+    from hai_slurm.priority.demo.toy_train import reference
 
     lines = [(t - t_submit, text) for t, text in watch.lines]
     for plan in plans:

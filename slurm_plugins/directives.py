@@ -33,8 +33,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import DirectiveError
-from hai_slurm.priority.classes import PriorityClass
 
 #: The eight classes, highest first, with hai-platform's values.
 CLASS_VALUES: tuple[tuple[str, int], ...] = tuple((c.value, c.weight) for c in PriorityClass)

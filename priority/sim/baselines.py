@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hai_slurm.priority.ladder import RANK
+from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.sim.engine import T0, Engine, Mode, SimJob
 
 #: Priority band per class rank for hai-platform's strict order (about 3 years of seconds).

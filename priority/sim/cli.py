@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from hai_slurm.conf.topology import Topology
-from hai_slurm.priority.config import load_config
+from hai_slurm.priority.config.loader import load_config
 from hai_slurm.priority.sim.cluster import load_topology
 from hai_slurm.priority.sim.progress import ProgressBar
 from hai_slurm.priority.sim.report import table, write_json

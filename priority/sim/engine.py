@@ -23,7 +23,7 @@ from enum import IntEnum, StrEnum
 from typing import Protocol
 
 from hai_slurm.conf.topology import Topology
-from hai_slurm.priority.placement import group_capacity
+from hai_slurm.priority.planner.placement import group_capacity
 from hai_slurm.priority.sim.costs import CostModel
 from hai_slurm.priority.sim.slurm import SimSlurm
 from hai_slurm.priority.sim.trace import Trace, TraceJob

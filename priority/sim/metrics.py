@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.sim.engine import T0, Engine, SimJob
 
 CDF_POINTS = 101

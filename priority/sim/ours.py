@@ -1,10 +1,13 @@
 """The ``hai-slurm`` policy in the simulator: the daemon's own cycle and planner, unchanged.
 
-Each cycle does what :class:`hai_slurm.priority.daemon.Daemon` does, without its database: one
-snapshot of the (simulated) Slurm, :func:`hai_slurm.priority.cycle.decide` with the tracked jobs,
+Each cycle does what :class:`hai_slurm.priority.daemon.loop.Daemon` does, without its database: one
+snapshot of the (simulated) Slurm, :func:`hai_slurm.priority.daemon.cycle.decide` with the tracked
+jobs,
 fairness events, protections and policy state kept in memory, priority writes through
-``set_priorities``; then the planner's inputs are built with :mod:`~hai_slurm.priority.plan_inputs`
-and :func:`~hai_slurm.priority.planner.plan_preemptions` chooses victims. Executing a plan is the
+``set_priorities``; then the planner's inputs are built with
+:mod:`~hai_slurm.priority.planner.inputs`
+and :func:`~hai_slurm.priority.planner.search.plan_preemptions` chooses victims. Executing a plan
+is the
 executor's protocol as a cost: victims are signalled, checkpoint (the cost model's time for their
 size; the plan waits for the slowest), are requeued, and the beneficiary is pinned to the plan's
 nodes. Fairness events (preempted / preempting) and the victims' checkpoint times go back into
@@ -16,13 +19,13 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import replace
 
-from hai_slurm.priority.config import DaemonConfig
-from hai_slurm.priority.cycle import decide
-from hai_slurm.priority.plan_inputs import holders_from_policy, waiting_from_policy
-from hai_slurm.priority.plan_types import PlannerConfig, PlanSnapshot
-from hai_slurm.priority.planner import plan_preemptions
+from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.daemon.cycle import decide
+from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
+from hai_slurm.priority.planner.search import plan_preemptions
+from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
+from hai_slurm.priority.policy.state import PendingJob, PolicyResult, PolicyState, RunningJob
 from hai_slurm.priority.sim.engine import Engine, Mode, SimJob
-from hai_slurm.priority.state import PendingJob, PolicyResult, PolicyState, RunningJob
 from hai_slurm.priority.store import FairnessEvent, Protection, TrackedJob
 from hai_slurm.priority.store.states import EventKind
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment

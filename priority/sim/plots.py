@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
 from hai_slurm.priority.sim.metrics import CDF_POINTS
 
 _COLORS = {c.value: col for c, col in zip(PriorityClass, (

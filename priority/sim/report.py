@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.classes import PriorityClass
 
 
 def dumps(result: Mapping[str, Any]) -> str:

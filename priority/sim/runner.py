@@ -14,19 +14,19 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import Level, Topology
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.config import DaemonConfig
-from hai_slurm.priority.ladder import parse_class
-from hai_slurm.priority.plan_types import PlannerConfig
+from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.planner.types import PlannerConfig
+from hai_slurm.priority.policy.ladder import parse_class
+from hai_slurm.priority.policy.units import parse_duration
 from hai_slurm.priority.sim.baselines import Fifo, HaiPlatform, MultifactorConfig, SlurmMultifactor
 from hai_slurm.priority.sim.costs import CostModel
 from hai_slurm.priority.sim.engine import Engine, Policy
 from hai_slurm.priority.sim.metrics import summarize
 from hai_slurm.priority.sim.ours import HaiSlurm
 from hai_slurm.priority.sim.trace import Trace
-from hai_slurm.priority.units import parse_duration
 
 POLICIES = ("fifo", "slurm-multifactor", "hai-platform", "hai-slurm")
 FORMAT = 1

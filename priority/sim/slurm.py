@@ -3,7 +3,7 @@
 Everything but placement is :class:`~hai_slurm.slurm_plugins.fake.FakeSlurm` (submit, priorities,
 requeue with its delay, signals, snapshots). :meth:`SimSlurm.schedule` starts pending jobs in
 priority order (ties: submit time, job id) on exact GPUs chosen by the planner's placement code
-(:mod:`hai_slurm.priority.placement`): inside a node the lowest cell with room, best fit; a
+(:mod:`hai_slurm.priority.planner.placement`): inside a node the lowest cell with room, best fit; a
 multi-node job under one leaf switch when one can hold it, else across leaves (topology/tree
 without ``--switches``). With ``backfill`` (the default here) a job that does not fit does not
 block lower ones; without it the first job that does not fit stops the pass, as Slurm's main
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hai_slurm.conf.topology import GpuRef, Level, Topology
-from hai_slurm.priority.placement import ClusterView, Placement, place_free
+from hai_slurm.priority.planner.placement import ClusterView, Placement, place_free
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import ActionResult, JobIds, JobState
 
@@ -119,7 +119,8 @@ class SimSlurm(FakeSlurm):
                             for g in self.view.nodes[node].gpus(mask)))
 
     def _place_one(self, count: int) -> Placement | None:
-        """The single-node placement :func:`~hai_slurm.priority.placement.place_free` chooses:
+        """The single-node placement :func:`~hai_slurm.priority.planner.placement.place_free`
+        chooses:
         the least (in-node level, free GPUs, free GPUs of the leaf, node order). Nodes are
         visited by free count, lowest first, and the walk stops once no fuller node can have a
         lower level."""

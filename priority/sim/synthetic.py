@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.ladder import parse_class
+from hai_slurm.priority.policy.ladder import parse_class
 from hai_slurm.priority.sim.trace import Trace, TraceJob
 
 

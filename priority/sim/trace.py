@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.ladder import parse_class
+from hai_slurm.priority.policy.ladder import parse_class
 
 
 @dataclass(frozen=True, slots=True)

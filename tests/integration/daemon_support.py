@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from hai_slurm.priority.config import DaemonConfig, parse_config
-from hai_slurm.priority.daemon import Daemon, open_store
-from hai_slurm.priority.ladder import RANK
-from hai_slurm.priority.metrics import TOTALS_KEY
-from hai_slurm.priority.scoring import class_rank_of
+from hai_slurm.priority.config.loader import DaemonConfig, parse_config
+from hai_slurm.priority.daemon.loop import Daemon, open_store
+from hai_slurm.priority.daemon.metrics import TOTALS_KEY
+from hai_slurm.priority.policy.ladder import RANK
+from hai_slurm.priority.policy.scoring import class_rank_of
 from hai_slurm.priority.store import Repository, make_engine
 from hai_slurm.slurm_plugins.adapter import make_client
 from hai_slurm.testbed.waiting import check

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import Testbed
 
-from hai_slurm.priority.executor import PreemptionExecutor
-from hai_slurm.priority.executor_types import ExecutorSettings
-from hai_slurm.priority.scenario import ToyJob, submit_toy, toy_runs, wait_state
-from hai_slurm.priority.slurm_actions import CliPreemptionActions, JobFacts
+from hai_slurm.priority.demo.scenario import ToyJob, submit_toy, toy_runs, wait_state
+from hai_slurm.priority.demo.toy_train import reference
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
+from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, JobFacts
+from hai_slurm.priority.executor.types import ExecutorSettings
 from hai_slurm.priority.store import Repository, upgrade
-from hai_slurm.priority.toy_train import reference
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient
 from hai_slurm.slurm_plugins.runner import SubprocessRunner
 

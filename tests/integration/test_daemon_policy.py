@@ -25,8 +25,8 @@ from daemon_support import (
     write_config,
 )
 
-from hai_slurm.priority.daemon import Outcome
-from hai_slurm.priority.metrics import sample
+from hai_slurm.priority.daemon.loop import Outcome
+from hai_slurm.priority.daemon.metrics import sample
 from hai_slurm.priority.store import EventKind, FairnessEvent
 from hai_slurm.testbed.waiting import check
 

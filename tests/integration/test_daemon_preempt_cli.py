@@ -18,7 +18,7 @@ from conftest import Testbed
 from daemon_support import HAI_SLURM, DaemonProcess, wait_until
 from preempt_support import Bed, bed_for
 
-from hai_slurm.priority.scenario import steps_lost, toy_runs
+from hai_slurm.priority.demo.scenario import steps_lost, toy_runs
 from hai_slurm.priority.store import PlanState, Repository, VictimState, make_engine
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,7 @@ from daemon_support import (
 )
 
 # The store's MariaDB fixtures (the testbed's server, a fresh database per test).
-from hai_slurm.priority.cycle import POLICY_STATE_KEY
+from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
 from hai_slurm.priority.store import EventKind, FairnessEvent
 from hai_slurm.testbed import local
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import Testbed
 from preempt_support import Bed, bed_for, bit_identical
 
-from hai_slurm.priority.executor_types import ExecutionRequest
-from hai_slurm.priority.scenario import steps_lost, toy_runs
+from hai_slurm.priority.demo.scenario import steps_lost, toy_runs
+from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.store import PlanState, VictimState
 
 pytestmark = pytest.mark.slow
@@ -168,7 +168,7 @@ def test_redis_message_reaches_a_subscriber(bed: Bed) -> None:
 
     import redis
 
-    from hai_slurm.priority.notify import RedisNotifier, channel
+    from hai_slurm.priority.executor.notify import RedisNotifier, channel
 
     url = f"redis://127.0.0.1:{bed.testbed.ports.redis}/0"
     victim = bed.toy("victim", sbatch=["-N4", "--gres=gpu:8"])

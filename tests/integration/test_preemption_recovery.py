@@ -15,7 +15,7 @@ import pytest
 from conftest import Testbed
 from preempt_support import Bed, bed_for
 
-from hai_slurm.priority.scenario import steps_lost, toy_runs
+from hai_slurm.priority.demo.scenario import steps_lost, toy_runs
 from hai_slurm.priority.store import PlanState
 
 pytestmark = pytest.mark.slow
@@ -29,9 +29,9 @@ def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from hai_slurm.priority.executor import PreemptionExecutor
-from hai_slurm.priority.executor_types import ExecutionRequest
-from hai_slurm.priority.slurm_actions import CliPreemptionActions
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
+from hai_slurm.priority.executor.types import ExecutionRequest
+from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions
 from hai_slurm.priority.store import Repository, upgrade
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient
 from hai_slurm.slurm_plugins.runner import SubprocessRunner

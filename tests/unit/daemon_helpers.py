@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hai_slurm.priority.classes import PriorityClass
+from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.clock import FakeClock
-from hai_slurm.priority.config import DaemonConfig, Intervals, PolicyConfig
-from hai_slurm.priority.daemon import Daemon, open_store
+from hai_slurm.priority.config.loader import DaemonConfig, Intervals, PolicyConfig
+from hai_slurm.priority.daemon.loop import Daemon, open_store
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
 from hai_slurm.slurm_plugins.fake import FakeSlurm
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient

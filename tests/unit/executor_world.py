@@ -22,9 +22,9 @@ from hai_slurm.checkpoint.protocol import (
     write_phase,
 )
 from hai_slurm.priority.clock import FakeClock
-from hai_slurm.priority.executor import PreemptionExecutor
-from hai_slurm.priority.executor_types import ExecutorSettings
-from hai_slurm.priority.slurm_actions import FakePreemptionActions
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
+from hai_slurm.priority.executor.slurm_actions import FakePreemptionActions
+from hai_slurm.priority.executor.types import ExecutorSettings
 from hai_slurm.priority.store import Repository, upgrade
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm

@@ -13,6 +13,7 @@ import shlex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.deployment import (
     Deployment,
     NodeEndpoint,
@@ -35,7 +36,6 @@ from hai_slurm.conf.model import (
 from hai_slurm.conf.parse_slurm import read_generated
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.conf.validate import validate
-from hai_slurm.priority.classes import PriorityClass
 
 _LINK_OF_LEVEL = {Level.GPU: -1, Level.PCIE_SWITCH: 2, Level.SOCKET: 1, Level.NODE: 0}
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from hai_slurm.cli import cli
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.config import parse_config
+from hai_slurm.priority.config.loader import parse_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "priority" / "examples" / "daemon.toml"
 

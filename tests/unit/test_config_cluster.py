@@ -8,11 +8,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hai_slurm.classes import PriorityClass as P
 from hai_slurm.cli import cli
 from hai_slurm.conf.description import load_description
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import DEFAULT_CLASSES, DeadlineAction, load_config, parse_config
+from hai_slurm.priority.config.loader import (
+    DEFAULT_CLASSES,
+    DeadlineAction,
+    load_config,
+    parse_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "priority" / "examples" / "daemon-with-cluster.toml"

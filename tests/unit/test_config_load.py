@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from hai_slurm.classes import PriorityClass as P
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import DaemonConfig, DeadlineAction, load_config, parse_config
+from hai_slurm.priority.config.loader import DaemonConfig, DeadlineAction, load_config, parse_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "priority" / "examples" / "daemon.toml"
 

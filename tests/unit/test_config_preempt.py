@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from hai_slurm.classes import PriorityClass as P
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.cli import summary
-from hai_slurm.priority.config import load_config, parse_config
-from hai_slurm.priority.executor_types import ExecutorSettings
-from hai_slurm.priority.plan_types import PlannerConfig
+from hai_slurm.priority.cli.admin import summary
+from hai_slurm.priority.config.loader import load_config, parse_config
+from hai_slurm.priority.executor.types import ExecutorSettings
+from hai_slurm.priority.planner.types import PlannerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "priority" / "examples" / "daemon.toml"
 

@@ -8,13 +8,13 @@ import pytest
 from click.testing import CliRunner
 from daemon_helpers import rig
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.cli import cli
 from hai_slurm.errors import ConfigError, StateError
-from hai_slurm.priority import daemon_cli
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.daemon import Daemon, Outcome
-from hai_slurm.priority.daemon_cli import daemon_config
-from hai_slurm.priority.live import explain_live, open_repository
+from hai_slurm.priority.cli import daemon as daemon_cli
+from hai_slurm.priority.cli.daemon import daemon_config
+from hai_slurm.priority.daemon.live import explain_live, open_repository
+from hai_slurm.priority.daemon.loop import Daemon, Outcome
 
 
 def test_defaults_put_sqlite_under_the_state_dir(tmp_path: Path) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 from executor_world import Behaviour, World, make_world
 
 from hai_slurm.conf.topology import Level, Topology
-from hai_slurm.priority.config import DaemonConfig, parse_config
-from hai_slurm.priority.daemon import Daemon
-from hai_slurm.priority.daemon_factory import build_daemon, describe_preemption
-from hai_slurm.priority.executor import PreemptionExecutor
-from hai_slurm.priority.plan_hook import SnapshotPlanner
+from hai_slurm.priority.config.loader import DaemonConfig, parse_config
+from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
+from hai_slurm.priority.daemon.loop import Daemon
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
+from hai_slurm.priority.planner.slurm_topology import DerivedTopology, parse_switches
 from hai_slurm.priority.store import EventKind, LeaderLock, PlanState, upgrade
-from hai_slurm.priority.topology_derive import DerivedTopology, parse_switches
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
 from hai_slurm.slurm_plugins.types import JobState
 from hai_slurm.testbed.describe import cluster_description

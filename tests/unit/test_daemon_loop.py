@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from daemon_helpers import T0, Broken, rig
 
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.config import ClassPolicy, FairnessConfig, PolicyConfig
-from hai_slurm.priority.cycle import POLICY_STATE_KEY
-from hai_slurm.priority.daemon import Outcome
-from hai_slurm.priority.metrics import sample
+from hai_slurm.classes import PriorityClass
+from hai_slurm.priority.config.loader import ClassPolicy, FairnessConfig, PolicyConfig
+from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
+from hai_slurm.priority.daemon.loop import Outcome
+from hai_slurm.priority.daemon.metrics import sample
 from hai_slurm.priority.store import EventKind, FairnessEvent
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
 
@@ -78,7 +78,7 @@ def test_second_daemon_stands_by_until_the_lease_expires(tmp_path: Path,
     assert a.run_once().outcome is Outcome.OK
     n = len(r.slurm.writes)
     r.submit(PriorityClass.NORMAL)
-    caplog.set_level(logging.WARNING, logger="hai_slurm.priority.daemon")
+    caplog.set_level(logging.WARNING, logger="hai_slurm.priority.daemon.loop")
     for _ in range(3):
         r.tick(10)
         rep = b.run_once()

@@ -10,15 +10,15 @@ from types import MappingProxyType
 import pytest
 from executor_world import Behaviour, make_world
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.config import ClassPolicy, DeadlineAction, PolicyConfig
-from hai_slurm.priority.executor_convert import request_from_plan, requests_from
-from hai_slurm.priority.executor_types import ExecutionRequest
+from hai_slurm.priority.config.loader import ClassPolicy, DeadlineAction, PolicyConfig
+from hai_slurm.priority.executor.notify import NoNotifier, RedisNotifier, channel, make_notifier
+from hai_slurm.priority.executor.requests import request_from_plan, requests_from
+from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.hooks import CycleView
-from hai_slurm.priority.notify import NoNotifier, RedisNotifier, channel, make_notifier
-from hai_slurm.priority.plan_types import PlanningResult, PreemptionPlan, Victim
-from hai_slurm.priority.state import PolicyResult, PolicyState
+from hai_slurm.priority.planner.types import PlanningResult, PreemptionPlan, Victim
+from hai_slurm.priority.policy.state import PolicyResult, PolicyState
 from hai_slurm.priority.store import MissPolicy, PlanState
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from executor_world import Behaviour, make_world
 
-from hai_slurm.priority.config import DaemonConfig
-from hai_slurm.priority.daemon import Daemon
-from hai_slurm.priority.plan_hook import SnapshotPlanner
-from hai_slurm.priority.plan_testing import gpu_cluster
-from hai_slurm.priority.plan_types import PlannerConfig
+from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.daemon.loop import Daemon
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.planner.testing import gpu_cluster
+from hai_slurm.priority.planner.types import PlannerConfig
 from hai_slurm.priority.store import EventKind, LeaderLock, PlanState, upgrade
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
 from hai_slurm.slurm_plugins.types import JobState

@@ -8,8 +8,8 @@ import pytest
 from executor_world import T0, Behaviour, World, make_world
 
 from hai_slurm.errors import ConfigError, StateError
-from hai_slurm.priority.executor_types import ExecutionRequest, ExecutorSettings
-from hai_slurm.priority.requeue_guard import TOP_PRIORITY, context_key
+from hai_slurm.priority.executor.guard import TOP_PRIORITY, context_key
+from hai_slurm.priority.executor.types import ExecutionRequest, ExecutorSettings
 from hai_slurm.priority.store import EventKind, MissPolicy, PlanState, VictimState
 from hai_slurm.slurm_plugins.types import JobState
 

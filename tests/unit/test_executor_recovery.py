@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from executor_world import Behaviour, World, make_world
 
-from hai_slurm.priority.executor import PreemptionExecutor
-from hai_slurm.priority.executor_types import ExecutionRequest
-from hai_slurm.priority.requeue_guard import context_key
+from hai_slurm.priority.executor.guard import context_key
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
+from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.store import PlanJob, PlanState, VictimState
 from hai_slurm.slurm_plugins.types import JobState
 

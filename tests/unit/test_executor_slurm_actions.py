@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from hai_slurm.errors import SlurmError
-from hai_slurm.priority.slurm_actions import CliPreemptionActions, parse_facts
+from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, parse_facts
 from hai_slurm.slurm_plugins.runner import Completed
 
 

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+from hai_slurm.classes import PriorityClass as P
 from hai_slurm.conf.topology import GpuRef, Level
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import FairnessConfig, PolicyConfig, TeamQuota
-from hai_slurm.priority.plan_inputs import (
+from hai_slurm.priority.config.loader import FairnessConfig, PolicyConfig, TeamQuota
+from hai_slurm.priority.planner.inputs import (
     gpus_from_counts,
     holders_from_policy,
     waiting_from_policy,
 )
-from hai_slurm.priority.plan_testing import gpu_cluster, gpus
-from hai_slurm.priority.plan_types import PlannerConfig, PlanSnapshot
-from hai_slurm.priority.planner import plan_preemptions
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.state import EventKind, FairnessEvent, Resources
-from hai_slurm.priority.testing import NOW, pending_job, running_job
+from hai_slurm.priority.planner.search import plan_preemptions
+from hai_slurm.priority.planner.testing import gpu_cluster, gpus
+from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent, Resources
+from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 TOPO = gpu_cluster(1, 3)
 CLUSTER = Resources(24, 3 * 128, 3 * 1024 * 1024)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.placement import ClusterView, place_free
-from hai_slurm.priority.plan_testing import NOW, gpu_cluster, gpus, holder, snapshot, waiting
-from hai_slurm.priority.plan_types import Outcome, PlannerConfig
-from hai_slurm.priority.planner import plan_preemptions
+from hai_slurm.priority.planner.placement import ClusterView, place_free
+from hai_slurm.priority.planner.search import plan_preemptions
+from hai_slurm.priority.planner.testing import NOW, gpu_cluster, gpus, holder, snapshot, waiting
+from hai_slurm.priority.planner.types import Outcome, PlannerConfig
 
 HIGH, NORMAL = PriorityClass.HIGH, PriorityClass.NORMAL
 

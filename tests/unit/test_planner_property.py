@@ -7,12 +7,12 @@ from itertools import combinations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.ladder import RANK
-from hai_slurm.priority.plan_testing import NOW, gpu_cluster, snapshot
-from hai_slurm.priority.plan_types import Holder, Outcome, PlannerConfig, Waiting
-from hai_slurm.priority.planner import lost_seconds, plan_preemptions, shape
+from hai_slurm.priority.planner.search import lost_seconds, plan_preemptions, shape
+from hai_slurm.priority.planner.testing import NOW, gpu_cluster, snapshot
+from hai_slurm.priority.planner.types import Holder, Outcome, PlannerConfig, Waiting
+from hai_slurm.priority.policy.ladder import RANK
 
 TOPO = gpu_cluster(2, 2)  # n1, n2 under leaf1; n3, n4 under leaf2; 8 GPUs each
 CFG = PlannerConfig()

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.plan_testing import NOW, gpu_cluster, gpus, holder, snapshot, waiting
-from hai_slurm.priority.plan_types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
-from hai_slurm.priority.planner import lost_seconds, plan_preemptions
+from hai_slurm.priority.planner.search import lost_seconds, plan_preemptions
+from hai_slurm.priority.planner.testing import NOW, gpu_cluster, gpus, holder, snapshot, waiting
+from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
 
 HIGH, NORMAL, LOW = PriorityClass.HIGH, PriorityClass.NORMAL, PriorityClass.LOW
 ALL8 = tuple(range(8))

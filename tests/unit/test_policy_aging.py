@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from hai_slurm.priority.aging import age, aging_step
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import AgingConfig, DecayConfig, PolicyConfig
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.state import PendingJob, PolicyResult, Resources, RunningJob
-from hai_slurm.priority.testing import NOW, pending_job, running_job
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.config.loader import AgingConfig, DecayConfig, PolicyConfig
+from hai_slurm.priority.policy.aging import age, aging_step
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.state import PendingJob, PolicyResult, Resources, RunningJob
+from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 CLUSTER = Resources(64, 1024, 64 * 256 * 1024)
 CONFIG = PolicyConfig()

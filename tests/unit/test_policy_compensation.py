@@ -7,14 +7,14 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hai_slurm.priority.aging import compensation_boost
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import CompensationConfig, PolicyConfig
-from hai_slurm.priority.ladder import RANK
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.scoring import BAND, BASE
-from hai_slurm.priority.state import PendingJob, PolicyResult, Resources
-from hai_slurm.priority.testing import NOW, pending_job
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.config.loader import CompensationConfig, PolicyConfig
+from hai_slurm.priority.policy.aging import compensation_boost
+from hai_slurm.priority.policy.ladder import RANK
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.scoring import BAND, BASE
+from hai_slurm.priority.policy.state import PendingJob, PolicyResult, Resources
+from hai_slurm.priority.policy.testing import NOW, pending_job
 
 CLUSTER = Resources(16, 256, 16 * 256 * 1024)
 CFG = CompensationConfig(per_restart=600, per_wait=0.5, step=600, cap=7200)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from hai_slurm.priority import convert
-from hai_slurm.priority.classes import PriorityClass
-from hai_slurm.priority.config import PolicyConfig, TeamQuota
-from hai_slurm.priority.cycle import build_inputs
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.state import Resources, Rule
+from hai_slurm.classes import PriorityClass
+from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
+from hai_slurm.priority.daemon import job_values
+from hai_slurm.priority.daemon.cycle import build_inputs
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.state import Resources, Rule
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.parse import parse_jobs
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job
@@ -34,12 +34,12 @@ def test_convert_passes_cpus_and_memory_of_recorded_jobs() -> None:
     """22.05 and 24.11 jobs keep their GPUs, CPUs and memory in the policy's values."""
     old = recorded("22.05/squeue-mixed.json")
     now = 1_700_000_000.0
-    run = convert.running_job(old["train-b"], None, PriorityClass.NORMAL, now)
+    run = job_values.running_job(old["train-b"], None, PriorityClass.NORMAL, now)
     assert run.resources == Resources(16, 2, 0)
-    pend = convert.pending_job(old["big-wait"], None, PriorityClass.NORMAL, now)
+    pend = job_values.pending_job(old["big-wait"], None, PriorityClass.NORMAL, now)
     assert pend.resources == Resources(16, 2, 32000)
     new = recorded("24.11/hand-written/squeue.json")
-    big = convert.running_job(new["train-big"], None, PriorityClass.NORMAL, now)
+    big = job_values.running_job(new["train-big"], None, PriorityClass.NORMAL, now)
     assert big.resources == Resources(16, 2, 2048)
 
 

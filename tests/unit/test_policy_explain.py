@@ -7,13 +7,13 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from hai_slurm.classes import PriorityClass as P
 from hai_slurm.cli import cli
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import PolicyConfig, TeamQuota
-from hai_slurm.priority.explain import explain, explain_running
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.state import AUTO, ClassSource, EventKind, FairnessEvent, Resources
-from hai_slurm.priority.testing import NOW, pending_job, running_job
+from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
+from hai_slurm.priority.policy.explain import explain, explain_running
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.state import AUTO, ClassSource, EventKind, FairnessEvent, Resources
+from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 CLUSTER = Resources(16, 256, 16 * 256 * 1024)
 CONFIG = PolicyConfig(teams={"vision": TeamQuota(gpus=8, class_gpus={P.HIGH: 4})})

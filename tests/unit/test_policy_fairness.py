@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hai_slurm.priority import fairness
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import FairnessConfig, PolicyConfig, TeamQuota
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.state import (
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.config.loader import FairnessConfig, PolicyConfig, TeamQuota
+from hai_slurm.priority.policy import fairness
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.state import (
     EventKind,
     FairnessEvent,
     PendingJob,
@@ -16,7 +16,7 @@ from hai_slurm.priority.state import (
     Resources,
     RunningJob,
 )
-from hai_slurm.priority.testing import NOW, pending_job, running_job
+from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 HOUR = 3600.0
 CFG = FairnessConfig(window=24 * HOUR, protect_after=3, protect_for=HOUR, demote_after=2,

@@ -5,13 +5,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import PolicyConfig, TeamQuota
-from hai_slurm.priority.ladder import LADDER, RANK
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.scoring import BAND, BASE, MAX_PRIORITY, class_rank_of
-from hai_slurm.priority.state import PendingJob, PolicyResult, Resources, Rule, RunningJob
-from hai_slurm.priority.testing import NOW, pending_job, running_job
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
+from hai_slurm.priority.policy.ladder import LADDER, RANK
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.scoring import BAND, BASE, MAX_PRIORITY, class_rank_of
+from hai_slurm.priority.policy.state import PendingJob, PolicyResult, Resources, Rule, RunningJob
+from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 CLUSTER = Resources(64, 1024, 64 * 256 * 1024)
 CONFIG = PolicyConfig(teams={"a": TeamQuota(gpus=16), "b": TeamQuota(gpus=16),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import PolicyConfig, TeamQuota
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.quota import borrowed_jobs, dominant_share
-from hai_slurm.priority.state import AUTO, PendingJob, PolicyResult, Resources, RunningJob
-from hai_slurm.priority.testing import NOW, pending_job, running_job
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.quota import borrowed_jobs, dominant_share
+from hai_slurm.priority.policy.state import AUTO, PendingJob, PolicyResult, Resources, RunningJob
+from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 CLUSTER = Resources(32, 512, 32 * 256 * 1024)
 CONFIG = PolicyConfig(teams={

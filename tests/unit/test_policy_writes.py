@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.policy import compute_priorities
-from hai_slurm.priority.scoring import choose_epoch, diff_priorities, time_span
-from hai_slurm.priority.state import PendingJob, PolicyResult
-from hai_slurm.priority.testing import NOW, Workload, pending_job, synthetic_cluster
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.scoring import choose_epoch, diff_priorities, time_span
+from hai_slurm.priority.policy.state import PendingJob, PolicyResult
+from hai_slurm.priority.policy.testing import NOW, Workload, pending_job, synthetic_cluster
 
 
 @pytest.fixture(scope="module")

@@ -116,7 +116,7 @@ def test_json_does_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
 
 def test_settings_reach_every_part_of_the_setup() -> None:
     """Dotted names change the planner, costs, multifactor and daemon configuration."""
-    from hai_slurm.priority.classes import PriorityClass
+    from hai_slurm.classes import PriorityClass
     from hai_slurm.priority.sim.runner import Setup, apply_param
 
     s = Setup()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hai_slurm.priority.classes import PriorityClass as P
-from hai_slurm.priority.config import parse_config
-from hai_slurm.priority.plan_testing import gpu_cluster
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.config.loader import parse_config
+from hai_slurm.priority.planner.testing import gpu_cluster
 from hai_slurm.priority.sim.engine import T0, Engine
 from hai_slurm.priority.sim.runner import Setup, make_policy, with_quotas
 from hai_slurm.priority.sim.trace import Trace, TraceJob, read_generic

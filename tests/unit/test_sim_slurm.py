@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hai_slurm.conf.topology import Topology
-from hai_slurm.priority.placement import place_free
-from hai_slurm.priority.plan_testing import gpu_cluster
+from hai_slurm.priority.planner.placement import place_free
+from hai_slurm.priority.planner.testing import gpu_cluster
 from hai_slurm.priority.sim.cluster import load_topology
 from hai_slurm.priority.sim.slurm import SimSlurm
 from hai_slurm.slurm_plugins.types import JobState

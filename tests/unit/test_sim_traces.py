@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from hai_slurm.classes import PriorityClass as P
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass as P
 from hai_slurm.priority.sim.cluster import alibaba_description, load_topology
 from hai_slurm.priority.sim.synthetic import generate, parse_spec
 from hai_slurm.priority.sim.trace import (

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.accounting import (
     SNAPSHOT_QUERIES,
     AccountingSnapshot,
@@ -16,7 +17,6 @@ from hai_slurm.conf.accounting import (
 )
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.classes import PriorityClass
 from hai_slurm.testbed.describe import cluster_description
 from hai_slurm.testbed.layout import Ports, local_layout
 from hai_slurm.testbed.render import (

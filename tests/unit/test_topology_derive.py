@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hai_slurm.conf.topology import GpuRef, Level
-from hai_slurm.priority.topology_derive import (
+from hai_slurm.priority.planner.slurm_topology import (
     FLAT_SWITCH,
     DerivedTopology,
     SwitchInfo,

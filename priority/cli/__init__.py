@@ -1,0 +1,1 @@
+"""The ``hai-slurm`` command groups of the daemon side: config, priority, daemon, preempt."""

@@ -1,0 +1,74 @@
+"""``hai-slurm daemon``: run the priority daemon (or one cycle with ``--once``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import click
+
+from hai_slurm.errors import ConfigError, HaiSlurmError
+from hai_slurm.priority.config.loader import DaemonConfig, Intervals, load_config
+from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
+from hai_slurm.priority.daemon.loop import Outcome
+from hai_slurm.priority.store import default_sqlite_url, masked
+
+DEFAULT_STATE_DIR = "/var/lib/hai-slurm"
+
+
+def daemon_config(config_path: str | None, state_dir: str | None,
+                  interval: float | None) -> DaemonConfig:
+    """The configuration file (or the built-in defaults with SQLite under ``state_dir``)."""
+    if config_path:
+        cfg = load_config(config_path)
+        if state_dir:
+            raise ConfigError("--state-dir only applies without --config; set state_dir and "
+                              "database_url in the file instead", source=config_path)
+    else:
+        directory = Path(state_dir or DEFAULT_STATE_DIR)
+        cfg = DaemonConfig(state_dir=str(directory),
+                           database_url=default_sqlite_url(directory))
+    if interval is not None:
+        if interval <= 0 or interval >= cfg.intervals.lock_ttl:
+            raise ConfigError(f"must be > 0 and shorter than intervals.lock_ttl "
+                              f"({cfg.intervals.lock_ttl:g} s), or the leader lease expires "
+                              "between two cycles", key="--interval", value=interval)
+        cfg = dataclasses.replace(cfg, intervals=Intervals(
+            cycle=interval, lock_ttl=cfg.intervals.lock_ttl,
+            backoff_max=cfg.intervals.backoff_max))
+    return cfg
+
+
+@click.command("daemon")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              envvar="HAI_SLURM_CONFIG", help="Daemon configuration TOML (default: built-in).")
+@click.option("--once", is_flag=True, help="Run one cycle and exit (tests, cron).")
+@click.option("--interval", type=float, default=None,
+              help="Seconds between cycles (overrides intervals.cycle).")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help=f"Without --config: where the SQLite database lives (default "
+                   f"{DEFAULT_STATE_DIR}).")
+@click.option("--metrics-addr", default="0.0.0.0", show_default=True,  # noqa: S104
+              help="Address of the Prometheus endpoint (port: metrics_port; 0 turns it off).")
+@click.option("--no-preempt", is_flag=True,
+              help="Write priorities only: no preemption planner or executor (same as "
+                   "[planner] enabled = false).")
+def daemon(config_path: str | None, once: bool, interval: float | None, state_dir: str | None,
+           metrics_addr: str, no_preempt: bool) -> None:
+    """Run the priority daemon: snapshot Slurm, decide, write back what changed, preempt
+    (checkpoint, then requeue) where a waiting job of a higher class deserves it, repeat."""
+    if logging.getLogger().level > logging.INFO:
+        logging.getLogger("hai_slurm.priority").setLevel(logging.INFO)
+    cfg = daemon_config(config_path, state_dir, interval)
+    d = build_daemon(cfg, preempt=False if no_preempt else None)
+    if cfg.metrics_port and not once:
+        d.metrics.serve(cfg.metrics_port, metrics_addr)
+    logging.getLogger("hai_slurm.priority.daemon.loop").warning(
+        "daemon %s starting: database %s, cycle every %g s%s; %s", d.owner,
+        masked(cfg.database_url), cfg.intervals.cycle,
+        f", metrics on {metrics_addr}:{cfg.metrics_port}" if cfg.metrics_port and not once
+        else "", describe_preemption(d))
+    report = d.run(once=once)
+    if once and report is not None and report.outcome is Outcome.SKIPPED:
+        raise HaiSlurmError(f"the cycle was skipped, nothing written: {report.reason}")

@@ -1,0 +1,393 @@
+"""The daemon's configuration: one TOML file, read with tomllib and validated at load.
+
+:func:`load_config` (a path) and :func:`parse_config` (a string) return a :class:`DaemonConfig`
+or raise :class:`~hai_slurm.errors.ConfigError` naming the file, line, key, bad value and what is
+allowed. Every setting has a default, so an empty file is a valid configuration; the commented
+example is ``priority/examples/daemon.toml``. With the root key ``cluster`` (a cluster description,
+see :mod:`hai_slurm.priority.config.cluster`), teams and class facts come from that description.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+
+from hai_slurm.classes import PriorityClass
+from hai_slurm.conf.model import ClusterDescription
+from hai_slurm.errors import ConfigError
+from hai_slurm.priority.config.cluster import (
+    class_facts,
+    read_description,
+    reject_class_facts,
+    reject_teams,
+)
+from hai_slurm.priority.config.preempt import PREEMPT_KEYS, PreemptConfig, read_preempt
+from hai_slurm.priority.config.toml_reader import Source, Table, boolean, integer, number, string
+from hai_slurm.priority.policy.ladder import LADDER, class_names, parse_class, rank
+from hai_slurm.priority.policy.units import parse_duration, parse_size_mb
+
+_ROOT_KEYS = ("cluster", "default_class", "state_dir", "database_url", "redis_url", "metrics_port",
+              "intervals", "classes", "aging", "decay", "fairness", "fair_share", "compensation",
+              "team_defaults", "teams", *PREEMPT_KEYS)
+_DURATION_FORMS = "seconds (e.g. 600) or '45s', '10m', '1h30m', '2d'"
+
+
+class DeadlineAction(StrEnum):
+    """What the preemption executor does when a victim misses its checkpoint deadline."""
+
+    ABORT = "abort"  # nobody is requeued; the victims go on
+    FORCE = "force"  # requeue anyway
+
+
+@dataclass(frozen=True, slots=True)
+class ClassPolicy:
+    """Per-class settings: guaranteed wait, grace cap, opt-out of preemption, deadline action."""
+
+    max_wait: float
+    grace_cap: float
+    preemptible_optional: bool
+    on_deadline: DeadlineAction = DeadlineAction.ABORT
+
+
+#: Defaults per class: (max wait, grace cap, preemptible may be "no").
+DEFAULT_CLASSES: Mapping[str, tuple[float, float, bool]] = MappingProxyType({
+    "EXTREME_HIGH": (120, 600, True),
+    "VERY_HIGH": (300, 600, True),
+    "HIGH": (600, 600, True),
+    "ABOVE_NORMAL": (1800, 300, False),
+    "NORMAL": (7200, 300, False),
+    "UNDER_NORMAL": (14400, 180, False),
+    "BELOW_NORMAL": (28800, 120, False),
+    "LOW": (86400, 120, False),
+})
+
+
+@dataclass(frozen=True, slots=True)
+class AgingConfig:
+    """Aging: promotion past the class bound; step = 1 + depth // depth_per_step, <= max_step."""
+
+    max_class: PriorityClass = PriorityClass.HIGH
+    depth_per_step: int = 1000
+    max_step: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class DecayConfig:
+    """``source`` becomes ``target`` after ``after`` seconds of cumulative running (0: off)."""
+
+    source: PriorityClass = PriorityClass.ABOVE_NORMAL
+    target: PriorityClass = PriorityClass.NORMAL
+    after: float = 1800.0
+
+
+@dataclass(frozen=True, slots=True)
+class FairnessConfig:
+    """Rolling-window counters: protect after > protect_after preemptions, demote after > M.
+
+    ``demote_excess`` (X) makes demotion relative to the team's share: a team is a repeat
+    offender only when it also preempted more than X times as often per quota GPU as the other
+    teams together in the window (0: the absolute count M alone decides, as before).
+    ``protect_borrowed``: whether protection also covers a team's borrowed (over-quota) jobs;
+    off by default, so a protected team's borrowed GPUs can still be reclaimed.
+    """
+
+    window: float = 86400.0
+    protect_after: int = 3
+    protect_for: float = 3600.0
+    demote_after: int = 5
+    demote_from: PriorityClass = PriorityClass.HIGH
+    demote_excess: float = 2.0
+    protect_borrowed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FairShareConfig:
+    """DRF shares are compared in steps of ``quantum`` and capped at ``max_share``."""
+
+    quantum: float = 0.05
+    max_share: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationConfig:
+    """Boost (seconds of extra age) for requeued jobs, counted in whole ``step``s, capped."""
+
+    per_restart: float = 600.0
+    per_wait: float = 0.5
+    step: float = 600.0
+    cap: float = 7200.0
+
+
+@dataclass(frozen=True, slots=True)
+class TeamQuota:
+    """A team's quota: GPUs (optionally per class), CPUs and memory (None: GPU-proportional)."""
+
+    gpus: int = 0
+    cpus: int | None = None
+    memory_mb: int | None = None
+    class_gpus: Mapping[PriorityClass, int] = field(default_factory=dict)
+    allowed_classes: frozenset[PriorityClass] = frozenset(PriorityClass)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Everything the pure policy needs."""
+
+    classes: Mapping[PriorityClass, ClassPolicy] = field(default_factory=lambda: MappingProxyType({
+        c: ClassPolicy(*DEFAULT_CLASSES[c.name]) for c in LADDER}))
+    default_class: PriorityClass = PriorityClass.NORMAL
+    aging: AgingConfig = AgingConfig()
+    decay: DecayConfig = DecayConfig()
+    fairness: FairnessConfig = FairnessConfig()
+    fair_share: FairShareConfig = FairShareConfig()
+    compensation: CompensationConfig = CompensationConfig()
+    teams: Mapping[str, TeamQuota] = field(default_factory=dict)
+    team_default: TeamQuota = TeamQuota()
+
+    def quota(self, team: str) -> TeamQuota:
+        """The quota of ``team`` (the team default when it is not listed)."""
+        return self.teams.get(team, self.team_default)
+
+
+@dataclass(frozen=True, slots=True)
+class Intervals:
+    """Daemon timing: cycle interval, leader-lock expiry, longest back-off after failures."""
+
+    cycle: float = 30.0
+    lock_ttl: float = 90.0
+    backoff_max: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """The whole file."""
+
+    policy: PolicyConfig = PolicyConfig()
+    intervals: Intervals = Intervals()
+    state_dir: str = "/var/lib/hai-slurm"
+    database_url: str = "sqlite:////var/lib/hai-slurm/hai-slurm.db"
+    redis_url: str | None = None
+    metrics_port: int = 9464
+    source: str = "<defaults>"
+    #: The cluster description named by ``cluster`` (teams and class facts came from it), or None.
+    description: ClusterDescription | None = None
+    #: ``[planner]`` and ``[executor]`` (:mod:`hai_slurm.priority.config.preempt`).
+    preempt: PreemptConfig = field(default_factory=PreemptConfig)
+
+
+def load_config(path: str | Path) -> DaemonConfig:
+    """Read and validate the TOML file at ``path``."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read the configuration: {err.strerror}", source=str(file),
+                          ) from None
+    return parse_config(text, source=str(file), base_dir=file.parent)
+
+
+def parse_config(text: str, *, source: str = "<string>",
+                 base_dir: str | Path | None = None) -> DaemonConfig:
+    """Validate TOML ``text``; ``source`` names it in errors. A relative ``cluster`` path is read
+    from ``base_dir`` (default: the directory of ``source``, the current one for ``<string>``)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"not valid TOML: {err}", source=source) from None
+    src = Source(source, text)
+    root = Table(data, "", src)
+    root.finish(allowed=_ROOT_KEYS)
+    description = read_description(
+        root, Path(base_dir) if base_dir is not None else Path(source).parent)
+    state_dir = root.get("state_dir", "/var/lib/hai-slurm", _nonempty, "a directory path")
+    db_default = f"sqlite:///{Path(state_dir) / 'hai-slurm.db'}"
+    database_url = root.get("database_url", db_default, _db_url,
+                            "sqlite:///PATH or mysql+pymysql://USER:PASS@HOST/DB")
+    redis_url = root.get("redis_url", None, _redis_url, "redis://HOST:PORT/DB or omit the key")
+    metrics_port = root.get("metrics_port", 9464, integer(0, 65535), "0 (off) to 65535")
+    default_class = root.get("default_class", PriorityClass.NORMAL, _cls, ", ".join(class_names()))
+
+    iv = root.sub("intervals")
+    intervals = Intervals(
+        cycle=iv.get("cycle", 30.0, _positive_duration, _DURATION_FORMS + ", > 0"),
+        lock_ttl=iv.get("lock_ttl", 90.0, _positive_duration, _DURATION_FORMS + ", > 0"),
+        backoff_max=iv.get("backoff_max", 300.0, _positive_duration, _DURATION_FORMS + ", > 0"),
+    )
+    iv.finish()
+    if intervals.lock_ttl <= intervals.cycle:
+        raise iv.error("lock_ttl", f"must be longer than intervals.cycle ({intervals.cycle:g}s), "
+                       "or the lock expires between two heartbeats", intervals.lock_ttl)
+
+    classes = _read_classes(root.sub("classes"), description)
+
+    ag = root.sub("aging")
+    aging = AgingConfig(
+        max_class=ag.get("max_class", PriorityClass.HIGH, _cls, ", ".join(class_names())),
+        depth_per_step=ag.get("depth_per_step", 1000, integer(1), "an integer >= 1"),
+        max_step=ag.get("max_step", 2, integer(1, len(LADDER) - 1), f"1 to {len(LADDER) - 1}"),
+    )
+    ag.finish()
+
+    dc = root.sub("decay")
+    decay = DecayConfig(
+        source=dc.get("from", PriorityClass.ABOVE_NORMAL, _cls, ", ".join(class_names())),
+        target=dc.get("to", PriorityClass.NORMAL, _cls, ", ".join(class_names())),
+        after=dc.get("after", 1800.0, _duration, _DURATION_FORMS + " (0 turns decay off)"),
+    )
+    dc.finish()
+    if rank(decay.target) >= rank(decay.source):
+        raise dc.error("to", f"must be a class below decay.from ({decay.source.name})",
+                       decay.target.name)
+
+    fa = root.sub("fairness")
+    fairness = FairnessConfig(
+        window=fa.get("window", 86400.0, _positive_duration, _DURATION_FORMS + ", > 0"),
+        protect_after=fa.get("protect_after", 3, integer(0), "an integer >= 0"),
+        protect_for=fa.get("protect_for", 3600.0, _duration, _DURATION_FORMS),
+        demote_after=fa.get("demote_after", 5, integer(0), "an integer >= 0"),
+        demote_from=fa.get("demote_from", PriorityClass.HIGH, _cls, ", ".join(class_names())),
+        demote_excess=fa.get("demote_excess", 2.0, number(0.0, 100.0), "a number from 0 to 100"),
+        protect_borrowed=fa.get("protect_borrowed", False, boolean, "true or false"),
+    )
+    fa.finish()
+
+    fs = root.sub("fair_share")
+    fair_share = FairShareConfig(
+        quantum=fs.get("quantum", 0.05, number(0.001, 1.0), "a number from 0.001 to 1"),
+        max_share=fs.get("max_share", 2.0, number(0.1, 10.0), "a number from 0.1 to 10"),
+    )
+    fs.finish()
+
+    cp = root.sub("compensation")
+    compensation = CompensationConfig(
+        per_restart=cp.get("per_restart", 600.0, _duration, _DURATION_FORMS),
+        per_wait=cp.get("per_wait", 0.5, number(0.0, 100.0), "a number from 0 to 100"),
+        step=cp.get("step", 600.0, _positive_duration, _DURATION_FORMS + ", > 0"),
+        cap=cp.get("cap", 7200.0, _duration, _DURATION_FORMS),
+    )
+    cp.finish()
+
+    team_default = _read_team(root.sub("team_defaults"))
+    tt = root.sub("teams")
+    if description is None:
+        teams = {name: _read_team(tt.sub(name)) for name in tt.names()}
+    else:
+        reject_teams(tt, description)
+        teams = {t.name: TeamQuota(gpus=t.gpu_quota or 0, class_gpus=MappingProxyType({}),
+                                   allowed_classes=frozenset(t.classes))
+                 for t in description.teams}
+    preempt = read_preempt(root, redis_url)
+    if default_class not in team_default.allowed_classes:
+        raise root.error("default_class", "team_defaults.allowed_classes does not include the "
+                         "default class", default_class.name)
+    root.finish()
+    policy = PolicyConfig(
+        classes=MappingProxyType(classes), default_class=default_class, aging=aging, decay=decay,
+        fairness=fairness, fair_share=fair_share, compensation=compensation,
+        teams=MappingProxyType(teams), team_default=team_default,
+    )
+    return DaemonConfig(policy=policy, intervals=intervals, state_dir=state_dir,
+                        database_url=database_url, redis_url=redis_url,
+                        metrics_port=metrics_port, source=source, description=description,
+                        preempt=preempt)
+
+
+def _class_key(table: Table, name: str) -> PriorityClass:
+    """A table key that must be a class name (a near miss gets a suggestion)."""
+    try:
+        return parse_class(name)
+    except ConfigError as err:
+        raise table.error(name, str(err).split(": ", 1)[-1]) from None
+
+
+def _read_classes(table: Table, description: ClusterDescription | None,
+                  ) -> dict[PriorityClass, ClassPolicy]:
+    given = {_class_key(table, name): name for name in table.names()}
+    facts = class_facts(description) if description is not None else None
+    out: dict[PriorityClass, ClassPolicy] = {}
+    for cls in LADDER:
+        wait, grace, optional = DEFAULT_CLASSES[cls.name]
+        if facts is not None:
+            grace, optional = facts[cls].grace_cap, facts[cls].preemptible_optional
+        if cls not in given:
+            out[cls] = ClassPolicy(wait, grace, optional)
+            continue
+        sub = table.sub(given[cls])
+        if description is not None:
+            reject_class_facts(sub, description)
+        out[cls] = ClassPolicy(
+            max_wait=sub.get("max_wait", wait, _positive_duration, _DURATION_FORMS + ", > 0"),
+            grace_cap=sub.get("grace_cap", grace, _duration, _DURATION_FORMS),
+            preemptible_optional=sub.get("preemptible_optional", optional, boolean,
+                                         "true or false"),
+            on_deadline=sub.get("on_deadline", DeadlineAction.ABORT, _deadline,
+                                "'abort' or 'force'"),
+        )
+        sub.finish()
+    return out
+
+
+def _read_team(table: Table) -> TeamQuota:
+    gpus = table.get("gpus", 0, integer(0), "an integer >= 0")
+    cpus = table.get("cpus", None, integer(0), "an integer >= 0")
+    memory = table.get("memory", None, parse_size_mb, "MiB (e.g. 4096) or '512G', '4T'")
+    allowed = table.get("allowed_classes", frozenset(PriorityClass), _class_set,
+                        "a list of class names: " + ", ".join(class_names()))
+    per_class = table.sub("class_gpus")
+    class_gpus: dict[PriorityClass, int] = {}
+    for name in per_class.names():
+        cls = _class_key(per_class, name)
+        class_gpus[cls] = per_class.get(name, 0, integer(0), "an integer >= 0")
+    table.finish()
+    return TeamQuota(gpus=gpus, cpus=cpus, memory_mb=memory,
+                     class_gpus=MappingProxyType(class_gpus), allowed_classes=allowed)
+
+
+def _cls(value: object) -> PriorityClass:
+    return parse_class(value)
+
+
+def _duration(value: object) -> float:
+    return parse_duration(value)
+
+
+def _positive_duration(value: object) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError("must be longer than 0")
+    return seconds
+
+
+def _deadline(value: object) -> DeadlineAction:
+    return DeadlineAction(string(value).lower())
+
+
+def _class_set(value: object) -> frozenset[PriorityClass]:
+    if not isinstance(value, list) or not value:
+        raise TypeError("expected a non-empty list of class names")
+    return frozenset(parse_class(v) for v in value)
+
+
+def _nonempty(value: object) -> str:
+    text = string(value)
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text
+
+
+def _db_url(value: object) -> str:
+    text = _nonempty(value)
+    if not text.startswith(("sqlite://", "mysql+pymysql://", "mariadb+pymysql://")):
+        raise ValueError("unsupported database URL scheme")
+    return text
+
+
+def _redis_url(value: object) -> str:
+    text = _nonempty(value)
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("unsupported Redis URL scheme")
+    return text

@@ -1,0 +1,131 @@
+"""The daemon file's ``[planner]`` and ``[executor]`` tables: preemption settings, validated.
+
+:func:`read_preempt` turns both tables into a :class:`PreemptConfig` (planner settings,
+executor settings, whether preemption runs at all, whether checkpoint requests also go through
+Redis) or raises :class:`~hai_slurm.errors.ConfigError` naming the file, line, key, bad value
+and what is allowed, like the rest of :mod:`hai_slurm.priority.config.loader`. Defaults are those of
+:class:`~hai_slurm.priority.planner.types.PlannerConfig` and
+:class:`~hai_slurm.priority.executor.types.ExecutorSettings`, so a tuned default there is the
+default here.
+
+Per-class executor settings live with the other class settings: a victim's deadline is its own
+``#HAI --grace`` capped by ``classes.X.grace_cap`` (``default_grace`` here when it gave none),
+and what happens when a victim misses it is ``classes.X.on_deadline`` of the beneficiary's class.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from hai_slurm.classes import PriorityClass
+from hai_slurm.errors import ConfigError
+from hai_slurm.priority.config.toml_reader import Table, boolean, integer, number, string
+from hai_slurm.priority.executor.types import ExecutorSettings
+from hai_slurm.priority.planner.types import PlannerConfig
+from hai_slurm.priority.policy.ladder import class_names, parse_class
+from hai_slurm.priority.policy.units import parse_duration
+
+PREEMPT_KEYS = ("planner", "executor")
+"""Root keys of the daemon file read here."""
+
+_DURATION = "seconds (e.g. 600) or '45s', '10m', '1h'"
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptConfig:
+    """Preemption in the daemon: on or off, the planner's and the executor's settings.
+
+    ``redis``: checkpoint requests also go out as Redis messages (besides the signal): true
+    when ``redis_url`` is set and ``[executor] redis`` is not false.
+    """
+
+    enabled: bool = True
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    redis: bool = True
+
+
+def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
+    """Read ``[planner]`` and ``[executor]`` of the daemon file's root table."""
+    pl = root.sub("planner")
+    d = PlannerConfig()
+    enabled = pl.get("enabled", True, boolean, "true or false")
+    given = dict(
+        min_run_time=pl.get("min_run_time", d.min_run_time, _duration, _DURATION),
+        class_weights=_weights(pl.sub("class_weights"), d),
+        benefit_threshold=pl.get("benefit_threshold", d.benefit_threshold, number(0.0),
+                                 "a number >= 0 (preempt when benefit > this x lost work)"),
+        restart_cost=pl.get("restart_cost", d.restart_cost, _duration, _DURATION),
+        restart_cost_per_node=pl.get("restart_cost_per_node", d.restart_cost_per_node,
+                                     _duration, _DURATION),
+        max_staleness=pl.get("max_staleness", d.max_staleness, _duration, _DURATION),
+        max_plans=pl.get("max_plans", d.max_plans, integer(0), "an integer >= 0"),
+        max_searches=pl.get("max_searches", d.max_searches, integer(0), "an integer >= 0"),
+        plans_per_pending=pl.get("plans_per_pending", d.plans_per_pending, number(0.0),
+                                 "a number >= 0 (0: fixed limits)"),
+        max_candidates_per_node=pl.get("max_candidates_per_node", d.max_candidates_per_node,
+                                       integer(1, 16), "an integer from 1 to 16"),
+        allow_cross_leaf=pl.get("allow_cross_leaf", d.allow_cross_leaf, boolean,
+                                "true or false"),
+    )
+    pl.finish()
+    try:
+        planner = PlannerConfig(**given)  # type: ignore[arg-type]
+    except ConfigError as err:  # a combination PlannerConfig itself refuses
+        raise pl.error(err.key or "enabled", str(err).split(": ", 1)[-1], err.value) from None
+
+    ex = root.sub("executor")
+    e = ExecutorSettings()
+    redis = ex.get("redis", True, boolean, "true or false") and redis_url is not None
+    positive = _DURATION + ", > 0"
+    given_ex = dict(
+        poll=ex.get("poll", e.poll, _positive, positive),
+        state_poll=ex.get("state_poll", e.state_poll, _positive, positive),
+        default_deadline=ex.get("default_grace", e.default_deadline, _positive, positive),
+        saving_extension=ex.get("saving_extension", e.saving_extension, _duration, _DURATION),
+        start_timeout=ex.get("start_timeout", e.start_timeout, _positive, positive),
+        clock_skew=ex.get("clock_skew", e.clock_skew, _duration, _DURATION),
+        signal=ex.get("signal", e.signal, _signal_name,
+                      "a signal name such as USR2 (not USR1: NCCL uses it)"),
+        late_ack_window=ex.get("late_ack_window", e.late_ack_window, _duration, _DURATION),
+    )
+    ex.finish()
+    try:
+        executor = ExecutorSettings(**given_ex)  # type: ignore[arg-type]
+    except ConfigError as err:
+        raise ex.error(err.key or "poll", str(err).split(": ", 1)[-1], err.value) from None
+    return PreemptConfig(enabled=enabled, planner=planner, executor=executor, redis=redis)
+
+
+def _weights(table: Table, d: PlannerConfig) -> MappingProxyType[PriorityClass, float]:
+    out = dict(d.class_weights)
+    for name in table.names():
+        try:
+            cls = parse_class(name)
+        except ConfigError as err:
+            raise table.error(name, str(err).split(": ", 1)[-1]) from None
+        out[cls] = table.get(name, out[cls], number(0.0), "a number >= 0; classes: "
+                             + ", ".join(class_names()))
+    return MappingProxyType(out)
+
+
+def _duration(value: object) -> float:
+    return parse_duration(value)
+
+
+def _positive(value: object) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError("must be longer than 0")
+    return seconds
+
+
+def _signal_name(value: object) -> str:
+    name = string(value).strip().upper().removeprefix("SIG")
+    if name == "USR1":
+        raise ValueError("USR1 is taken by NCCL")
+    if name not in signal.Signals.__members__ and f"SIG{name}" not in signal.Signals.__members__:
+        raise ValueError(f"unknown signal {value!r}")
+    return name

@@ -1,0 +1,1 @@
+"""The priority daemon: the loop, one pure cycle, the wiring of planner and executor, metrics."""

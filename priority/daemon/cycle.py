@@ -1,0 +1,264 @@
+"""One daemon cycle, as pure functions: snapshot -> policy inputs -> decisions -> what to write.
+
+:func:`snapshot_problem` says why a snapshot must not be acted on (or None); :func:`build_inputs`
+turns it plus the stored jobs and fairness events into the policy's inputs; :func:`decide` runs
+the policy with ``now`` and returns a :class:`Decision`: the priority writes (only jobs whose
+priority in Slurm differs from ours, held jobs never), the tracked-job records that changed, the
+jobs to forget, new protections, the policy state to keep, and what changed for the metrics.
+Nothing here talks to Slurm, the database or a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from hai_slurm.classes import PriorityClass
+from hai_slurm.priority.config.loader import PolicyConfig
+from hai_slurm.priority.daemon import job_values
+from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.scoring import diff_priorities
+from hai_slurm.priority.policy.state import (
+    AUTO,
+    ClassSource,
+    EventKind,
+    FairnessEvent,
+    PendingDecision,
+    PendingJob,
+    PolicyResult,
+    PolicyState,
+    Resources,
+    RunningDecision,
+    RunningJob,
+)
+from hai_slurm.priority.store import ClassOrigin, JsonValue, Protection, TrackedJob
+from hai_slurm.priority.store import FairnessEvent as StoredEvent
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState
+
+#: Key of the policy state (epoch, round-robin tags) in the store's named values.
+POLICY_STATE_KEY = "policy.state"
+
+
+def snapshot_problem(snap: ClusterSnapshot, last_time: float | None) -> str | None:
+    """Why ``snap`` looks partial or stale (then the cycle writes nothing), or None if usable."""
+    if not snap.nodes:
+        return "the snapshot lists no nodes"
+    if not snap.partitions:
+        return "the snapshot lists no partitions"
+    if last_time is not None and snap.time < last_time:
+        return (f"the snapshot is older ({snap.time}) than the previous one ({last_time:.0f}): "
+                "stale data")
+    names = {n.name for n in snap.nodes}
+    parts = {p.name for p in snap.partitions}
+    for job in snap.jobs:
+        missing = [n for n in job.nodes if n not in names]
+        if missing:
+            return f"job {job.job_id} runs on node(s) {','.join(missing)} missing from the nodes"
+        if job.partition and all(p not in parts for p in job.partition.split(",")):
+            return f"job {job.job_id} is in partition {job.partition!r} missing from the partitions"
+    return None
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """The policy's inputs built from one snapshot."""
+
+    pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...]
+    cluster: Resources
+    events: tuple[FairnessEvent, ...]
+    jobs: Mapping[int, Job]            # the Slurm job of every pending/running input
+    held: frozenset[int]               # pending jobs that are held: never written
+
+
+def policy_events(stored: Iterable[StoredEvent]) -> tuple[FairnessEvent, ...]:
+    """The store's fairness events as the policy's values."""
+    return tuple(FairnessEvent(EventKind(e.kind.value), e.team, e.user, e.at, e.job_id or 0)
+                 for e in stored)
+
+
+def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
+                 events: Iterable[StoredEvent], config: PolicyConfig,
+                 now: float) -> PolicyInputs:
+    """Pending and running jobs (others are left out), cluster totals and fairness events."""
+    pending: list[PendingJob] = []
+    running: list[RunningJob] = []
+    jobs: dict[int, Job] = {}
+    held: set[int] = set()
+    default = config.default_class
+    for job in snap.jobs:
+        t = tracked.get(job.job_id)
+        if job.state is JobState.PENDING:
+            pending.append(job_values.pending_job(job, t, default, now))
+            if job.held or job.priority == 0:
+                held.add(job.job_id)
+        elif job.state is JobState.RUNNING:
+            running.append(job_values.running_job(job, t, default, now))
+        else:
+            continue
+        jobs[job.job_id] = job
+    cluster = Resources(sum(n.gpus for n in snap.nodes), sum(n.cpus for n in snap.nodes),
+                        sum(n.memory_mb for n in snap.nodes))
+    return PolicyInputs(tuple(pending), tuple(running), cluster, policy_events(events), jobs,
+                        frozenset(held))
+
+
+def state_to_json(state: PolicyState) -> JsonValue:
+    """The policy state as a JSON value for the store."""
+    tags: dict[str, JsonValue] = {str(j): [c.value, t] for j, (c, t) in state.rr_tags.items()}
+    return {"epoch": state.epoch, "rr_tags": tags}
+
+
+def state_from_json(value: JsonValue) -> PolicyState:
+    """Inverse of :func:`state_to_json`; anything unreadable gives a fresh state (costs writes)."""
+    if not isinstance(value, dict):
+        return PolicyState()
+    epoch = value.get("epoch")
+    raw = value.get("rr_tags")
+    tags: dict[int, tuple[PriorityClass, int]] = {}
+    if isinstance(raw, dict):
+        for key, item in raw.items():
+            if isinstance(item, list) and len(item) == 2 and isinstance(item[1], int):
+                try:
+                    tags[int(key)] = (PriorityClass(str(item[0])), item[1])
+                except ValueError:
+                    continue
+    return PolicyState(epoch=epoch if isinstance(epoch, int) else None, rr_tags=tags)
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What this cycle changed, for metrics and logs (each counted once, when it happens)."""
+
+    promotions: tuple[int, ...] = ()
+    demotions: tuple[int, ...] = ()
+    decays: tuple[int, ...] = ()
+    protections: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything one cycle decided (see the module docstring)."""
+
+    inputs: PolicyInputs
+    result: PolicyResult
+    writes: Mapping[int, int]
+    jobs: tuple[TrackedJob, ...]
+    forget: tuple[int, ...]
+    protections: tuple[Protection, ...]
+    state: PolicyState
+    state_changed: bool
+    changes: Changes
+
+
+def _origin(source: ClassSource) -> ClassOrigin:
+    return ClassOrigin.DEFAULT if source is ClassSource.DEFAULT else ClassOrigin.DIRECTIVE
+
+
+def _pending_origin(job: PendingJob, d: PendingDecision) -> ClassOrigin:
+    r = d.reason
+    if r.aging_steps:
+        return ClassOrigin.AGING
+    if r.demoted:
+        return ClassOrigin.DEMOTION
+    if r.decayed:
+        return ClassOrigin.DECAY
+    return _origin(job.source)
+
+
+def _requested_name(job: PendingJob | RunningJob) -> str:
+    return AUTO if job.requested == AUTO else PriorityClass(job.requested).value
+
+
+def _pending_record(job: PendingJob, slurm: Job, d: PendingDecision, t: TrackedJob | None,
+                    priority: int | None, now: float) -> TrackedJob:
+    return TrackedJob(
+        job_id=job.job_id, team=job.team, user=job.user, requested_class=_requested_name(job),
+        effective_class=d.effective.value, class_origin=_pending_origin(job, d),
+        original_submit_at=t.original_submit_at if t else job.submit_time,
+        first_seen_at=t.first_seen_at if t else now, updated_at=now,
+        run_seconds=t.run_seconds if t else 0.0, wait_seconds=t.wait_seconds if t else 0.0,
+        last_state=JobState.PENDING.value, preemptions=t.preemptions if t else 0,
+        checkpoint_at=t.checkpoint_at if t else None,
+        checkpoint_step=t.checkpoint_step if t else None,
+        priority=priority if priority is not None else (t.priority if t else None),
+    )
+
+
+def _running_record(job: RunningJob, slurm: Job, d: RunningDecision, t: TrackedJob | None,
+                    default: PriorityClass, now: float) -> TrackedJob:
+    start = job_values.start_class(t) or (
+        job.requested if isinstance(job.requested, PriorityClass) else default)
+    origin = ClassOrigin.DECAY if d.decayed else (t.class_origin if t else _origin(job.source))
+    return TrackedJob(
+        job_id=job.job_id, team=job.team, user=job.user, requested_class=_requested_name(job),
+        effective_class=start.value, class_origin=origin,
+        original_submit_at=job.submit_time, first_seen_at=t.first_seen_at if t else now,
+        updated_at=now, run_seconds=job.run_time,
+        wait_seconds=job_values.wait_seconds(slurm, t), last_state=JobState.RUNNING.value,
+        preemptions=t.preemptions if t else 0, checkpoint_at=t.checkpoint_at if t else None,
+        checkpoint_step=t.checkpoint_step if t else None, priority=t.priority if t else None,
+    )
+
+
+def _same(a: TrackedJob, b: TrackedJob | None) -> bool:
+    """Equal apart from ``updated_at`` (such records need no database write)."""
+    return b is not None and replace(a, updated_at=b.updated_at) == b
+
+
+def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
+           events: Iterable[StoredEvent], state: PolicyState,
+           protections: Mapping[str, Protection], config: PolicyConfig,
+           now: float) -> Decision:
+    """Run the policy on one snapshot and work out every write (see the module docstring)."""
+    inputs = build_inputs(snap, tracked, events, config, now)
+    result = compute_priorities(inputs.pending, inputs.running, config=config,
+                                cluster=inputs.cluster, events=inputs.events, state=state,
+                                now=now)
+    current = {j.job_id: inputs.jobs[j.job_id].priority for j in inputs.pending}
+    wanted = {j: p for j, p in result.priorities.items() if j not in inputs.held}
+    writes = diff_priorities(current, wanted)
+
+    records: list[TrackedJob] = []
+    for pjob in inputs.pending:
+        t = tracked.get(pjob.job_id)
+        written = writes.get(pjob.job_id, current[pjob.job_id] if pjob.job_id in wanted else None)
+        rec = _pending_record(pjob, inputs.jobs[pjob.job_id], result.pending[pjob.job_id], t,
+                              written, now)
+        if not _same(rec, t):
+            records.append(rec)
+    for rjob in inputs.running:
+        t = tracked.get(rjob.job_id)
+        rec = _running_record(rjob, inputs.jobs[rjob.job_id], result.running[rjob.job_id], t,
+                              config.default_class, now)
+        if not _same(rec, t):
+            records.append(rec)
+    active = {j.job_id for j in snap.jobs}
+    forget = tuple(sorted(j for j in tracked if j not in active))
+
+    granted: list[Protection] = []
+    for team in sorted(result.protected_teams):
+        until = result.teams[team].protected_until
+        old = protections.get(team)
+        if until is not None and (old is None or until > old.until):
+            granted.append(Protection(team, until, now, reason=(
+                f"preempted {result.teams[team].preempted} times in the fairness window")))
+
+    def new_class(job_id: int, cls: str) -> bool:
+        t = tracked.get(job_id)
+        return t is None or t.effective_class != cls
+
+    def new_origin(job_id: int, origin: ClassOrigin) -> bool:
+        t = tracked.get(job_id)
+        return t is None or t.class_origin != origin
+
+    changes = Changes(
+        promotions=tuple(j for j in result.promotions
+                         if new_class(j, result.pending[j].effective.value)),
+        demotions=tuple(j for j in result.demotions if new_origin(j, ClassOrigin.DEMOTION)),
+        decays=tuple(j for j in result.decays if new_origin(j, ClassOrigin.DECAY)),
+        protections=tuple(p.team for p in granted if p.team not in protections),
+    )
+    return Decision(inputs=inputs, result=result, writes=writes, jobs=tuple(records),
+                    forget=forget, protections=tuple(granted), state=result.state,
+                    state_changed=result.state != state, changes=changes)

@@ -1,0 +1,119 @@
+"""Build the daemon the way ``hai-slurm daemon`` runs it: policy, planner and executor wired.
+
+:func:`build_daemon` is the one place that turns a :class:`~.config.DaemonConfig` into a
+running :class:`~.daemon.Daemon`; the CLI, the demo and the preemption benchmark all use it.
+
+* ``[planner] enabled`` (default true; ``--no-preempt`` overrides it) adds the
+  :class:`~.plan_hook.SnapshotPlanner` and the two-phase
+  :class:`~.executor.PreemptionExecutor`; without it the daemon only writes priorities, and a
+  plan a killed daemon left open waits for the next daemon that runs with preemption.
+* Topology: the cluster description's when the config has ``cluster = ...``; otherwise
+  derived from each snapshot's nodes and GPU counts, with leaf switches from
+  ``scontrol show topology`` read once here (:mod:`~.topology_derive`; one flat switch when
+  Slurm has no topology plugin).
+* Checkpoint requests also go through Redis when ``redis_url`` is set and ``[executor] redis``
+  is not false.
+* The executor renews the daemon's leader lease while a plan waits (``heartbeat``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from hai_slurm.conf.topology import Topology
+from hai_slurm.errors import SlurmError
+from hai_slurm.priority.clock import Clock, SystemClock
+from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.daemon.loop import Daemon, open_store
+from hai_slurm.priority.daemon.planning import SnapshotPlanner, TopologySource
+from hai_slurm.priority.executor.notify import CheckpointNotifier, make_notifier
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
+from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, PreemptionActions
+from hai_slurm.priority.planner.slurm_topology import DerivedTopology, SwitchInfo, parse_switches
+from hai_slurm.priority.store import LeaderLock, Repository, default_owner
+from hai_slurm.slurm_plugins.runner import CommandRunner, SubprocessRunner
+from hai_slurm.slurm_plugins.types import SlurmClient
+
+log = logging.getLogger("hai_slurm.priority.daemon.loop")
+
+
+def read_switches(run: CommandRunner) -> tuple[SwitchInfo, ...]:
+    """Slurm's switches (``scontrol show topology``); () when it has none or the call fails."""
+    try:
+        res = run(["scontrol", "show", "topology"], timeout=30.0)
+    except SlurmError as err:
+        log.warning("scontrol show topology failed (%s); planning with one flat switch", err)
+        return ()
+    if res.returncode != 0:
+        log.warning("scontrol show topology failed (%s); planning with one flat switch",
+                    (res.stderr or res.stdout).strip()[:200])
+        return ()
+    return parse_switches(res.stdout)
+
+
+def topology_source(cfg: DaemonConfig, switches: Sequence[SwitchInfo]) -> TopologySource:
+    """The description's topology, else one derived from each snapshot under ``switches``."""
+    if cfg.description is not None:
+        return Topology.from_description(cfg.description)
+    return DerivedTopology(switches)
+
+
+def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
+                 actions: PreemptionActions | None = None, runner: CommandRunner | None = None,
+                 preempt: bool | None = None, switches: Sequence[SwitchInfo] | None = None,
+                 store: tuple[Repository, LeaderLock] | None = None,
+                 notifier: CheckpointNotifier | None = None, clock: Clock | None = None,
+                 owner: str | None = None, interval: float | None = None) -> Daemon:
+    """The daemon for ``cfg`` (see the module docstring).
+
+    ``slurm``/``actions``/``runner`` default to Slurm's commands with ``$SLURM_CONF``;
+    ``preempt`` None follows ``[planner] enabled``; ``switches`` None reads
+    ``scontrol show topology`` (only without a description); ``store`` None opens (and
+    migrates) the configured database.
+    """
+    run = runner or SubprocessRunner()
+    client = slurm or _cli_client(run)
+    repo, lock = store or open_store(cfg)
+    clock = clock or SystemClock()
+    owner = owner or default_owner()
+    enabled = cfg.preempt.enabled if preempt is None else preempt
+    if not enabled:
+        return Daemon(client, repo, lock, config=cfg, clock=clock, owner=owner,
+                      interval=interval)
+    if switches is None and cfg.description is None:
+        switches = read_switches(run)
+    source = topology_source(cfg, switches or ())
+    planner = SnapshotPlanner(source, cfg.preempt.planner)
+    if notifier is None:
+        notifier = make_notifier(cfg.redis_url if cfg.preempt.redis else None)
+    ttl = cfg.intervals.lock_ttl
+    executor = PreemptionExecutor(
+        client, repo, actions=actions or CliPreemptionActions(run), notifier=notifier,
+        settings=cfg.preempt.executor, clock=clock,
+        heartbeat=lambda: lock.acquire_or_renew(owner, clock.time(), ttl))
+    return Daemon(client, repo, lock, config=cfg, clock=clock, planner=planner,
+                  executor=executor, owner=owner, interval=interval)
+
+
+def describe_preemption(daemon: Daemon) -> str:
+    """One line for the start-up log: whether and how the daemon preempts."""
+    planner = daemon.planner
+    if not isinstance(planner, SnapshotPlanner):
+        return "preemption off (priorities only)"
+    if isinstance(planner.source, Topology):
+        where = f"topology of the cluster description ({len(planner.source.gpus)} GPUs)"
+    elif isinstance(planner.source, DerivedTopology):
+        leaves = sum(1 for s in planner.source.switches if s.level == 0)
+        where = (f"topology from Slurm's nodes under {leaves} leaf switch(es) of "
+                 "scontrol show topology" if leaves else
+                 "topology from Slurm's nodes under one flat switch (no scontrol topology)")
+    else:
+        where = "custom topology"
+    return f"preemption on (planner + two-phase executor), {where}"
+
+
+def _cli_client(run: CommandRunner) -> SlurmClient:
+    from hai_slurm.slurm_plugins.adapter import make_client
+
+    return make_client(runner=run)

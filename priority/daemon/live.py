@@ -1,0 +1,73 @@
+"""Live inputs for ``hai-slurm priority explain JOBID``: Slurm's queue now plus the daemon's store.
+
+The explanation is computed exactly as the daemon's next cycle would: one snapshot, the stored
+jobs, fairness events and policy state, :func:`~hai_slurm.priority.daemon.cycle.decide` with
+``now``.
+Nothing is written, neither to Slurm nor to the database.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hai_slurm.errors import ConfigError, StateError
+from hai_slurm.priority.config.loader import DaemonConfig, PolicyConfig
+from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY, Decision, decide, state_from_json
+from hai_slurm.priority.policy.explain import explain, explain_running
+from hai_slurm.priority.policy.state import PendingJob, PolicyResult, RunningJob
+from hai_slurm.priority.store import Repository, current_revision, make_engine, masked
+from hai_slurm.slurm_plugins.types import SlurmClient
+
+
+def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
+                result: PolicyResult, config: PolicyConfig) -> str | None:
+    """The plain-words explanation of one pending or running job, or None if it is neither."""
+    for job in pending:
+        if job.job_id == job_id:
+            mine = result.priorities[job_id]
+            ahead = sum(1 for p in result.priorities.values() if p > mine)
+            return explain(job, result.pending[job_id], result.teams.get(job.team),
+                           config=config, jobs_ahead=ahead)
+    for run in running:
+        if run.job_id == job_id:
+            return explain_running(run, result.running[job_id], result.teams.get(run.team),
+                                   config=config)
+    return None
+
+
+def live_decision(slurm: SlurmClient, repo: Repository, config: PolicyConfig,
+                  now: float) -> Decision:
+    """What the daemon would decide now (read-only)."""
+    snap = slurm.snapshot()
+    return decide(snap, tracked=repo.load_jobs(),
+                  events=repo.events_since(now - config.fairness.window),
+                  state=state_from_json(repo.get_value(POLICY_STATE_KEY)),
+                  protections=repo.active_protections(now), config=config, now=now)
+
+
+def open_repository(config: DaemonConfig) -> Repository:
+    """The daemon's database, read as it is (never migrated or created here)."""
+    engine = make_engine(config.database_url)
+    if current_revision(engine) is None:
+        raise StateError(f"database {masked(config.database_url)} holds no daemon state yet; "
+                         "start the daemon (hai-slurm daemon) or pass --config with its "
+                         "database_url")
+    return Repository(engine)
+
+
+def explain_live(job_id: int, slurm: SlurmClient, repo: Repository, config: DaemonConfig,
+                 now: float | None = None) -> str:
+    """Explain ``job_id`` from live state; ConfigError when Slurm has it neither pending nor
+    running."""
+    at = time.time() if now is None else now
+    decision = live_decision(slurm, repo, config.policy, at)
+    text = explain_job(job_id, decision.inputs.pending, decision.inputs.running,
+                       decision.result, config.policy)
+    if text is None:
+        raise ConfigError(f"job {job_id} is neither pending nor running in Slurm now",
+                          key="JOBID", value=job_id)
+    slurm_job = decision.inputs.jobs[job_id]
+    if job_id in decision.writes:
+        text += (f"\nSlurm still has priority {slurm_job.priority}; the daemon's next cycle "
+                 f"writes {decision.writes[job_id]}.")
+    return text

@@ -1,0 +1,361 @@
+"""The priority daemon: a loop of cycles, one leader at a time, state in the database.
+
+A :class:`Daemon` gets its Slurm client, repository, leader lock and clock injected (unit tests
+use FakeSlurm, SQLite and :class:`~hai_slurm.priority.clock.FakeClock`). Each
+:meth:`Daemon.run_once`:
+
+1. renews the leader lease; a daemon that does not hold it stays on standby (logs it once, writes
+   nothing) until the holder's lease expires;
+2. takes one snapshot of Slurm; a failed query (SlurmError), or a snapshot that looks partial or
+   stale (:func:`~hai_slurm.priority.daemon.cycle.snapshot_problem`), skips the cycle: nothing is
+   written
+   to Slurm and the next try comes after a capped exponential back-off;
+3. runs the policy with ``now`` (:func:`~hai_slurm.priority.daemon.cycle.decide`) and writes only
+the
+   priorities that differ from Slurm's, batched (one ``scontrol update`` per distinct value);
+4. calls the optional preemption :class:`~hai_slurm.priority.hooks.Planner` and
+   :class:`~hai_slurm.priority.hooks.Executor`;
+5. commits jobs, policy state (round-robin tags, epoch), protections, the executor's events and
+   credits, and the counter totals in one transaction.
+
+:meth:`Daemon.run` loops like rq's worker: SIGTERM/SIGINT handlers only set a flag, the first
+signal lets the current cycle finish, a second exits at once; waits use ``Event.wait``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+
+from hai_slurm.errors import HaiSlurmError, SlurmError, StateError
+from hai_slurm.priority.clock import Clock, SystemClock
+from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.daemon.cycle import (
+    POLICY_STATE_KEY,
+    Decision,
+    decide,
+    snapshot_problem,
+    state_from_json,
+    state_to_json,
+)
+from hai_slurm.priority.daemon.metrics import TOTALS_KEY, DaemonMetrics, Totals
+from hai_slurm.priority.hooks import CycleExtras, CycleView, Executor, Planner
+from hai_slurm.priority.store import (
+    AuditEntry,
+    CycleWrite,
+    JsonValue,
+    LeaderLock,
+    Repository,
+    TrackedJob,
+    default_owner,
+    upgrade,
+)
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
+
+log = logging.getLogger("hai_slurm.priority.daemon.loop")
+_MAX_FAILED_WRITES = 3
+
+
+class Outcome(enum.StrEnum):
+    """How a cycle ended."""
+
+    OK = "ok"            # decided, wrote what changed, committed
+    SKIPPED = "skipped"  # Slurm or the database failed, or the snapshot was unusable
+    STANDBY = "standby"  # another daemon holds the leader lease
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """What one cycle did, and how long the daemon should wait before the next."""
+
+    outcome: Outcome
+    next_wait: float
+    writes: int = 0
+    reason: str = ""
+    seconds: float = 0.0
+    decision: Decision | None = None
+
+
+class Daemon:
+    """One priority daemon (see the module docstring)."""
+
+    def __init__(self, slurm: SlurmClient, repository: Repository, lock: LeaderLock, *,
+                 config: DaemonConfig, clock: Clock | None = None,
+                 metrics: DaemonMetrics | None = None, planner: Planner | None = None,
+                 executor: Executor | None = None, owner: str | None = None,
+                 interval: float | None = None) -> None:
+        self.slurm = slurm
+        self.repository = repository
+        self.lock = lock
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.metrics = metrics or DaemonMetrics()
+        self.planner = planner
+        self.executor = executor
+        self.owner = owner or default_owner()
+        self.interval = interval if interval is not None else config.intervals.cycle
+        self.failures = 0
+        self.leader = False
+        self.totals = Totals()
+        self.stop_event = threading.Event()
+        self._stop_requested = False
+        self._last_snapshot: float | None = None
+        self._standby_logged = False
+
+    # ------------------------------------------------------------------------ stop requests
+    @property
+    def stop_requested(self) -> bool:
+        """True once a stop was asked for (the current cycle still finishes)."""
+        return self._stop_requested
+
+    def request_stop(self) -> None:
+        """Warm stop: finish the current cycle, then leave the loop."""
+        self._stop_requested = True
+        self.stop_event.set()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        # Only flags here. Event.set takes a lock the interrupted main thread may hold, so it is
+        # done by a short-lived thread rather than inside the handler.
+        if self._stop_requested:
+            log.warning("second %s: exiting at once", signal.Signals(signum).name)
+            raise SystemExit(128 + signum)
+        self._stop_requested = True
+        threading.Thread(target=self.stop_event.set, daemon=True).start()
+        log.warning("%s received: finishing the current cycle, then stopping (send it again to "
+                    "exit at once)", signal.Signals(signum).name)
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+    # ------------------------------------------------------------------------------ waiting
+    def backoff(self) -> float:
+        """Wait after ``failures`` consecutive failed cycles: doubling from the interval, capped."""
+        if self.failures <= 0:
+            return self.interval
+        return float(min(self.config.intervals.backoff_max,
+                         self.interval * 2 ** min(self.failures, 30)))
+
+    # ------------------------------------------------------------------------------- cycles
+    def _skip(self, reason: str, started: float, *, slurm_error: bool) -> CycleReport:
+        self.failures += 1
+        self.totals.add("cycles_skipped")
+        self.metrics.cycles.labels("skipped").inc()
+        if slurm_error:
+            self.totals.add("slurm_errors")
+            self.metrics.slurm_errors.inc()
+        wait = self.backoff()
+        log.warning("cycle skipped, nothing written: %s; next try in %.0f s (failure %d in a row)",
+                    reason, wait, self.failures)
+        try:
+            self.repository.put_value(TOTALS_KEY, self.totals.to_json(), at=self.clock.time())
+        except StateError as err:
+            log.warning("could not store the counters either: %s", err)
+        return CycleReport(Outcome.SKIPPED, wait, reason=reason,
+                           seconds=time.monotonic() - started)
+
+    def _take_lead(self, now: float) -> bool:
+        leader = self.lock.acquire_or_renew(self.owner, now, self.config.intervals.lock_ttl)
+        if leader and not self.leader:
+            log.warning("leader lease taken by %s; this daemon is active", self.owner)
+            self.totals = Totals.from_json(self.repository.get_value(TOTALS_KEY))
+            self.metrics.restore(self.totals)
+            self._standby_logged = False
+        elif not leader and (self.leader or not self._standby_logged):
+            holder = self.lock.holder(now)
+            who = f"{holder.owner} until {holder.expires_at:.0f}" if holder else "another daemon"
+            log.warning("standing by: the leader lease is held by %s; this daemon writes nothing "
+                        "until that lease expires", who)
+            self._standby_logged = True
+        self.leader = leader
+        self.metrics.leader.set(1 if leader else 0)
+        return leader
+
+    def run_once(self) -> CycleReport:
+        """One cycle (see the module docstring); never raises for Slurm or database failures."""
+        started = time.monotonic()
+        now = self.clock.time()
+        try:
+            if not self._take_lead(now):
+                self.totals.add("standby_cycles")
+                self.metrics.cycles.labels("standby").inc()
+                holder = self.lock.holder(now)
+                wait = self.interval if holder is None else min(
+                    self.interval, max(0.1, holder.expires_at - now))
+                return CycleReport(Outcome.STANDBY, wait, reason="not the leader",
+                                   seconds=time.monotonic() - started)
+        except StateError as err:
+            return self._skip(f"database: {err}", started, slurm_error=False)
+        try:
+            snap = self.slurm.snapshot()
+        except SlurmError as err:
+            return self._skip(f"Slurm query failed: {err}", started, slurm_error=True)
+        problem = snapshot_problem(snap, self._last_snapshot)
+        if problem is not None:
+            return self._skip(f"unusable snapshot: {problem}", started, slurm_error=True)
+        now = self.clock.time()
+        try:
+            return self._cycle(snap, now, started)
+        except StateError as err:
+            return self._skip(f"database: {err}", started, slurm_error=False)
+
+    def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
+        repo, policy = self.repository, self.config.policy
+        tracked = repo.load_jobs()
+        stored_state = repo.get_value(POLICY_STATE_KEY)
+        decision = decide(
+            snap, tracked=tracked, events=repo.events_since(now - policy.fairness.window),
+            state=state_from_json(stored_state), protections=repo.active_protections(now),
+            config=policy, now=now)
+        if not self._take_lead(self.clock.time()):  # the snapshot took longer than the lease
+            self.metrics.cycles.labels("standby").inc()
+            return CycleReport(Outcome.STANDBY, self.interval, reason="lease lost mid-cycle",
+                               seconds=time.monotonic() - started)
+        done, write_error = self._write(decision.writes)
+        jobs = tuple(j if j.job_id not in decision.writes or j.job_id in done else replace(
+            j, priority=tracked[j.job_id].priority if j.job_id in tracked else None)
+            for j in decision.jobs)
+        extras = self._hooks(decision, snap, tracked, now)
+        self.totals.add("slurm_writes", len(done))
+        self.metrics.slurm_writes.inc(len(done))
+        ch = decision.changes
+        for name, ids in (("promotions", ch.promotions), ("demotions", ch.demotions),
+                          ("decays", ch.decays), ("protections", ch.protections)):
+            self.totals.add(name, len(ids))
+        if write_error:
+            self.totals.add("slurm_errors")
+            self.metrics.slurm_errors.inc()
+        else:
+            self.totals.add("cycles")
+        values: list[tuple[str, JsonValue]] = [(TOTALS_KEY, self.totals.to_json())]
+        if decision.state_changed or stored_state is None:
+            values.append((POLICY_STATE_KEY, state_to_json(decision.state)))
+        repo.record_cycle(CycleWrite(
+            at=now, jobs=jobs, forget_jobs=decision.forget, events=extras.events,
+            credits=extras.credits, protections=decision.protections,
+            audit=_audit(decision, now) + extras.audit, values=tuple(values)))
+        self._last_snapshot = float(snap.time)
+        self.metrics.observe(decision, now)
+        if write_error:
+            self.failures += 1
+            self.metrics.cycles.labels("skipped").inc()
+            wait = self.backoff()
+            log.warning("writing priorities failed: %s; state saved, next try in %.0f s",
+                        write_error, wait)
+            return CycleReport(Outcome.SKIPPED, wait, len(done), write_error,
+                               time.monotonic() - started, decision)
+        if self.failures:
+            log.warning("Slurm answers again after %d failed cycle(s)", self.failures)
+        self.failures = 0
+        self.metrics.cycles.labels("ok").inc()
+        seconds = time.monotonic() - started
+        self.metrics.cycle_seconds.observe(seconds)
+        log.info("cycle: %d pending, %d running, %d priorities written, %.3f s",
+                 len(decision.inputs.pending), len(decision.inputs.running), len(done), seconds)
+        return CycleReport(Outcome.OK, self.interval, len(done), "", seconds, decision)
+
+    def _write(self, writes: Mapping[int, int]) -> tuple[set[int], str]:
+        """Write priorities one distinct value at a time, so a failure (a job that ended between
+        snapshot and write, say) costs only its own group; give up after three failed groups
+        (slurmctld itself is probably gone). Returns the jobs written and the errors."""
+        groups: dict[int, dict[int, int]] = {}
+        for job_id, value in writes.items():
+            groups.setdefault(value, {})[job_id] = value
+        done: set[int] = set()
+        errors: list[str] = []
+        for value in sorted(groups, reverse=True):  # the highest classes first
+            try:
+                result = self.slurm.set_priorities(groups[value])
+            except SlurmError as err:
+                errors.append(str(err))
+                if len(errors) >= _MAX_FAILED_WRITES:
+                    break
+                continue
+            done.update(result.done)
+            for s in result.skipped:
+                log.info("priority of job %d not written (%s): %s", s.job_id, s.reason.value,
+                         s.message)
+        return done, "; ".join(errors)
+
+    def _hooks(self, decision: Decision, snap: ClusterSnapshot,
+               tracked: Mapping[int, TrackedJob], now: float) -> CycleExtras:
+        if self.planner is None and self.executor is None:
+            return CycleExtras()
+        view = CycleView(now=now, snapshot=snap, pending=decision.inputs.pending,
+                         running=decision.inputs.running, result=decision.result,
+                         tracked=tracked, config=self.config.policy,
+                         slurm=self.slurm, repository=self.repository)
+        try:
+            plan = self.planner.plan(view) if self.planner is not None else None
+            if self.executor is None:
+                return CycleExtras()
+            return self.executor.execute(plan, view)
+        except HaiSlurmError as err:
+            log.warning("preemption step failed this cycle: %s", err)
+            return CycleExtras()
+
+    # --------------------------------------------------------------------------------- loop
+    def run(self, *, once: bool = False) -> CycleReport | None:
+        """Cycle until stopped (``once``: a single cycle); releases the lease on the way out.
+
+        Returns the last cycle's report (None if stopped before the first cycle)."""
+        report: CycleReport | None = None
+        with self._signals():
+            try:
+                while not self._stop_requested:
+                    report = self.run_once()
+                    if once or self._stop_requested:
+                        break
+                    self.clock.wait(self.stop_event, report.next_wait)
+            finally:
+                if self.leader:
+                    try:
+                        self.lock.release(self.owner)
+                        log.warning("leader lease released by %s", self.owner)
+                    except StateError as err:
+                        log.warning("could not release the leader lease (it expires on its "
+                                    "own): %s", err)
+                    self.leader = False
+        return report
+
+
+def _audit(decision: Decision, now: float) -> tuple[AuditEntry, ...]:
+    ch, res = decision.changes, decision.result
+    out = [AuditEntry(at=now, kind="promotion", job_id=j, message=(
+        f"job {j} promoted by aging to {res.pending[j].effective.value}")) for j in ch.promotions]
+    out += [AuditEntry(at=now, kind="demotion", job_id=j, message=(
+        f"job {j} demoted one class by the fairness rule")) for j in ch.demotions]
+    out += [AuditEntry(at=now, kind="decay", job_id=j, message=f"job {j} decayed")
+            for j in ch.decays]
+    out += [AuditEntry(at=now, kind="protection", team=p.team, message=(
+        f"team {p.team} protected until {p.until:.0f}: {p.reason}"))
+        for p in decision.protections]
+    return tuple(out)
+
+
+def open_store(config: DaemonConfig) -> tuple[Repository, LeaderLock]:
+    """Migrate the configured database to the current schema; its repository and leader lock.
+
+    A SQLite database under the state dir gets that directory created first.
+    """
+    url = config.database_url
+    if url.startswith("sqlite:///") and url != "sqlite://":
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    engine = upgrade(url)
+    return Repository(engine), LeaderLock(engine)

@@ -1,0 +1,141 @@
+"""The daemon's Prometheus metrics, in a registry of their own (no module-level state).
+
+Counters continue across restarts: the daemon keeps their totals in the database (named value
+:data:`TOTALS_KEY`) and :meth:`DaemonMetrics.restore` starts the Prometheus counters from them, so
+a SIGKILLed daemon that comes back reports the same totals.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+from prometheus_client import Counter as PromCounter
+
+from hai_slurm.classes import PriorityClass
+from hai_slurm.priority.daemon.cycle import Decision
+from hai_slurm.priority.store import JsonValue
+
+#: Key of the counter totals in the store's named values.
+TOTALS_KEY = "daemon.totals"
+
+#: Names of the persisted totals.
+TOTAL_NAMES = ("cycles", "cycles_skipped", "standby_cycles", "slurm_errors", "slurm_writes",
+               "promotions", "demotions", "decays", "protections")
+
+
+@dataclass
+class Totals:
+    """Running totals of the daemon's counters (what is persisted)."""
+
+    values: Counter[str] = field(default_factory=Counter)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Count ``amount`` more of ``name``."""
+        self.values[name] += amount
+
+    def __getitem__(self, name: str) -> int:
+        return self.values[name]
+
+    def to_json(self) -> JsonValue:
+        """A JSON value for the store."""
+        return {name: int(self.values[name]) for name in TOTAL_NAMES}
+
+    @classmethod
+    def from_json(cls, value: JsonValue) -> Totals:
+        """Totals stored by :meth:`to_json` (unknown or bad entries are dropped)."""
+        out = cls()
+        if isinstance(value, dict):
+            for name in TOTAL_NAMES:
+                item = value.get(name)
+                if isinstance(item, int) and item > 0:
+                    out.values[name] = item
+        return out
+
+
+class DaemonMetrics:
+    """Every metric the daemon exports, registered in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.cycle_seconds = Histogram(
+            "hai_priority_cycle_seconds", "Wall time of one daemon cycle", registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+        self.cycles = PromCounter("hai_priority_cycles", "Cycles by outcome", ["outcome"],
+                                  registry=r)
+        self.jobs = Gauge("hai_priority_jobs", "Jobs by effective class and state",
+                          ["priority_class", "state"], registry=r)
+        self.queue_delay = Gauge("hai_priority_queue_delay_seconds",
+                                 "Longest wait of the pending jobs of each effective class",
+                                 ["priority_class"], registry=r)
+        self.queue_delay_mean = Gauge("hai_priority_queue_delay_mean_seconds",
+                                      "Mean wait of the pending jobs of each effective class",
+                                      ["priority_class"], registry=r)
+        self.promotions = PromCounter("hai_priority_promotions", "Jobs promoted by aging",
+                                      registry=r)
+        self.demotions = PromCounter("hai_priority_demotions", "Jobs demoted by the fairness rule",
+                                     registry=r)
+        self.decays = PromCounter("hai_priority_decays", "Jobs whose class decayed", registry=r)
+        self.protections = PromCounter("hai_priority_protections",
+                                       "Team protections granted", registry=r)
+        self.protected_teams = Gauge("hai_priority_protected_teams", "Teams protected now",
+                                     registry=r)
+        self.slurm_errors = PromCounter("hai_priority_slurm_errors",
+                                        "Failed Slurm queries or writes", registry=r)
+        self.slurm_writes = PromCounter("hai_priority_slurm_writes",
+                                        "Priority changes written to Slurm", registry=r)
+        self.leader = Gauge("hai_priority_leader", "1 while this daemon holds the leader lease",
+                            registry=r)
+
+    def restore(self, totals: Totals) -> None:
+        """Raise the counters to persisted totals (after start, or on taking the lease back)."""
+        pairs = [("hai_priority_cycles_total", {"outcome": "ok"}, "cycles",
+                  self.cycles.labels("ok")),
+                 ("hai_priority_cycles_total", {"outcome": "skipped"}, "cycles_skipped",
+                  self.cycles.labels("skipped")),
+                 ("hai_priority_cycles_total", {"outcome": "standby"}, "standby_cycles",
+                  self.cycles.labels("standby"))]
+        pairs += [(f"hai_priority_{name}_total", {}, name, counter) for name, counter in (
+            ("promotions", self.promotions), ("demotions", self.demotions),
+            ("decays", self.decays), ("protections", self.protections),
+            ("slurm_errors", self.slurm_errors), ("slurm_writes", self.slurm_writes))]
+        for sample_name, labels, name, counter in pairs:
+            have = self.registry.get_sample_value(sample_name, labels) or 0.0
+            if totals[name] > have:
+                counter.inc(totals[name] - have)
+
+    def observe(self, decision: Decision, now: float) -> None:
+        """Gauges and counters of one successful cycle."""
+        result = decision.result
+        counts: Counter[tuple[str, str]] = Counter()
+        waits: dict[PriorityClass, list[float]] = {c: [] for c in PriorityClass}
+        for d in result.pending.values():
+            counts[d.effective.value, "pending"] += 1
+            waits[d.effective].append(d.reason.wait)
+        for r in result.running.values():
+            counts[r.effective.value, "running"] += 1
+        for cls in PriorityClass:
+            for state in ("pending", "running"):
+                self.jobs.labels(cls.value, state).set(counts[cls.value, state])
+            w = waits[cls]
+            self.queue_delay.labels(cls.value).set(max(w) if w else 0.0)
+            self.queue_delay_mean.labels(cls.value).set(sum(w) / len(w) if w else 0.0)
+        ch = decision.changes
+        self.promotions.inc(len(ch.promotions))
+        self.demotions.inc(len(ch.demotions))
+        self.decays.inc(len(ch.decays))
+        self.protections.inc(len(ch.protections))
+        self.protected_teams.set(len(result.protected_teams))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - scraped remotely
+        """Expose ``/metrics`` on ``addr:port`` in a background thread."""
+        start_http_server(port, addr=addr, registry=self.registry)
+
+
+def sample(metrics: DaemonMetrics, name: str, labels: Mapping[str, str] | None = None) -> float:
+    """The current value of one sample (for tests and the CLI); 0.0 when absent."""
+    value = metrics.registry.get_sample_value(name, dict(labels or {}))
+    return 0.0 if value is None else value

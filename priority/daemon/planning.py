@@ -1,0 +1,54 @@
+"""Glue between a daemon cycle and the pure planner: a :class:`~.hooks.Planner` for the daemon.
+
+:class:`SnapshotPlanner` builds the planner's :class:`~.plan_types.PlanSnapshot` from the
+cycle's view (GPUs per node from Slurm's snapshot, classes and flags from the policy's
+decisions, via :mod:`~.plan_inputs`) and returns the planner's result when it has plans. The
+topology is either given once (from the cluster description) or a function of each cycle's
+snapshot (:class:`~.topology_derive.DerivedTopology`, when there is no description).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hai_slurm.conf.topology import Topology
+from hai_slurm.priority.hooks import CycleView
+from hai_slurm.priority.planner.inputs import (
+    gpus_from_counts,
+    holders_from_policy,
+    waiting_from_policy,
+)
+from hai_slurm.priority.planner.search import plan_preemptions
+from hai_slurm.priority.planner.types import PlannerConfig, PlanningResult, PlanSnapshot
+from hai_slurm.slurm_plugins.types import ClusterSnapshot
+
+TopologySource = Topology | Callable[[ClusterSnapshot], Topology]
+
+
+class SnapshotPlanner:
+    """Plans preemptions from each cycle's view (see the module docstring)."""
+
+    def __init__(self, topology: TopologySource, config: PlannerConfig | None = None) -> None:
+        self.source = topology
+        self.topology = topology if isinstance(topology, Topology) else None
+        self.config = config or PlannerConfig()
+        self.last: PlanningResult | None = None
+
+    def snapshot(self, view: CycleView) -> PlanSnapshot:
+        """The planner's inputs for this cycle."""
+        snap = view.snapshot
+        topology = self.source if isinstance(self.source, Topology) else self.source(snap)
+        self.topology = topology
+        running_ids = {j.job_id for j in view.running}
+        counts = {j.job_id: dict(j.gpus_per_node) for j in snap.running
+                  if j.job_id in running_ids and j.gpus_per_node}
+        gpus = gpus_from_counts(topology, counts)
+        holders = holders_from_policy(view.running, view.result.running, gpus)
+        nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
+        waiting = waiting_from_policy(view.pending, view.result.pending, nodes=nodes)
+        return PlanSnapshot(topology, holders, waiting, float(snap.time))
+
+    def plan(self, view: CycleView) -> PlanningResult | None:
+        """The planner's result when it proposes at least one plan, else None."""
+        self.last = plan_preemptions(self.snapshot(view), config=self.config, now=view.now)
+        return self.last if self.last.plans else None

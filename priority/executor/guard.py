@@ -1,0 +1,176 @@
+"""Make sure the GPUs a plan frees go to its beneficiary, and undo that afterwards.
+
+Between the moment the first victim exits (it acknowledges and exits 75 at once) and the moment
+the beneficiary starts, Slurm's scheduler would give the freed GPUs to whichever waiting job fits
+first. The guard prevents that, and is written down before it acts so that a daemon killed in
+the middle can undo it (:class:`PlanContext`, stored as a named value in the daemon's database):
+
+1. **before any victim is asked**: every pending, not already held job that could use the target
+   nodes (same partition; all pending jobs when the plan names no nodes) is held
+   (``scontrol hold``) and the list is stored first; the beneficiary is pinned to the target
+   nodes (``scontrol update JobId=B ReqNodeList=...``, the old value stored) and given the top
+   priority, so neither the main scheduler nor backfill starts anything else there;
+2. **phase 2** requeues the victims *held* (``scontrol requeuehold``; acknowledged victims that
+   already exited are requeued the same way), so they cannot take their GPUs back either;
+3. once the beneficiary runs (or after ``start_timeout``, or when the plan is aborted): release
+   exactly the jobs the guard held, release the victims, restore the beneficiary's ReqNodeList if
+   it still waits. Jobs that were held before the plan (by their user or an admin) are never
+   touched.
+
+The daemon writes priorities every cycle but never to held jobs, and its cycle does not run while
+the executor works, so nothing undoes the guard behind its back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from hai_slurm.errors import SlurmError
+from hai_slurm.priority.executor.slurm_actions import PreemptionActions
+from hai_slurm.priority.executor.types import VictimContext
+from hai_slurm.priority.store import Repository
+from hai_slurm.priority.store.records import JsonValue
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, JobState, SlurmClient
+
+log = logging.getLogger("hai_slurm.priority.executor.preemption")
+
+CONTEXT_KEY = "executor.plan.{plan_id}"
+TOP_PRIORITY = 4_000_000_000
+"""What the beneficiary's priority is raised to while the guard stands (below Slurm's limit)."""
+
+
+def context_key(plan_id: int) -> str:
+    """Name of a plan's stored context."""
+    return CONTEXT_KEY.format(plan_id=plan_id)
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """Everything needed to finish or undo a plan after a restart (stored before each action)."""
+
+    plan_id: int
+    beneficiary: int
+    nodes: tuple[str, ...]
+    victims: tuple[VictimContext, ...]
+    held: tuple[int, ...] = ()
+    """Pending jobs the guard holds (released at the end)."""
+    pinned_from: str | None = None
+    """The beneficiary's ReqNodeList before the pin; None when it was not pinned."""
+    victims_held: tuple[int, ...] = ()
+    """Victims requeued held by phase 2 (released at the end)."""
+    signal: str = "USR2"
+    asked_at: float | None = None
+    released: bool = False
+
+    def victim(self, job_id: int) -> VictimContext:
+        """The context of one victim."""
+        return next(v for v in self.victims if v.job_id == job_id)
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """JSON-ready."""
+        return {"plan_id": self.plan_id, "beneficiary": self.beneficiary,
+                "nodes": list(self.nodes), "victims": [v.to_json() for v in self.victims],
+                "held": list(self.held), "pinned_from": self.pinned_from,
+                "victims_held": list(self.victims_held), "signal": self.signal,
+                "asked_at": self.asked_at, "released": self.released}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JsonValue]) -> PlanContext:
+        """Inverse of :meth:`to_json`; ValueError/KeyError/TypeError on a damaged record."""
+        def ints(key: str) -> tuple[int, ...]:
+            raw = data.get(key) or []
+            if not isinstance(raw, list) or not all(isinstance(x, int) for x in raw):
+                raise ValueError(f"{key} must be a list of job ids, got {raw!r}")
+            return tuple(x for x in raw if isinstance(x, int))
+
+        victims = data["victims"]
+        nodes = data.get("nodes") or []
+        asked = data.get("asked_at")
+        pinned = data.get("pinned_from")
+        if not isinstance(victims, list) or not isinstance(nodes, list):
+            raise ValueError("victims and nodes must be lists")
+        return cls(
+            plan_id=int(str(data["plan_id"])), beneficiary=int(str(data["beneficiary"])),
+            nodes=tuple(str(n) for n in nodes),
+            victims=tuple(VictimContext.from_json(v) for v in victims if isinstance(v, dict)),
+            held=ints("held"), pinned_from=pinned if isinstance(pinned, str) else None,
+            victims_held=ints("victims_held"), signal=str(data.get("signal") or "USR2"),
+            asked_at=float(asked) if isinstance(asked, int | float) else None,
+            released=bool(data.get("released")))
+
+
+@dataclass
+class Guard:
+    """Applies and releases the guard of one plan, storing its context before every change."""
+
+    slurm: SlurmClient
+    actions: PreemptionActions
+    repo: Repository
+    context: PlanContext | None = field(default=None)
+
+    def save(self, context: PlanContext, at: float) -> PlanContext:
+        """Store ``context`` (write-ahead) and keep it."""
+        self.repo.put_value(context_key(context.plan_id), context.to_json(), at=at)
+        self.context = context
+        return context
+
+    @staticmethod
+    def competitors(snap: ClusterSnapshot, beneficiary: int, nodes: Sequence[str],
+                    exclude: Sequence[int] = ()) -> tuple[int, ...]:
+        """Pending, not held jobs other than the beneficiary that could start on ``nodes``."""
+        wanted = set(nodes)
+        parts = {p.name for p in snap.partitions if not wanted or wanted & set(p.nodes)}
+        skip = {beneficiary, *exclude}
+        out = []
+        for job in snap.pending:
+            if job.job_id in skip or job.held:
+                continue
+            if wanted and not parts & set(job.partition.split(",")):
+                continue
+            out.append(job.job_id)
+        return tuple(out)
+
+    def apply(self, context: PlanContext, snap: ClusterSnapshot, at: float) -> PlanContext:
+        """Hold the competitors and pin the beneficiary (each stored before it is done)."""
+        held = self.competitors(snap, context.beneficiary, context.nodes,
+                                [v.job_id for v in context.victims])
+        ctx = self.save(replace(context, held=held), at)
+        if held:
+            result = self.slurm.hold(held)
+            log.info("plan %d: held %d competing pending job(s): %s (skipped: %s)",
+                     ctx.plan_id, len(result.done), list(result.done),
+                     sorted(result.skipped_ids))
+        if ctx.nodes:
+            facts = self.actions.facts([ctx.beneficiary]).get(ctx.beneficiary)
+            if facts is not None and facts.pending:
+                ctx = self.save(replace(ctx, pinned_from=facts.req_nodes), at)
+                self.actions.set_req_nodes(ctx.beneficiary, ",".join(ctx.nodes))
+        try:
+            self.slurm.set_priorities({ctx.beneficiary: TOP_PRIORITY})
+        except SlurmError as err:  # the holds already keep others away; this only helps
+            log.warning("plan %d: could not raise the beneficiary's priority: %s", ctx.plan_id,
+                        err)
+        return ctx
+
+    def release(self, at: float, *, keep_pin: bool = False) -> PlanContext | None:
+        """Undo the guard: release held jobs and victims, restore the pin if B still waits.
+
+        Idempotent (a restarted daemon may call it again); marks the context ``released``.
+        """
+        ctx = self.context
+        if ctx is None or ctx.released:
+            return ctx
+        ids = [*ctx.held, *ctx.victims_held]
+        facts = self.actions.facts([*ids, ctx.beneficiary]) if ids or ctx.pinned_from is not None \
+            else {}
+        to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
+                      and facts[j].pending]
+        if to_release:
+            self.slurm.release(to_release)
+        if ctx.pinned_from is not None and not keep_pin:
+            b = facts.get(ctx.beneficiary)
+            if b is not None and b.state == JobState.PENDING.value:
+                self.actions.set_req_nodes(ctx.beneficiary, ctx.pinned_from)
+        return self.save(replace(ctx, released=True), at)

@@ -1,0 +1,84 @@
+"""Build the planner's inputs from the policy's values (pure; the daemon's glue).
+
+The policy gives each running job its class after decay and its borrowed/protected/preemptible
+flags (:class:`~hai_slurm.priority.policy.state.RunningDecision`) and each pending job its effective
+class and priority (:class:`~hai_slurm.priority.policy.state.PendingDecision`). The GPUs a running
+job
+holds come from the Slurm adapter: exact indices when Slurm reports them, otherwise only counts
+per node, which :func:`gpus_from_counts` turns into indices the way Slurm's topology-aware
+selection would (lowest cell, best fit) so the planner sees a consistent picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hai_slurm.conf.topology import GpuRef, Topology
+from hai_slurm.priority.planner.placement import ClusterView
+from hai_slurm.priority.planner.types import Holder, Waiting
+from hai_slurm.priority.policy.state import PendingDecision, PendingJob, RunningDecision, RunningJob
+
+
+def gpus_from_counts(topology: Topology, counts: Mapping[int, Mapping[str, int]],
+                     known: Mapping[int, tuple[GpuRef, ...]] | None = None,
+                     ) -> dict[int, tuple[GpuRef, ...]]:
+    """GPUs per job: ``known`` ones as they are, the others picked from ``counts`` (node ->
+    GPUs) in job id order. Counts that no longer fit (or unknown nodes) are left out; the
+    planner then sees fewer busy GPUs on that node, never the same GPU twice."""
+    view = ClusterView(topology)
+    out: dict[int, tuple[GpuRef, ...]] = {}
+    for jid, refs in sorted((known or {}).items()):
+        masks = view.masks(refs)
+        if isinstance(masks, dict):
+            if any(view.busy[n] & m for n, m in masks.items()):
+                continue
+            for node, mask in masks.items():
+                view.occupy(node, mask)
+            out[jid] = tuple(sorted(refs))
+    for jid in sorted(counts):
+        if jid in out:
+            continue
+        picked: list[GpuRef] = []
+        for node, count in sorted(counts[jid].items()):
+            layout = view.nodes.get(node)
+            if layout is None:
+                continue
+            got = layout.pick(view.free(node), count)
+            if got is None:
+                continue
+            view.occupy(node, got[1])
+            picked += layout.gpus(got[1])
+        out[jid] = tuple(sorted(picked))
+    return out
+
+
+def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, RunningDecision],
+                        gpus: Mapping[int, tuple[GpuRef, ...]], *,
+                        restart_costs: Mapping[int, float] | None = None) -> tuple[Holder, ...]:
+    """One :class:`Holder` per running job the policy decided on, in job id order."""
+    costs = restart_costs or {}
+    out = []
+    for job in sorted(running, key=lambda j: j.job_id):
+        d = decisions.get(job.job_id)
+        if d is None:
+            continue
+        out.append(Holder(
+            job_id=job.job_id, team=job.team, effective=d.effective,
+            gpus=gpus.get(job.job_id, ()), start_time=job.start_time,
+            last_checkpoint=job.last_checkpoint, restart_cost=costs.get(job.job_id),
+            borrowed=d.borrowed, protected=d.protected, preemptible=d.preemptible,
+            user=job.user))
+    return tuple(out)
+
+
+def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, PendingDecision],
+                        *, nodes: Mapping[int, int] | None = None) -> tuple[Waiting, ...]:
+    """Pending jobs as :class:`Waiting`, highest priority first (ties: job id).
+
+    ``nodes`` gives the node count a job asked for (``--nodes``), when it did."""
+    wanted = nodes or {}
+    rows = [(decisions[j.job_id], j) for j in pending if j.job_id in decisions]
+    rows.sort(key=lambda r: (-r[0].priority, r[1].job_id))
+    return tuple(Waiting(
+        job_id=j.job_id, team=j.team, effective=d.effective, gpus=j.resources.gpus,
+        nodes=wanted.get(j.job_id), wait=d.reason.wait, user=j.user) for d, j in rows)

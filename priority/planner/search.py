@@ -1,0 +1,328 @@
+"""The preemption planner: which running jobs give way so that higher-class waiting jobs start.
+
+Pure: :func:`plan_preemptions` reads a :class:`~hai_slurm.priority.planner.types.PlanSnapshot`, a
+:class:`~hai_slurm.priority.planner.types.PlannerConfig` and ``now``, and returns values.
+
+It simulates allocation over the whole cluster in priority order, as hai-platform's scheduler
+does. Pending jobs are walked from the highest effective class down (input order within a
+class). Each job first goes on free GPUs if it fits (topology-aware, see
+:mod:`~hai_slurm.priority.planner.placement`); those GPUs are then taken for the rest of the pass.
+If it
+does not fit, the planner looks for victim sets among running jobs of a strictly lower class
+that are preemptible, not protected and older than the minimum run time (see
+:mod:`~hai_slurm.priority.planner.victims` for how sets are compared: borrowed jobs first, then
+least
+lost work, then placement quality). The best set becomes a plan only when the beneficiary's
+benefit (class weight x wait x GPUs) exceeds ``benefit_threshold`` x lost work. A plan's victims
+and placement are then reserved: no later beneficiary counts them again, and GPUs freed outside
+the placement stay unavailable for the pass (each plan stands on its own if the executor aborts
+another).
+
+A snapshot older than ``max_staleness`` (or that far in the future), a GPU held twice or a GPU
+the topology does not have: no plan, and ``refused`` says why. Ties are broken by job id; the
+same inputs always give the same plans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from hai_slurm.priority.planner.placement import ClusterView, group_capacity, place_free
+from hai_slurm.priority.planner.types import (
+    Decision,
+    Holder,
+    Outcome,
+    PlannerConfig,
+    PlanningResult,
+    PlanSnapshot,
+    PreemptionPlan,
+    Victim,
+    Waiting,
+)
+from hai_slurm.priority.planner.victims import Candidate, Option, search
+from hai_slurm.priority.policy.ladder import RANK
+
+
+def _dur(seconds: float) -> str:
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _gs(value: float) -> str:
+    return f"{value:,.0f} GPU-s"
+
+
+def lost_seconds(holder: Holder, config: PlannerConfig, now: float) -> float:
+    """Seconds of work ``holder`` would lose: since its last checkpoint (or start) + restart."""
+    since = holder.start_time
+    if holder.last_checkpoint is not None and holder.last_checkpoint > since:
+        since = holder.last_checkpoint
+    restart = holder.restart_cost
+    if restart is None:
+        nodes = len({g.node for g in holder.gpus})
+        restart = config.restart_cost + config.restart_cost_per_node * nodes
+    return max(0.0, now - since) + max(0.0, restart)
+
+
+def shape(job: Waiting, max_node_gpus: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) the job needs; with ``nodes`` unset, as few nodes as hold it."""
+    if job.nodes is not None and job.nodes > 0:
+        return job.nodes, math.ceil(job.gpus / job.nodes)
+    if job.gpus <= max_node_gpus or max_node_gpus <= 0:
+        return 1, job.gpus
+    nodes = math.ceil(job.gpus / max_node_gpus)
+    return nodes, math.ceil(job.gpus / nodes)
+
+
+def _why_not(h: Holder, rank: int, claimed: Mapping[int, int], config: PlannerConfig,
+             now: float) -> tuple[str, str] | None:
+    """(category, details) of why ``h`` may not give way to a job of ``rank``; None: it may."""
+    if h.job_id in claimed:
+        return "given to other plans", f"already gives way to job {claimed[h.job_id]}"
+    if RANK[h.effective] >= rank:
+        return "not of a lower class", f"class {h.effective.name} is not lower"
+    if not h.preemptible:
+        return "not preemptible", "not preemptible"
+    if h.protected:
+        return "protected", f"team {h.team} is protected"
+    ran = now - h.start_time
+    if ran < config.min_run_time:
+        return "too young", f"too young (ran {_dur(ran)} < {_dur(config.min_run_time)})"
+    return None
+
+
+def _summary(excluded: Mapping[str, int]) -> str:
+    """'3 not of a lower class, 1 protected' (categories in a fixed order)."""
+    return ", ".join(f"{excluded[k]} {k}" for k in sorted(excluded)) or "none"
+
+
+class _Pass:
+    """The mutable state of one planning pass."""
+
+    def __init__(self, snap: PlanSnapshot, config: PlannerConfig, now: float) -> None:
+        self.config, self.now = config, now
+        self.view = ClusterView(snap.topology)
+        self.holders = {h.job_id: h for h in snap.running}
+        self.claimed: dict[int, int] = {}
+        self.cands: dict[int, Candidate] = {}
+        self.problem: str | None = None
+        owner: dict[tuple[str, int], int] = {}
+        for h in sorted(snap.running, key=lambda h: h.job_id):
+            masks = self.view.masks(h.gpus)
+            if not isinstance(masks, dict):
+                self.problem = (f"job {h.job_id} holds GPU {masks}, which the cluster "
+                                "description does not have; regenerate the description")
+                return
+            for node, mask in masks.items():
+                clash = self.view.busy[node] & mask
+                if clash:
+                    other = owner[node, (clash & -clash).bit_length() - 1]
+                    self.problem = (f"jobs {other} and {h.job_id} both hold a GPU on {node}; "
+                                    "the snapshot is inconsistent")
+                    return
+                for i in range(mask.bit_length()):
+                    if mask >> i & 1:
+                        owner[node, i] = h.job_id
+                self.view.occupy(node, mask)
+            if masks:
+                lost = lost_seconds(h, config, now) * len(h.gpus)
+                self.cands[h.job_id] = Candidate(h.job_id, RANK[h.effective], h.borrowed,
+                                                 lost, masks)
+
+    def eligible(self, rank: int) -> tuple[dict[str, list[Candidate]], dict[int, Candidate],
+                                           dict[str, int]]:
+        """Candidates that may give way to a job of ``rank`` per node and by id, and how many
+        running jobs were left out for each reason."""
+        by_node: dict[str, list[Candidate]] = {}
+        by_id: dict[int, Candidate] = {}
+        excluded: dict[str, int] = {}
+        for jid, c in self.cands.items():
+            why = _why_not(self.holders[jid], rank, self.claimed, self.config, self.now)
+            if why is not None:
+                excluded[why[0]] = excluded.get(why[0], 0) + 1
+                continue
+            by_id[jid] = c
+            for node in c.masks:
+                by_node.setdefault(node, []).append(c)
+        return by_node, by_id, excluded
+
+    def victim(self, jid: int) -> Victim:
+        h, c = self.holders[jid], self.cands[jid]
+        secs = c.lost_work / len(h.gpus)
+        ckpt = ("no checkpoint this run" if h.last_checkpoint is None
+                or h.last_checkpoint <= h.start_time
+                else f"last checkpoint {_dur(self.now - h.last_checkpoint)} ago")
+        tag = "borrowed (over quota)" if h.borrowed else "within quota"
+        reason = (f"job {jid} ({h.effective.name}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
+                  f"ran {_dur(self.now - h.start_time)}, {ckpt}): loses {_dur(secs)} "
+                  f"= {_gs(c.lost_work)}")
+        return Victim(jid, h.team, h.effective, len(h.gpus), h.borrowed, secs, c.lost_work,
+                      reason)
+
+    def describe(self, option: Option) -> str:
+        nodes = ",".join(option.placement.nodes)
+        loss = sum(self.cands[j].lost_work for j in option.victims)
+        borrowed = sum(self.cands[j].borrowed for j in option.victims)
+        return (f"{nodes}: {len(option.victims)} victim(s) ({borrowed} borrowed), "
+                f"{_gs(loss)} lost, in-node level {option.placement.level.name}")
+
+    def passed_over(self, job: Waiting, best: Option, others: list[Option],
+                    excluded: Mapping[str, int]) -> tuple[str, ...]:
+        """Why the runner-up sets, the other jobs on the chosen nodes and the running jobs that
+        may not give way were not taken."""
+        out = [f"not {self.describe(o)}: {self._worse(best, o)}" for o in others]
+        out.append(f"running jobs that may not give way to it: {_summary(excluded)}")
+        rank = RANK[job.effective]
+        nodes = set(best.placement.nodes)
+        for jid in sorted(self.holders):
+            h = self.holders[jid]
+            if jid in best.victims or not nodes & {g.node for g in h.gpus}:
+                continue
+            no = _why_not(h, rank, self.claimed, self.config, self.now)
+            why = "not needed" if no is None else no[1]
+            out.append(f"job {jid} on {','.join(sorted(nodes & {g.node for g in h.gpus}))} "
+                       f"kept: {why}")
+        return tuple(out)
+
+    @staticmethod
+    def _worse(best: Option, other: Option) -> str:
+        names = ("loses more work of jobs within quota", "loses more work",
+                 "takes higher-class victims", "takes more victims", "worse in-node placement",
+                 "fragments free GPUs more")
+        for name, a, b in zip(names, best.key, other.key, strict=False):
+            if a != b:
+                return name
+        return "later in node and job id order"
+
+
+def _refused(reason: str, pending: tuple[Waiting, ...]) -> PlanningResult:
+    decisions = {j.job_id: Decision(j.job_id, Outcome.SKIPPED, f"no planning: {reason}")
+                 for j in pending}
+    return PlanningResult((), decisions, reason)
+
+
+def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
+                     now: float) -> PlanningResult:
+    """Plans that let waiting jobs of higher classes start (see the module doc)."""
+    age = now - snapshot.taken_at
+    if not math.isfinite(age) or age > config.max_staleness:
+        return _refused(f"snapshot is {_dur(age) if math.isfinite(age) else 'of unknown age'} "
+                        f"old (limit {_dur(config.max_staleness)}); take a new one",
+                        snapshot.pending)
+    if age < -config.max_staleness:
+        return _refused(f"snapshot is {_dur(-age)} in the future: check the clocks",
+                        snapshot.pending)
+    st = _Pass(snapshot, config, now)
+    if st.problem is not None:
+        return _refused(st.problem, snapshot.pending)
+    view = st.view
+    order = sorted(range(len(snapshot.pending)),
+                   key=lambda i: (-RANK[snapshot.pending[i].effective], i))
+    decisions: dict[int, Decision] = {}
+    plans: list[PreemptionPlan] = []
+    no_free: dict[int, int] = {}               # nodes -> smallest per-node count that failed
+    no_victims: dict[tuple[int, int], int] = {}  # shape -> highest rank that found none
+    # (rank, shape) -> (state version, loss of the best set): reused only while nothing changed
+    not_worth: dict[tuple[int, int, int], tuple[int, float]] = {}
+    version = searches = 0
+    max_plans, max_searches = config.limits(len(snapshot.pending))
+    for i in order:
+        job = snapshot.pending[i]
+        jid, rank = job.job_id, RANK[job.effective]
+        if job.gpus <= 0:
+            decisions[jid] = Decision(jid, Outcome.NO_GPUS, "needs no GPUs: not planned")
+            continue
+        nodes, per = shape(job, view.max_node_gpus)
+        what = f"{nodes} x {per} GPUs" if nodes > 1 else f"{per} GPUs on one node"
+        if group_capacity(view, per, cross_leaf=nodes > 1 and config.allow_cross_leaf) < nodes:
+            where = "one node" if nodes == 1 else "one leaf switch"
+            decisions[jid] = Decision(jid, Outcome.IMPOSSIBLE,
+                                      f"needs {what}; no {where} of this cluster has that")
+            continue
+        if per < no_free.get(nodes, per + 1):
+            free = place_free(view, nodes, per, cross_leaf=config.allow_cross_leaf)
+            if free is not None:
+                for node, mask in free.masks:
+                    view.occupy(node, mask)
+                version += 1
+                decisions[jid] = Decision(jid, Outcome.FITS, (
+                    f"{what} fit on free GPUs of {','.join(free.nodes)} "
+                    f"(in-node level {free.level.name}); expected to start without preemption"))
+                continue
+            no_free[nodes] = per
+        lead = f"needs {what}, none free"
+        if rank == 0:
+            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS,
+                                      f"{lead}; no class is lower than {job.effective.name}")
+            continue
+        if no_victims.get((nodes, per), -1) >= rank:
+            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
+                f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
+                f"{_dur(config.min_run_time)} frees such a placement"))
+            continue
+        benefit = config.class_weights.get(job.effective, 0.0) * max(0.0, job.wait) * job.gpus
+        seen = not_worth.get((rank, nodes, per))
+        if seen is not None and seen[0] == version and \
+                benefit <= config.benefit_threshold * seen[1]:
+            decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
+                f"{lead}; the best victim set loses {_gs(seen[1])}; benefit {benefit:,.0f} is "
+                f"not more than {config.benefit_threshold:g} x that"))
+            continue
+        if len(plans) >= max_plans or searches >= max_searches:
+            limit = "plans" if len(plans) >= max_plans else "victim searches"
+            decisions[jid] = Decision(jid, Outcome.SKIPPED,
+                                      f"{lead}; this cycle's limit of {limit} was reached")
+            continue
+        searches += 1
+        by_node, by_id, excluded = st.eligible(rank)
+        options = search(view, nodes, per, by_node, by_id, config.max_candidates_per_node,
+                         cross_leaf=config.allow_cross_leaf)
+        if not options:
+            no_victims[nodes, per] = max(rank, no_victims.get((nodes, per), -1))
+            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
+                f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
+                f"{_dur(config.min_run_time)} frees such a placement (running jobs left out: "
+                f"{_summary(excluded)})"))
+            continue
+        best = options[0]
+        loss = sum(st.cands[v].lost_work for v in best.victims)
+        weighed = (f"benefit {benefit:,.0f} = class weight "
+                   f"{config.class_weights.get(job.effective, 0.0):g} x wait {_dur(job.wait)} x "
+                   f"{job.gpus} GPUs")
+        if not benefit > config.benefit_threshold * loss:
+            not_worth[rank, nodes, per] = (version, loss)
+            decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
+                f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
+                f"{weighed} is not more than {config.benefit_threshold:g} x that"))
+            continue
+        victims = tuple(st.victim(v) for v in sorted(best.victims))
+        not_chosen = st.passed_over(job, best, options[1:], excluded)
+        for v in best.victims:
+            st.claimed[v] = jid
+        for node, mask in best.placement.masks:
+            view.occupy(node, mask)
+        version += 1
+        borrowed = sum(v.borrowed for v in victims)
+        reason = (f"job {jid} ({job.effective.name}, team {job.team}, {what}) preempts "
+                  f"{len(victims)} job(s) ({borrowed} borrowed): {_victim_list(best)} on "
+                  f"{','.join(best.placement.nodes)} (in-node level "
+                  f"{best.placement.level.name}); lost work {_gs(loss)} x threshold "
+                  f"{config.benefit_threshold:g} < {weighed}")
+        plans.append(PreemptionPlan(
+            beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
+            placement=best.placement.gpus(view), nodes=best.placement.nodes,
+            gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
+            not_chosen=not_chosen))
+        decisions[jid] = Decision(jid, Outcome.PREEMPT, reason)
+    return PlanningResult(tuple(plans), decisions, None)
+
+
+def _victim_list(option: Option) -> str:
+    """The victim ids of ``option`` as text ("jobs 3, 7")."""
+    ids = sorted(option.victims)
+    return ("job " if len(ids) == 1 else "jobs ") + ", ".join(map(str, ids))

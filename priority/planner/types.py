@@ -1,0 +1,212 @@
+"""Values the preemption planner reads and returns (see :mod:`hai_slurm.priority.planner.search`).
+
+Inputs are plain values, not Slurm types: :class:`Holder` (a running job and the GPUs it holds,
+with its class after decay and its borrowed/protected/preemptible flags), :class:`Waiting` (a
+pending job, in our effective priority order), :class:`PlannerConfig` and :class:`PlanSnapshot`
+(topology, both job lists and the time the snapshot was taken). Outputs: one
+:class:`PreemptionPlan` per beneficiary and one :class:`Decision` per pending job, gathered in a
+:class:`PlanningResult`. Times are POSIX seconds, durations seconds; *lost work* and *benefit*
+are GPU-seconds (benefit also multiplied by the beneficiary's class weight).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import NamedTuple
+
+from hai_slurm.classes import PriorityClass
+from hai_slurm.conf.topology import GpuRef, Topology
+from hai_slurm.errors import ConfigError
+
+#: Default class weights for the benefit: hai-platform's values (EXTREME_HIGH 50 ... LOW 0).
+DEFAULT_WEIGHTS: Mapping[PriorityClass, float] = MappingProxyType(
+    {c: float(c.weight) for c in PriorityClass})
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A running job as the planner sees it: its GPUs, class after decay, and what it would lose.
+
+    ``restart_cost`` (seconds to get back to where it was, e.g. loading a checkpoint) overrides
+    the configured model when known. ``last_checkpoint`` None means no checkpoint this run.
+    """
+
+    job_id: int
+    team: str
+    effective: PriorityClass
+    gpus: tuple[GpuRef, ...]
+    start_time: float
+    last_checkpoint: float | None = None
+    restart_cost: float | None = None
+    borrowed: bool = False
+    protected: bool = False
+    preemptible: bool = True
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A pending job: class after aging, GPUs in total, nodes asked for (None: as few as fit).
+
+    With ``nodes`` set, each node needs ``ceil(gpus / nodes)`` GPUs (Slurm may spread unevenly;
+    the planner reserves for the largest share). ``wait`` is the time waited so far (seconds).
+    """
+
+    job_id: int
+    team: str
+    effective: PriorityClass
+    gpus: int
+    nodes: int | None = None
+    wait: float = 0.0
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    """Planner settings.
+
+    * ``min_run_time``: a job younger than this (seconds since its start) is never a victim.
+    * ``class_weights``: benefit = weight of the beneficiary's class x wait x GPUs.
+    * ``benefit_threshold``: preempt only when benefit > threshold x lost work.
+    * ``restart_cost`` + ``restart_cost_per_node`` x nodes: a victim's restart cost in seconds
+      when its :class:`Holder` has no estimate of its own.
+    * ``max_staleness``: refuse to plan from a snapshot older than this (seconds).
+    * ``max_plans``: plans per cycle; ``max_searches``: victim searches per cycle (bounds the
+      cycle's time); ``max_candidates_per_node``: victims considered per node (cheapest first).
+    * ``plans_per_pending``: the limits grow with the queue: a cycle may make
+      ``max(max_plans, ceil(plans_per_pending x pending jobs))`` plans, and its search limit
+      grows by the same factor (so a long queue of high-class jobs is not served four per
+      cycle). 0: fixed limits. ``max_plans`` 0 still means no plans at all.
+    * ``allow_cross_leaf``: let a multi-node beneficiary span leaf switches when no single leaf
+      can hold it (off: nodes under one leaf switch, or no plan).
+    """
+
+    min_run_time: float = 600.0
+    class_weights: Mapping[PriorityClass, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
+    benefit_threshold: float = 1.0
+    restart_cost: float = 120.0
+    restart_cost_per_node: float = 0.0
+    max_staleness: float = 60.0
+    max_plans: int = 4
+    max_searches: int = 64
+    plans_per_pending: float = 0.05
+    max_candidates_per_node: int = 8
+    allow_cross_leaf: bool = False
+
+    def limits(self, pending: int) -> tuple[int, int]:
+        """(plans, victim searches) allowed in a cycle with ``pending`` jobs waiting."""
+        if self.max_plans <= 0:
+            return 0, self.max_searches
+        plans = max(self.max_plans, math.ceil(self.plans_per_pending * pending))
+        return plans, max(self.max_searches, self.max_searches * plans // self.max_plans)
+
+    def __post_init__(self) -> None:
+        for key in ("min_run_time", "benefit_threshold", "restart_cost",
+                    "restart_cost_per_node", "max_staleness", "plans_per_pending"):
+            _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
+        for key in ("max_plans", "max_searches"):
+            _check(key, getattr(self, key), "an integer >= 0",
+                   lambda v: isinstance(v, int) and v >= 0)
+        _check("max_candidates_per_node", self.max_candidates_per_node,
+               "an integer from 1 to 16 (sets tried per node grow as 2^n)",
+               lambda v: isinstance(v, int) and 1 <= v <= 16)
+        for cls, weight in self.class_weights.items():
+            _check(f"class_weights.{cls.name}", weight, "a number >= 0", lambda v: v >= 0)
+
+
+def _check(key: str, value: object, allowed: str, ok: Callable[[float], bool]) -> None:
+    """Raise a ConfigError naming ``planner.<key>`` unless ``value`` is a finite, allowed number."""
+    good = (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and ok(value))
+    if not good:
+        raise ConfigError(f"must be {allowed}, not {value!r}", source="planner",
+                          key=key, value=value)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSnapshot:
+    """Everything one planning pass reads. ``pending`` is in effective priority order."""
+
+    topology: Topology
+    running: tuple[Holder, ...]
+    pending: tuple[Waiting, ...]
+    taken_at: float
+
+
+class Outcome(StrEnum):
+    """What the planner concluded for one pending job."""
+
+    FITS = "fits on free GPUs"
+    PREEMPT = "preemption planned"
+    NO_VICTIMS = "no usable victims"
+    NOT_WORTH = "loss outweighs benefit"
+    IMPOSSIBLE = "cannot fit in this cluster"
+    NO_GPUS = "needs no GPUs"
+    SKIPPED = "not examined this cycle"
+
+
+class Decision(NamedTuple):
+    """The planner's verdict on one pending job, in words for ``explain`` and history."""
+
+    job_id: int
+    outcome: Outcome
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """One job that gives way, and what it loses."""
+
+    job_id: int
+    team: str
+    effective: PriorityClass
+    gpus: int
+    borrowed: bool
+    lost_seconds: float      # time since its last checkpoint plus its restart cost
+    lost_work: float         # lost_seconds x GPUs
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    """Preempt ``victims`` so that ``beneficiary`` starts on ``placement``.
+
+    ``nodes`` is what the executor pins the beneficiary to (``scontrol update JobId=..
+    ReqNodeList=..``), ``gpus_per_node`` the GPUs it needs on each. ``placement`` lists the exact
+    GPUs reserved for it in this plan (free ones and ones the victims free). ``not_chosen`` says
+    why other victim sets and other jobs on those nodes were passed over.
+    """
+
+    beneficiary: int
+    beneficiary_class: PriorityClass
+    team: str
+    victims: tuple[Victim, ...]
+    placement: tuple[GpuRef, ...]
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    lost_work: float
+    benefit: float
+    reason: str
+    not_chosen: tuple[str, ...] = ()
+
+    @property
+    def victim_ids(self) -> tuple[int, ...]:
+        """Ids of the victims, ascending."""
+        return tuple(v.job_id for v in self.victims)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanningResult:
+    """One planning pass: the plans, a decision per pending job, or why nothing was planned."""
+
+    plans: tuple[PreemptionPlan, ...] = ()
+    decisions: Mapping[int, Decision] = field(default_factory=dict)
+    refused: str | None = None
+
+    def plan_for(self, job_id: int) -> PreemptionPlan | None:
+        """The plan whose beneficiary is ``job_id``, if any."""
+        return next((p for p in self.plans if p.beneficiary == job_id), None)

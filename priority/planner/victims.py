@@ -1,0 +1,190 @@
+"""Victim-set search: the cheapest running jobs to stop so that a beneficiary's shape fits.
+
+A candidate is a running job that may give way to this beneficiary (strictly lower class,
+preemptible, not protected, old enough, not already given to another plan). Sets are compared
+by a key, lowest first:
+
+1. lost work of *non-borrowed* victims (so a set of borrowed jobs only always wins: borrowed
+   jobs give way first);
+2. total lost work (time since last checkpoint + restart cost, times GPUs);
+3. the highest victim class (lower classes give way first);
+4. the number of victims;
+5. the in-node level of the placement (one PCIe switch beats one socket beats the whole node);
+6. free GPUs left on the chosen nodes (best fit: big free cells stay whole);
+7. node order, then victim job ids (determinism).
+
+One node: every subset of the node's candidates (cheapest first, supersets of a set that
+already fits are skipped, bounded by the best key so far). Several nodes: per leaf switch, nodes
+are added greedily one at a time, each the cheapest node given the victims already chosen (a
+victim spanning two nodes is paid for once). The greedy step can miss a cheaper combination
+across nodes; it never returns a set that does not free the placement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hai_slurm.conf.topology import Level
+from hai_slurm.priority.planner.placement import ClusterView, Placement
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A running job prepared for the search: masks per node, rank, lost work."""
+
+    job_id: int
+    rank: int
+    borrowed: bool
+    lost_work: float
+    masks: Mapping[str, int]
+
+    @property
+    def cost(self) -> tuple[float, float, int]:
+        """Its contribution to a set's key (non-borrowed loss, loss, id)."""
+        return (0.0 if self.borrowed else self.lost_work, self.lost_work, self.job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A victim set and the placement it frees, with its comparison key."""
+
+    key: tuple[float, ...]
+    victims: frozenset[int]
+    placement: Placement
+
+
+def _set_key(victims: Sequence[Candidate]) -> tuple[float, float, int, int]:
+    nb = sum(c.lost_work for c in victims if not c.borrowed)
+    loss = sum(c.lost_work for c in victims)
+    return (nb, loss, max((c.rank for c in victims), default=-1), len(victims))
+
+
+def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Candidate],
+                 paid: frozenset[int], limit: int) -> tuple[tuple[float, ...], int, int,
+                                                            frozenset[int]] | None:
+    """(key, level, mask, new victims) of the cheapest way to get ``per_node`` GPUs on ``node``.
+
+    ``cands`` are the candidates with GPUs on the node; those in ``paid`` are already chosen
+    (their GPUs count as free, their loss as zero). ``limit`` bounds the unpaid candidates tried.
+    """
+    layout = view.nodes[node]
+    base = layout.full & ~view.busy[node]
+    fresh: list[Candidate] = []
+    for c in cands:
+        if c.job_id in paid:
+            base |= c.masks[node]
+        else:
+            fresh.append(c)
+    fresh.sort(key=lambda c: c.cost)
+    fresh = fresh[:limit]
+    reach = base
+    for c in fresh:
+        reach |= c.masks[node]
+    if reach.bit_count() < per_node:
+        return None
+    best: tuple[tuple[float, ...], int, int, frozenset[int]] | None = None
+    chosen: list[Candidate] = []
+
+    def visit(start: int, free: int, nb: float, loss: float) -> None:
+        nonlocal best
+        have = free.bit_count()
+        if have >= per_node:
+            got = layout.pick(free, per_node)
+            if got is not None:
+                level, mask = got
+                key = (*_set_key(chosen), int(level), have - per_node, layout.order,
+                       *sorted(c.job_id for c in chosen))
+                if best is None or key < best[0]:
+                    best = (key, int(level), mask, frozenset(c.job_id for c in chosen))
+            return  # a superset only loses more work
+        for i in range(start, len(fresh)):
+            c = fresh[i]
+            cost = (nb + c.cost[0], loss + c.lost_work)
+            if best is not None and cost > best[0][:2]:
+                continue  # already worse than the best set (costs never go down)
+            chosen.append(c)
+            visit(i + 1, free | c.masks[node], *cost)
+            chosen.pop()
+
+    visit(0, base, 0.0, 0.0)
+    return best
+
+
+def search(view: ClusterView, nodes: int, per_node: int, by_node: Mapping[str, list[Candidate]],
+           candidates: Mapping[int, Candidate], limit: int, *, cross_leaf: bool = False,
+           keep: int = 4) -> list[Option]:
+    """Victim sets that free ``nodes`` x ``per_node`` GPUs, best first (at most ``keep``)."""
+    found = _search(view, view.groups_for(nodes), nodes, per_node, by_node, candidates, limit)
+    if not found and nodes > 1 and cross_leaf:  # no leaf switch can: across leaves
+        found = _search(view, (("cluster", tuple(view.nodes)),), nodes, per_node, by_node,
+                        candidates, limit)
+    found.sort(key=lambda o: o.key)
+    seen: set[frozenset[int]] = set()
+    out: list[Option] = []
+    for o in found:  # one option per victim set (a 2-node victim frees both its nodes)
+        if o.victims not in seen:
+            seen.add(o.victims)
+            out.append(o)
+    return out[:keep]
+
+
+def _search(view: ClusterView, groups: Sequence[tuple[str, Sequence[str]]], nodes: int,
+            per_node: int, by_node: Mapping[str, list[Candidate]],
+            candidates: Mapping[int, Candidate], limit: int) -> list[Option]:
+    found: list[Option] = []
+    for _, members in groups:
+        if nodes == 1:
+            for name in members:
+                got = best_on_node(view, name, per_node, by_node.get(name, []), frozenset(),
+                                   limit)
+                if got is not None and got[3]:
+                    key, level, mask, victims = got
+                    found.append(Option(key, victims, Placement(((name, mask),), Level(level))))
+            continue
+        option = _greedy_group(view, members, nodes, per_node, by_node, candidates, limit)
+        if option is not None:
+            found.append(option)
+    return found
+
+
+def _greedy_group(view: ClusterView, members: Sequence[str], nodes: int, per_node: int,
+                  by_node: Mapping[str, list[Candidate]], candidates: Mapping[int, Candidate],
+                  limit: int) -> Option | None:
+    reach = 0
+    for name in members:
+        free = view.free(name)
+        for c in by_node.get(name, []):
+            free |= c.masks[name]
+        reach += free.bit_count() >= per_node
+    if reach < nodes:
+        return None
+    paid: frozenset[int] = frozenset()
+    picked: list[tuple[str, int, int]] = []
+    left = list(members)
+    for _ in range(nodes):
+        best: tuple[tuple[float, ...], str, int, int, frozenset[int]] | None = None
+        for name in left:
+            got = best_on_node(view, name, per_node, by_node.get(name, []), paid, limit)
+            if got is not None and (best is None or got[0] < best[0]):
+                best = (got[0], name, got[1], got[2], got[3])
+        if best is None:
+            return None
+        _, name, level, mask, new = best
+        paid |= new
+        picked.append((name, level, mask))
+        left.remove(name)
+    if not paid:
+        return None  # fits without victims: not a preemption
+    victims = [candidates[j] for j in sorted(paid)]
+    leftover = 0
+    for name, _, mask in picked:
+        free = view.free(name)
+        for c in victims:
+            free |= c.masks.get(name, 0)
+        leftover += free.bit_count() - mask.bit_count()
+    level = max(lv for _, lv, _ in picked)
+    first = min(view.nodes[n].order for n, _, _ in picked)
+    key = (*_set_key(victims), level, leftover, first, *sorted(paid))
+    placement = Placement(tuple(sorted((n, m) for n, _, m in picked)), Level(level))
+    return Option(key, frozenset(paid), placement)

@@ -1,0 +1,295 @@
+"""The policy: one pure function from jobs, counters, quotas, state and ``now`` to priorities.
+
+Per pending job: requested class (AUTO resolved) -> fairness demotion -> decay -> aging gives the
+*effective* class; the class's own rule orders jobs inside it (FCFS for HIGH and above, team fair
+share for ABOVE_NORMAL..UNDER_NORMAL, round robin between teams for BELOW_NORMAL and LOW); and
+:mod:`hai_slurm.priority.policy.scoring` turns (class, key) into the absolute Slurm priority.
+Per running job: effective class after decay, borrowed and protected flags (for the planner).
+
+Round robin keeps state: each job gets a *tag* when it enters a round-robin class; tags are kept in
+:class:`PolicyState` so later arrivals and departures never renumber anyone. A job entering the
+class gets ``head`` (the lowest tag still pending in the class: the current round) when its team
+has nothing else queued in the class, else ``max(head, last tag of its team) + 1``: the back of
+its own team's line. A job that aged into the class gets ``head``. Jobs with equal priority are
+ordered by Slurm itself by submit time, then job id.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import NamedTuple
+
+from hai_slurm.classes import PriorityClass
+from hai_slurm.priority.config.loader import PolicyConfig
+from hai_slurm.priority.policy import fairness, scoring
+from hai_slurm.priority.policy.aging import age, compensation_boost, decays
+from hai_slurm.priority.policy.ladder import RANK, step
+from hai_slurm.priority.policy.quota import borrowed_jobs, dominant_share, resolve_auto, team_usage
+from hai_slurm.priority.policy.state import (
+    FairnessEvent,
+    PendingDecision,
+    PendingJob,
+    PendingReason,
+    PolicyResult,
+    PolicyState,
+    Resources,
+    Rule,
+    RunningDecision,
+    RunningJob,
+    TeamState,
+)
+
+#: The ordering rule of each class.
+RULES: Mapping[PriorityClass, Rule] = MappingProxyType({
+    PriorityClass.EXTREME_HIGH: Rule.FCFS,
+    PriorityClass.VERY_HIGH: Rule.FCFS,
+    PriorityClass.HIGH: Rule.FCFS,
+    PriorityClass.ABOVE_NORMAL: Rule.FAIR_SHARE,
+    PriorityClass.NORMAL: Rule.FAIR_SHARE,
+    PriorityClass.UNDER_NORMAL: Rule.FAIR_SHARE,
+    PriorityClass.BELOW_NORMAL: Rule.ROUND_ROBIN,
+    PriorityClass.LOW: Rule.ROUND_ROBIN,
+})
+_EMPTY: tuple[float, ...] = ()
+
+
+class _Row(NamedTuple):
+    job: PendingJob
+    effective: PriorityClass
+    gained: int
+    next_in: float | None
+    wait: float
+    boost: int
+    original: float
+
+
+def _base_class(cls: PriorityClass, demote: bool, run_time: float,
+                config: PolicyConfig, *, decay: bool = True) -> tuple[PriorityClass, bool, bool]:
+    """(class before aging, demoted?, decayed?) for a job whose requested class is ``cls``.
+
+    Decay is for jobs that asked for its source class: a job demoted into it (``demote``, or
+    ``decay`` False for a running job that started demoted) is one class down, not two.
+    """
+    demoted = demote and RANK[cls] >= RANK[config.fairness.demote_from]
+    if demoted:
+        cls = step(cls, -1)
+    decayed = decay and not demoted and decays(cls, run_time, config.decay)
+    if decayed:
+        cls = config.decay.target
+    return cls, demoted, decayed
+
+
+def quota_fractions(teams: Iterable[str], config: PolicyConfig) -> dict[str, float]:
+    """Each team's part of the GPU quotas of ``teams`` (equal parts when none has a quota)."""
+    names = sorted(set(teams))
+    quotas = {t: max(0, config.quota(t).gpus) for t in names}
+    total = sum(quotas.values())
+    if total <= 0:
+        return {t: 1.0 / len(names) for t in names}
+    return {t: q / total for t, q in quotas.items()}
+
+
+def _running(
+    running: Sequence[RunningJob], config: PolicyConfig, index: fairness.FairnessIndex,
+    protected: Mapping[str, float], demoting: set[str], fractions: Mapping[str, float],
+    now: float,
+) -> tuple[dict[int, RunningDecision], dict[str, dict[PriorityClass, int]]]:
+    """Running jobs' decisions, and each team's GPUs in use per effective class."""
+    classes: dict[int, tuple[PriorityClass, bool]] = {}
+    by_team: defaultdict[str, list[tuple[RunningJob, PriorityClass]]] = defaultdict(list)
+    class_usage: defaultdict[str, dict[PriorityClass, int]] = defaultdict(dict)
+    for run in running:
+        if run.start_class is not None:
+            start = run.start_class
+            # Started below what it asked for (demoted): no decay on top of the demotion.
+            demoted_start = (isinstance(run.requested, PriorityClass)
+                             and RANK[run.requested] > RANK[start]
+                             and RANK[run.requested] >= RANK[config.fairness.demote_from])
+            cls, _, dec = _base_class(start, False, run.run_time, config,
+                                      decay=not demoted_start)
+        else:
+            req = run.requested if isinstance(run.requested, PriorityClass) else (
+                config.default_class)  # AUTO without a recorded start class
+            dem = run.team in demoting and fairness.demoted(
+                index.preempting.get(run.team, _EMPTY), run.submit_time, now, config.fairness,
+                everyone=index.all_preempting, fraction=fractions[run.team])
+            cls, _, dec = _base_class(req, dem, run.run_time, config)
+        classes[run.job_id] = (cls, dec)
+        by_team[run.team].append((run, cls))
+        usage = class_usage[run.team]
+        usage[cls] = usage.get(cls, 0) + run.resources.gpus
+    borrowed: set[int] = set()
+    for team, jobs in by_team.items():
+        borrowed |= borrowed_jobs(jobs, config.quota(team))
+    out = {run.job_id: RunningDecision(
+        job_id=run.job_id, team=run.team, effective=classes[run.job_id][0],
+        decayed=classes[run.job_id][1], borrowed=run.job_id in borrowed,
+        protected=run.team in protected and (
+            config.fairness.protect_borrowed or run.job_id not in borrowed),
+        preemptible=run.preemptible) for run in running}
+    return out, dict(class_usage)
+
+
+def compute_priorities(
+    pending: Sequence[PendingJob],
+    running: Sequence[RunningJob],
+    *,
+    config: PolicyConfig,
+    cluster: Resources,
+    events: Iterable[FairnessEvent] = (),
+    state: PolicyState | None = None,
+    now: float,
+) -> PolicyResult:
+    """Decide every pending job's effective class and priority, and every running job's flags.
+
+    ``cluster`` is the total of the cluster's GPUs, CPUs and memory; ``events`` the fairness
+    events (older than the window are ignored); ``state`` what the previous cycle returned.
+    """
+    state = state or PolicyState()
+    fair_cfg = config.fairness
+    index = fairness.index_events(events)
+    usage = team_usage(running)
+    teams = set(usage) | {j.team for j in pending} | set(config.teams)
+
+    protected: dict[str, float] = {}
+    demoting: set[str] = set()
+    fractions = quota_fractions(teams, config) if teams else {}
+    for team in teams:
+        until = fairness.protected_until(index.preempted.get(team, _EMPTY), now, fair_cfg)
+        if until is not None:
+            protected[team] = until
+        if fairness.demoting(index.preempting.get(team, _EMPTY), now, fair_cfg,
+                             everyone=index.all_preempting, fraction=fractions[team]):
+            demoting.add(team)
+
+    running_out, class_usage = _running(running, config, index, protected, demoting,
+                                        fractions, now)
+    zero = Resources()
+    shares = {t: dominant_share(usage.get(t, zero), config.quota(t), cluster) for t in teams}
+    window = fair_cfg.window
+    team_states = {t: TeamState(
+        team=t, usage=usage.get(t, zero), quota_gpus=config.quota(t).gpus, share=shares[t],
+        preempted=fairness.count_in_window(index.preempted.get(t, _EMPTY), now, window),
+        preempting=fairness.count_in_window(index.preempting.get(t, _EMPTY), now, window),
+        protected_until=protected.get(t), demoting=t in demoting) for t in sorted(teams)}
+
+    # Pending pass 1: class before aging, and queue depth per class.
+    base: list[tuple[PriorityClass, PriorityClass | None, bool, bool]] = []
+    depth: defaultdict[PriorityClass, int] = defaultdict(int)
+    decay_source = config.decay.source
+    for job in pending:
+        auto = None
+        if isinstance(job.requested, PriorityClass):
+            requested = job.requested
+        else:  # AUTO
+            auto = requested = resolve_auto(job.team, job.resources.gpus,
+                                            class_usage.get(job.team, {}), config)
+        if job.team in demoting or requested is decay_source:
+            dem_now = job.team in demoting and fairness.demoted(
+                index.preempting.get(job.team, _EMPTY), job.original_submit, now, fair_cfg,
+                everyone=index.all_preempting, fraction=fractions[job.team])
+            cls, dem, dec = _base_class(requested, dem_now, job.run_time, config)
+            base.append((cls, auto, dem, dec))
+            depth[cls] += 1
+        else:
+            base.append((requested, auto, False, False))
+            depth[requested] += 1
+
+    # Pending pass 2: aging, rule keys, scores; round-robin jobs new to their class wait.
+    levels = scoring.share_levels(config.fair_share.quantum, config.fair_share.max_share)
+    epoch = scoring.choose_epoch(state.epoch, now, scoring.time_span(levels))
+    share_lv = {t: scoring.share_level(s, config.fair_share.quantum, levels)
+                for t, s in shares.items()}
+    bounds = {c: p.max_wait for c, p in config.classes.items()}
+    ceiling = RANK[config.aging.max_class]
+    old_tags = state.rr_tags
+    rr_tags: dict[int, tuple[PriorityClass, int]] = {}
+    rr_head: dict[PriorityClass, int] = {}
+    rr_last: dict[tuple[PriorityClass, str], int] = {}
+    rr_new: list[tuple[int, _Row]] = []
+    promotions: list[int] = []
+    demotions: list[int] = []
+    decays_out: list[int] = [j for j, d in running_out.items() if d.decayed]
+    pending_out: dict[int, PendingDecision] = {}
+    priorities: dict[int, int] = {}
+    band = scoring.BAND
+    lowest = scoring.BASE
+    for i, job in enumerate(pending):
+        cls, auto, dem, dec = base[i]
+        job_id = job.job_id
+        since = job.submit_time
+        if job.eligible_time is not None and job.eligible_time > since:
+            since = job.eligible_time
+        waited = now - since if now > since else 0.0
+        wait = job.prior_wait + waited
+        gained = 0
+        eff = cls
+        next_in: float | None = None
+        rank = RANK[cls]
+        if rank < ceiling:
+            if wait < bounds[cls]:
+                next_in = bounds[cls] - wait
+            else:
+                aged = age(cls, wait, config.classes, depth, config.aging)
+                eff, gained, next_in = aged.effective, aged.gained, aged.next_in
+                rank = RANK[eff]
+                promotions.append(job_id)
+        if dem:
+            demotions.append(job_id)
+        if dec:
+            decays_out.append(job_id)
+        boost = compensation_boost(job.restarts, waited, config.compensation) \
+            if job.restarts else 0
+        first = job.first_submit_time
+        original = job.submit_time if first is None else first
+        rule = RULES[eff]
+        tag: int | None = None
+        if rule is Rule.FCFS:
+            score = scoring.time_score(original - boost, epoch, band)
+        elif rule is Rule.FAIR_SHARE:
+            score = scoring.fair_share_score(share_lv[job.team], levels, original - boost, epoch)
+        else:
+            old = old_tags.get(job_id)
+            if old is None or old[0] is not eff:
+                rr_new.append((i, _Row(job, eff, gained, next_in, wait, boost, original)))
+                continue
+            rr_tags[job_id] = old
+            tag = old[1]
+            if tag < rr_head.get(eff, tag + 1):
+                rr_head[eff] = tag
+            if tag > rr_last.get((eff, job.team), tag - 1):
+                rr_last[eff, job.team] = tag
+            score = scoring.time_score(tag - boost, epoch, band)
+        prio = lowest + rank * band + score
+        priorities[job_id] = prio
+        pending_out[job_id] = PendingDecision(job_id, eff, prio, PendingReason(
+            job.requested, job.source, cls, auto, dem, dec, wait, bounds[cls], gained, next_in,
+            depth[cls], rule, shares[job.team] if rule is Rule.FAIR_SHARE else None, tag, boost,
+            job.submit_time - original if job.submit_time > original else 0.0))
+
+    # Round-robin tags for jobs new to their class, in submit order.
+    rr_new.sort(key=lambda item: (item[1].original, item[1].job.job_id))
+    for i, row in rr_new:
+        job, eff = row.job, row.effective
+        cls, auto, dem, dec = base[i]
+        head = rr_head.setdefault(eff, int(now))
+        last = rr_last.get((eff, job.team))
+        # Aged in, or the team's only job here: the current round; else the back of its line.
+        tag = head if row.gained or last is None else max(head, last + 1)
+        if last is None or tag > last:
+            rr_last[eff, job.team] = tag
+        rr_tags[job.job_id] = (eff, tag)
+        prio = scoring.priority_for(RANK[eff], scoring.time_score(tag - row.boost, epoch, band))
+        priorities[job.job_id] = prio
+        pending_out[job.job_id] = PendingDecision(job.job_id, eff, prio, PendingReason(
+            job.requested, job.source, cls, auto, dem, dec, row.wait, bounds[cls], row.gained,
+            row.next_in, depth[cls], Rule.ROUND_ROBIN, None, tag, row.boost,
+            max(0.0, job.submit_time - row.original)))
+    return PolicyResult(
+        pending=pending_out, running=running_out, priorities=priorities, teams=team_states,
+        state=PolicyState(epoch=epoch, rr_tags=rr_tags), promotions=tuple(promotions),
+        demotions=tuple(demotions), decays=tuple(decays_out),
+        protected_teams=frozenset(protected), users=fairness.user_counts(
+            index, now, fair_cfg.window))
