@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from hai_slurm.priority.daemon.loop import Daemon
     from hai_slurm.priority.demo.scenario import ToyJob
     from hai_slurm.priority.executor.slurm_actions import PreemptionActions
-    from hai_slurm.priority.store import Plan, Repository
+    from hai_slurm.priority.store import Plan
+    from hai_slurm.priority.store.repository import Repository
     from hai_slurm.slurm_plugins.types import SlurmClient
     from hai_slurm.testbed.local import TestbedState
 

@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from hai_slurm.priority.config.loader import PolicyConfig
+from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import PendingJob, PolicyResult, RunningJob
-from hai_slurm.priority.store import CreditEntry, FairnessEvent, Repository, TrackedJob
+from hai_slurm.priority.store import CreditEntry, FairnessEvent, TrackedJob
 from hai_slurm.priority.store.records import AuditEntry
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.config.loader import DaemonConfig, load_config
 from hai_slurm.priority.policy.ladder import LADDER
 from hai_slurm.priority.policy.priorities import compute_priorities
-from hai_slurm.priority.policy.snapshot_json import load_snapshot
+from hai_slurm.priority.policy.snapshot_json import Snapshot, parse_snapshot
 from hai_slurm.priority.policy.units import format_duration
 
 
@@ -110,7 +112,7 @@ def explain(jobid: int, snapshot_path: str | None, config_path: str | None) -> N
 
         click.echo(explain_live(jobid, make_client(), open_repository(cfg), cfg))
         return
-    snap = load_snapshot(snapshot_path)
+    snap = _read_snapshot(Path(snapshot_path))
     result = compute_priorities(snap.pending, snap.running, config=cfg.policy,
                                 cluster=snap.cluster, events=snap.events, state=snap.state,
                                 now=snap.now)
@@ -119,3 +121,14 @@ def explain(jobid: int, snapshot_path: str | None, config_path: str | None) -> N
         raise ConfigError(f"job {jobid} is neither pending nor running in the snapshot",
                           source=snapshot_path)
     click.echo(text)
+
+
+def _read_snapshot(file: Path) -> Snapshot:
+    """Read and parse a snapshot file (the parsing itself is pure, in the policy package)."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("the snapshot is not UTF-8 text", source=str(file)) from None
+    except OSError as err:
+        raise ConfigError(f"cannot read the snapshot: {err.strerror}", source=str(file)) from None
+    return parse_snapshot(text, source=str(file))

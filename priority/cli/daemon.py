@@ -12,7 +12,7 @@ from hai_slurm.errors import ConfigError, HaiSlurmError
 from hai_slurm.priority.config.loader import DaemonConfig, Intervals, load_config
 from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
 from hai_slurm.priority.daemon.loop import Outcome
-from hai_slurm.priority.store import default_sqlite_url, masked
+from hai_slurm.priority.store.engine import default_sqlite_url, masked
 
 DEFAULT_STATE_DIR = "/var/lib/hai-slurm"
 

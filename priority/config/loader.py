@@ -10,9 +10,7 @@ see :mod:`hai_slurm.priority.config.cluster`), teams and class facts come from t
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 
@@ -28,129 +26,24 @@ from hai_slurm.priority.config.cluster import (
 from hai_slurm.priority.config.preempt import PREEMPT_KEYS, PreemptConfig, read_preempt
 from hai_slurm.priority.config.toml_reader import Source, Table, boolean, integer, number, string
 from hai_slurm.priority.policy.ladder import LADDER, class_names, parse_class, rank
+from hai_slurm.priority.policy.settings import (
+    DEFAULT_CLASSES,
+    AgingConfig,
+    ClassPolicy,
+    CompensationConfig,
+    DeadlineAction,
+    DecayConfig,
+    FairnessConfig,
+    FairShareConfig,
+    PolicyConfig,
+    TeamQuota,
+)
 from hai_slurm.priority.policy.units import parse_duration, parse_size_mb
 
 _ROOT_KEYS = ("cluster", "default_class", "state_dir", "database_url", "redis_url", "metrics_port",
               "intervals", "classes", "aging", "decay", "fairness", "fair_share", "compensation",
               "team_defaults", "teams", *PREEMPT_KEYS)
 _DURATION_FORMS = "seconds (e.g. 600) or '45s', '10m', '1h30m', '2d'"
-
-
-class DeadlineAction(StrEnum):
-    """What the preemption executor does when a victim misses its checkpoint deadline."""
-
-    ABORT = "abort"  # nobody is requeued; the victims go on
-    FORCE = "force"  # requeue anyway
-
-
-@dataclass(frozen=True, slots=True)
-class ClassPolicy:
-    """Per-class settings: guaranteed wait, grace cap, opt-out of preemption, deadline action."""
-
-    max_wait: float
-    grace_cap: float
-    preemptible_optional: bool
-    on_deadline: DeadlineAction = DeadlineAction.ABORT
-
-
-#: Defaults per class: (max wait, grace cap, preemptible may be "no").
-DEFAULT_CLASSES: Mapping[str, tuple[float, float, bool]] = MappingProxyType({
-    "EXTREME_HIGH": (120, 600, True),
-    "VERY_HIGH": (300, 600, True),
-    "HIGH": (600, 600, True),
-    "ABOVE_NORMAL": (1800, 300, False),
-    "NORMAL": (7200, 300, False),
-    "UNDER_NORMAL": (14400, 180, False),
-    "BELOW_NORMAL": (28800, 120, False),
-    "LOW": (86400, 120, False),
-})
-
-
-@dataclass(frozen=True, slots=True)
-class AgingConfig:
-    """Aging: promotion past the class bound; step = 1 + depth // depth_per_step, <= max_step."""
-
-    max_class: PriorityClass = PriorityClass.HIGH
-    depth_per_step: int = 1000
-    max_step: int = 2
-
-
-@dataclass(frozen=True, slots=True)
-class DecayConfig:
-    """``source`` becomes ``target`` after ``after`` seconds of cumulative running (0: off)."""
-
-    source: PriorityClass = PriorityClass.ABOVE_NORMAL
-    target: PriorityClass = PriorityClass.NORMAL
-    after: float = 1800.0
-
-
-@dataclass(frozen=True, slots=True)
-class FairnessConfig:
-    """Rolling-window counters: protect after > protect_after preemptions, demote after > M.
-
-    ``demote_excess`` (X) makes demotion relative to the team's share: a team is a repeat
-    offender only when it also preempted more than X times as often per quota GPU as the other
-    teams together in the window (0: the absolute count M alone decides, as before).
-    ``protect_borrowed``: whether protection also covers a team's borrowed (over-quota) jobs;
-    off by default, so a protected team's borrowed GPUs can still be reclaimed.
-    """
-
-    window: float = 86400.0
-    protect_after: int = 3
-    protect_for: float = 3600.0
-    demote_after: int = 5
-    demote_from: PriorityClass = PriorityClass.HIGH
-    demote_excess: float = 2.0
-    protect_borrowed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FairShareConfig:
-    """DRF shares are compared in steps of ``quantum`` and capped at ``max_share``."""
-
-    quantum: float = 0.05
-    max_share: float = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class CompensationConfig:
-    """Boost (seconds of extra age) for requeued jobs, counted in whole ``step``s, capped."""
-
-    per_restart: float = 600.0
-    per_wait: float = 0.5
-    step: float = 600.0
-    cap: float = 7200.0
-
-
-@dataclass(frozen=True, slots=True)
-class TeamQuota:
-    """A team's quota: GPUs (optionally per class), CPUs and memory (None: GPU-proportional)."""
-
-    gpus: int = 0
-    cpus: int | None = None
-    memory_mb: int | None = None
-    class_gpus: Mapping[PriorityClass, int] = field(default_factory=dict)
-    allowed_classes: frozenset[PriorityClass] = frozenset(PriorityClass)
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    """Everything the pure policy needs."""
-
-    classes: Mapping[PriorityClass, ClassPolicy] = field(default_factory=lambda: MappingProxyType({
-        c: ClassPolicy(*DEFAULT_CLASSES[c.name]) for c in LADDER}))
-    default_class: PriorityClass = PriorityClass.NORMAL
-    aging: AgingConfig = AgingConfig()
-    decay: DecayConfig = DecayConfig()
-    fairness: FairnessConfig = FairnessConfig()
-    fair_share: FairShareConfig = FairShareConfig()
-    compensation: CompensationConfig = CompensationConfig()
-    teams: Mapping[str, TeamQuota] = field(default_factory=dict)
-    team_default: TeamQuota = TeamQuota()
-
-    def quota(self, team: str) -> TeamQuota:
-        """The quota of ``team`` (the team default when it is not listed)."""
-        return self.teams.get(team, self.team_default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +59,7 @@ class Intervals:
 class DaemonConfig:
     """The whole file."""
 
-    policy: PolicyConfig = PolicyConfig()
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     intervals: Intervals = Intervals()
     state_dir: str = "/var/lib/hai-slurm"
     database_url: str = "sqlite:////var/lib/hai-slurm/hai-slurm.db"

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.priority.config.loader import PolicyConfig
 from hai_slurm.priority.daemon import job_values
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.scoring import diff_priorities
+from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
     AUTO,
     ClassSource,

@@ -31,7 +31,8 @@ from hai_slurm.priority.executor.notify import CheckpointNotifier, make_notifier
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, PreemptionActions
 from hai_slurm.priority.planner.slurm_topology import DerivedTopology, SwitchInfo, parse_switches
-from hai_slurm.priority.store import LeaderLock, Repository, default_owner
+from hai_slurm.priority.store.lock import LeaderLock, default_owner
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.runner import CommandRunner, SubprocessRunner
 from hai_slurm.slurm_plugins.types import SlurmClient
 

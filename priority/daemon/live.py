@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 
 from hai_slurm.errors import ConfigError, StateError
-from hai_slurm.priority.config.loader import DaemonConfig, PolicyConfig
+from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY, Decision, decide, state_from_json
 from hai_slurm.priority.policy.explain import explain, explain_running
+from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import PendingJob, PolicyResult, RunningJob
-from hai_slurm.priority.store import Repository, current_revision, make_engine, masked
+from hai_slurm.priority.store.engine import current_revision, make_engine, masked
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import SlurmClient
 
 

@@ -48,16 +48,10 @@ from hai_slurm.priority.daemon.cycle import (
 )
 from hai_slurm.priority.daemon.metrics import TOTALS_KEY, DaemonMetrics, Totals
 from hai_slurm.priority.hooks import CycleExtras, CycleView, Executor, Planner
-from hai_slurm.priority.store import (
-    AuditEntry,
-    CycleWrite,
-    JsonValue,
-    LeaderLock,
-    Repository,
-    TrackedJob,
-    default_owner,
-    upgrade,
-)
+from hai_slurm.priority.store import AuditEntry, CycleWrite, JsonValue, TrackedJob
+from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.lock import LeaderLock, default_owner
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
 log = logging.getLogger("hai_slurm.priority.daemon.loop")

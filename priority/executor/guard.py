@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from hai_slurm.errors import SlurmError
 from hai_slurm.priority.executor.slurm_actions import PreemptionActions
 from hai_slurm.priority.executor.types import VictimContext
-from hai_slurm.priority.store import Repository
 from hai_slurm.priority.store.records import JsonValue
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, JobState, SlurmClient
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")

@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from hai_slurm.checkpoint import JobReport
 from hai_slurm.priority.executor.slurm_actions import PreemptionActions
 from hai_slurm.priority.executor.types import VictimContext
-from hai_slurm.priority.store import AuditEntry, Repository
+from hai_slurm.priority.store import AuditEntry
 from hai_slurm.priority.store.records import JsonValue
+from hai_slurm.priority.store.repository import Repository
 
 KEY = "executor.late_acks"
 

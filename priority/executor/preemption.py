@@ -36,14 +36,8 @@ from hai_slurm.priority.executor.types import (
     VictimContext,
 )
 from hai_slurm.priority.hooks import CycleExtras, CycleView
-from hai_slurm.priority.store import (
-    AuditEntry,
-    MissPolicy,
-    Plan,
-    PlanState,
-    Repository,
-    VictimState,
-)
+from hai_slurm.priority.store import AuditEntry, MissPolicy, Plan, PlanState, VictimState
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")

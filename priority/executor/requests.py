@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.config.loader import DeadlineAction, PolicyConfig
 from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.planner.types import PlanningResult, PreemptionPlan
+from hai_slurm.priority.policy.settings import DeadlineAction, PolicyConfig
 from hai_slurm.priority.store import MissPolicy
 from hai_slurm.slurm_plugins.directives import parse_admin_comment
 from hai_slurm.slurm_plugins.types import ClusterSnapshot

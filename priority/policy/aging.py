@@ -31,13 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.priority.config.loader import (
+from hai_slurm.priority.policy.ladder import LADDER, RANK
+from hai_slurm.priority.policy.settings import (
     AgingConfig,
     ClassPolicy,
     CompensationConfig,
     DecayConfig,
 )
-from hai_slurm.priority.policy.ladder import LADDER, RANK
 
 
 def aging_step(depth: int, cfg: AgingConfig) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from enum import Enum
 
-from hai_slurm.priority.config.loader import PolicyConfig
 from hai_slurm.priority.policy.ladder import RANK
+from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
     AUTO,
     ClassSource,

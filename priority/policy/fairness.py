@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from hai_slurm.priority.config.loader import FairnessConfig
+from hai_slurm.priority.policy.settings import FairnessConfig
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 
 

@@ -22,11 +22,11 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.priority.config.loader import PolicyConfig
 from hai_slurm.priority.policy import fairness, scoring
 from hai_slurm.priority.policy.aging import age, compensation_boost, decays
 from hai_slurm.priority.policy.ladder import RANK, step
 from hai_slurm.priority.policy.quota import borrowed_jobs, dominant_share, resolve_auto, team_usage
+from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
     FairnessEvent,
     PendingDecision,

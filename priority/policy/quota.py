@@ -19,8 +19,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.ladder import LADDER, RANK
+from hai_slurm.priority.policy.settings import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import Resources, RunningJob
 
 _ZERO = Resources()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from hai_slurm.errors import ConfigError
@@ -100,13 +99,3 @@ def parse_snapshot(text: str, *, source: str = "<string>") -> Snapshot:
                      for i, e in enumerate(data.get("events", []))),
         state=PolicyState(epoch=state_raw.get("epoch"), rr_tags=tags),
     )
-
-
-def load_snapshot(path: str | Path) -> Snapshot:
-    """Read a snapshot file."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read the snapshot: {err.strerror}", source=str(file)) from None
-    return parse_snapshot(text, source=str(file))

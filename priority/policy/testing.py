@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
+from hai_slurm.priority.policy.settings import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import (
     AUTO,
     EventKind,

@@ -10,19 +10,11 @@ Typical start of a daemon::
         repo.record_cycle(CycleWrite(at=now, jobs=..., events=...))
 
 Everything takes the time as an argument (epoch seconds); nothing here reads a clock or Slurm.
+The package itself exports only the plain values (records and states), so code that passes them
+around imports no database library; the engine, lock and repository are imported from their
+modules (``store.engine``, ``store.lock``, ``store.repository``).
 """
 
-from hai_slurm.priority.store.engine import (
-    check_connection,
-    current_revision,
-    default_sqlite_url,
-    downgrade,
-    head_revision,
-    make_engine,
-    masked,
-    upgrade,
-)
-from hai_slurm.priority.store.lock import DEFAULT_LOCK_NAME, LeaderLock, LeaseHolder, default_owner
 from hai_slurm.priority.store.records import (
     AuditEntry,
     CreditEntry,
@@ -36,7 +28,6 @@ from hai_slurm.priority.store.records import (
     Protection,
     TrackedJob,
 )
-from hai_slurm.priority.store.repository import Repository
 from hai_slurm.priority.store.states import (
     FINAL_PLAN_STATES,
     PLAN_TRANSITIONS,
@@ -49,7 +40,6 @@ from hai_slurm.priority.store.states import (
 )
 
 __all__ = [
-    "DEFAULT_LOCK_NAME",
     "FINAL_PLAN_STATES",
     "PLAN_TRANSITIONS",
     "VICTIM_TRANSITIONS",
@@ -60,8 +50,6 @@ __all__ = [
     "EventKind",
     "FairnessEvent",
     "JsonValue",
-    "LeaderLock",
-    "LeaseHolder",
     "MissPolicy",
     "Plan",
     "PlanJob",
@@ -69,16 +57,6 @@ __all__ = [
     "PlanStep",
     "PlanVictim",
     "Protection",
-    "Repository",
     "TrackedJob",
     "VictimState",
-    "check_connection",
-    "current_revision",
-    "default_owner",
-    "default_sqlite_url",
-    "downgrade",
-    "head_revision",
-    "make_engine",
-    "masked",
-    "upgrade",
 ]

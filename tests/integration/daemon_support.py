@@ -25,7 +25,8 @@ from hai_slurm.priority.daemon.loop import Daemon, open_store
 from hai_slurm.priority.daemon.metrics import TOTALS_KEY
 from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.scoring import class_rank_of
-from hai_slurm.priority.store import Repository, make_engine
+from hai_slurm.priority.store.engine import make_engine
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.adapter import make_client
 from hai_slurm.testbed.waiting import check
 

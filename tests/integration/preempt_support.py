@@ -17,7 +17,8 @@ from hai_slurm.priority.demo.toy_train import reference
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, JobFacts
 from hai_slurm.priority.executor.types import ExecutorSettings
-from hai_slurm.priority.store import Repository, upgrade
+from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient
 from hai_slurm.slurm_plugins.runner import SubprocessRunner
 

@@ -19,7 +19,9 @@ from daemon_support import HAI_SLURM, DaemonProcess, wait_until
 from preempt_support import Bed, bed_for
 
 from hai_slurm.priority.demo.scenario import steps_lost, toy_runs
-from hai_slurm.priority.store import PlanState, Repository, VictimState, make_engine
+from hai_slurm.priority.store import PlanState, VictimState
+from hai_slurm.priority.store.engine import make_engine
+from hai_slurm.priority.store.repository import Repository
 
 pytestmark = pytest.mark.slow
 

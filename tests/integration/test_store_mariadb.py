@@ -17,7 +17,8 @@ from mariadb_support import server_connect
 from sqlalchemy.engine import URL, make_url
 
 from hai_slurm.errors import StateError
-from hai_slurm.priority.store import Repository, check_connection, make_engine, upgrade
+from hai_slurm.priority.store.engine import check_connection, make_engine, upgrade
+from hai_slurm.priority.store.repository import Repository
 
 pytestmark = pytest.mark.integration
 

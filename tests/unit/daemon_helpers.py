@@ -7,8 +7,9 @@ from pathlib import Path
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.clock import FakeClock
-from hai_slurm.priority.config.loader import DaemonConfig, Intervals, PolicyConfig
+from hai_slurm.priority.config.loader import DaemonConfig, Intervals
 from hai_slurm.priority.daemon.loop import Daemon, open_store
+from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
 from hai_slurm.slurm_plugins.fake import FakeSlurm
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient

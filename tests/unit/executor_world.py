@@ -25,7 +25,8 @@ from hai_slurm.priority.clock import FakeClock
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.slurm_actions import FakePreemptionActions
 from hai_slurm.priority.executor.types import ExecutorSettings
-from hai_slurm.priority.store import Repository, upgrade
+from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import JobState

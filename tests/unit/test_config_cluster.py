@@ -12,12 +12,8 @@ from hai_slurm.classes import PriorityClass as P
 from hai_slurm.cli import cli
 from hai_slurm.conf.description import load_description
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.config.loader import (
-    DEFAULT_CLASSES,
-    DeadlineAction,
-    load_config,
-    parse_config,
-)
+from hai_slurm.priority.config.loader import load_config, parse_config
+from hai_slurm.priority.policy.settings import DEFAULT_CLASSES, DeadlineAction
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "priority" / "examples" / "daemon-with-cluster.toml"

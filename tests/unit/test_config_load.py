@@ -8,7 +8,8 @@ import pytest
 
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.config.loader import DaemonConfig, DeadlineAction, load_config, parse_config
+from hai_slurm.priority.config.loader import DaemonConfig, load_config, parse_config
+from hai_slurm.priority.policy.settings import DeadlineAction
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "priority" / "examples" / "daemon.toml"
 

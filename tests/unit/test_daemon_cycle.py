@@ -10,12 +10,12 @@ from daemon_helpers import T0, Broken, record, rig
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import SlurmError
-from hai_slurm.priority.config.loader import ClassPolicy, FairnessConfig, PolicyConfig
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.daemon.metrics import sample
 from hai_slurm.priority.hooks import CycleExtras, CycleView
 from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.scoring import BAND, BASE
+from hai_slurm.priority.policy.settings import ClassPolicy, FairnessConfig, PolicyConfig
 from hai_slurm.priority.store import EventKind, FairnessEvent
 from hai_slurm.slurm_plugins.fake import FakeSlurm
 from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot

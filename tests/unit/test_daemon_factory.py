@@ -15,7 +15,9 @@ from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.planner.slurm_topology import DerivedTopology, parse_switches
-from hai_slurm.priority.store import EventKind, LeaderLock, PlanState, upgrade
+from hai_slurm.priority.store import EventKind, PlanState
+from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.lock import LeaderLock
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
 from hai_slurm.slurm_plugins.types import JobState
 from hai_slurm.testbed.describe import cluster_description

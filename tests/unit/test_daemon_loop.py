@@ -11,10 +11,10 @@ import pytest
 from daemon_helpers import T0, Broken, rig
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.priority.config.loader import ClassPolicy, FairnessConfig, PolicyConfig
 from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.daemon.metrics import sample
+from hai_slurm.priority.policy.settings import ClassPolicy, FairnessConfig, PolicyConfig
 from hai_slurm.priority.store import EventKind, FairnessEvent
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
 

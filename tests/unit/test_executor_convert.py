@@ -12,12 +12,12 @@ from executor_world import Behaviour, make_world
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.config.loader import ClassPolicy, DeadlineAction, PolicyConfig
 from hai_slurm.priority.executor.notify import NoNotifier, RedisNotifier, channel, make_notifier
 from hai_slurm.priority.executor.requests import request_from_plan, requests_from
 from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.types import PlanningResult, PreemptionPlan, Victim
+from hai_slurm.priority.policy.settings import ClassPolicy, DeadlineAction, PolicyConfig
 from hai_slurm.priority.policy.state import PolicyResult, PolicyState
 from hai_slurm.priority.store import MissPolicy, PlanState
 

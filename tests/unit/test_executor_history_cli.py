@@ -7,15 +7,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from hai_slurm.cli import cli
-from hai_slurm.priority.store import (
-    MissPolicy,
-    PlanJob,
-    PlanState,
-    Repository,
-    VictimState,
-    default_sqlite_url,
-    upgrade,
-)
+from hai_slurm.priority.store import MissPolicy, PlanJob, PlanState, VictimState
+from hai_slurm.priority.store.engine import default_sqlite_url, upgrade
+from hai_slurm.priority.store.repository import Repository
 
 T = 1_800_000_000.0
 

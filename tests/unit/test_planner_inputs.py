@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.conf.topology import GpuRef, Level
-from hai_slurm.priority.config.loader import FairnessConfig, PolicyConfig, TeamQuota
 from hai_slurm.priority.planner.inputs import (
     gpus_from_counts,
     holders_from_policy,
@@ -14,6 +13,7 @@ from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.testing import gpu_cluster, gpus
 from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.settings import FairnessConfig, PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent, Resources
 from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from hai_slurm.classes import PriorityClass as P
-from hai_slurm.priority.config.loader import AgingConfig, DecayConfig, PolicyConfig
 from hai_slurm.priority.policy.aging import age, aging_step
 from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.settings import AgingConfig, DecayConfig, PolicyConfig
 from hai_slurm.priority.policy.state import PendingJob, PolicyResult, Resources, RunningJob
 from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 

@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hai_slurm.classes import PriorityClass as P
-from hai_slurm.priority.config.loader import CompensationConfig, PolicyConfig
 from hai_slurm.priority.policy.aging import compensation_boost
 from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.scoring import BAND, BASE
+from hai_slurm.priority.policy.settings import CompensationConfig, PolicyConfig
 from hai_slurm.priority.policy.state import PendingJob, PolicyResult, Resources
 from hai_slurm.priority.policy.testing import NOW, pending_job
 

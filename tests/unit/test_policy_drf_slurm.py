@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
 from hai_slurm.priority.daemon import job_values
 from hai_slurm.priority.daemon.cycle import build_inputs
 from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.settings import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import Resources, Rule
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.parse import parse_jobs

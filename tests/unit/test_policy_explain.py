@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.cli import cli
-from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.explain import explain, explain_running
 from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.settings import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import AUTO, ClassSource, EventKind, FairnessEvent, Resources
 from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hai_slurm.classes import PriorityClass as P
-from hai_slurm.priority.config.loader import FairnessConfig, PolicyConfig, TeamQuota
 from hai_slurm.priority.policy import fairness
 from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.settings import FairnessConfig, PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import (
     EventKind,
     FairnessEvent,

@@ -6,10 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hai_slurm.classes import PriorityClass as P
-from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.ladder import LADDER, RANK
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.scoring import BAND, BASE, MAX_PRIORITY, class_rank_of
+from hai_slurm.priority.policy.settings import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import PendingJob, PolicyResult, Resources, Rule, RunningJob
 from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from hai_slurm.classes import PriorityClass as P
-from hai_slurm.priority.config.loader import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.quota import borrowed_jobs, dominant_share
+from hai_slurm.priority.policy.settings import PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import AUTO, PendingJob, PolicyResult, Resources, RunningJob
 from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from hai_slurm.classes import PriorityClass as P
-from hai_slurm.priority.config.loader import PolicyConfig
 from hai_slurm.priority.planner.testing import gpu_cluster
+from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.sim.baselines import HaiPlatform
 from hai_slurm.priority.sim.engine import Engine
 from hai_slurm.priority.sim.metrics import jain, percentile, summarize

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hai_slurm.errors import StateError
-from hai_slurm.priority.store import check_connection, make_engine, masked, upgrade
+from hai_slurm.priority.store.engine import check_connection, make_engine, masked, upgrade
 
 
 def closed_port() -> int:

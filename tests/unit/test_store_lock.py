@@ -14,7 +14,8 @@ from sqlalchemy import Engine
 from test_store_repository import StoreCase
 
 from hai_slurm.errors import StateError
-from hai_slurm.priority.store import LeaderLock, make_engine
+from hai_slurm.priority.store.engine import make_engine
+from hai_slurm.priority.store.lock import LeaderLock
 
 T0 = 1_790_000_000.0
 TTL = 30.0

@@ -26,15 +26,13 @@ from hai_slurm.priority.store import (
     PlanJob,
     PlanState,
     Protection,
-    Repository,
     TrackedJob,
     VictimState,
-    default_sqlite_url,
-    make_engine,
-    upgrade,
 )
 from hai_slurm.priority.store.convert import job_values
+from hai_slurm.priority.store.engine import default_sqlite_url, make_engine, upgrade
 from hai_slurm.priority.store.models import TrackedJobRow
+from hai_slurm.priority.store.repository import Repository
 
 T0 = 1_790_000_000.25  # an epoch time with a fraction, to prove exact round trips
 

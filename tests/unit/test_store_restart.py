@@ -23,17 +23,16 @@ from hai_slurm.priority.store import (
     CycleWrite,
     EventKind,
     FairnessEvent,
-    LeaderLock,
     MissPolicy,
     PlanJob,
     PlanState,
-    Repository,
     TrackedJob,
     VictimState,
-    make_engine,
-    upgrade,
 )
+from hai_slurm.priority.store.engine import make_engine, upgrade
+from hai_slurm.priority.store.lock import LeaderLock
 from hai_slurm.priority.store.models import FairnessEventRow
+from hai_slurm.priority.store.repository import Repository
 
 T0 = 1_790_000_000.5
 TTL = 30.0

@@ -15,10 +15,8 @@ from sqlalchemy import Engine, inspect, text
 from test_store_repository import StoreCase
 
 from hai_slurm.errors import StateError
-from hai_slurm.priority.store import (
-    EventKind,
-    FairnessEvent,
-    Repository,
+from hai_slurm.priority.store import EventKind, FairnessEvent
+from hai_slurm.priority.store.engine import (
     current_revision,
     default_sqlite_url,
     downgrade,
@@ -27,6 +25,7 @@ from hai_slurm.priority.store import (
     upgrade,
 )
 from hai_slurm.priority.store.models import Base
+from hai_slurm.priority.store.repository import Repository
 
 
 def schema_diff(engine: Engine) -> list[object]:
