@@ -31,7 +31,6 @@ from hai_slurm.errors import TestbedError
 if TYPE_CHECKING:
     from hai_slurm.priority.daemon.loop import Daemon
     from hai_slurm.priority.demo.scenario import ToyJob
-    from hai_slurm.priority.executor.slurm_actions import PreemptionActions
     from hai_slurm.priority.store import Plan
     from hai_slurm.priority.store.repository import Repository
     from hai_slurm.slurm_plugins.types import SlurmClient
@@ -84,9 +83,7 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
          tear_down: bool) -> None:
     """Two teams fill the testbed, an urgent job arrives; watch it preempt with 0 steps lost."""
     from hai_slurm.priority.demo.scenario import submit_toy
-    from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions
     from hai_slurm.slurm_plugins.adapter import CliSlurmClient
-    from hai_slurm.slurm_plugins.runner import SubprocessRunner
     from hai_slurm.testbed import local
 
     echo = click.echo
@@ -98,9 +95,7 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
     os.environ["SLURM_CONF"] = state.slurm_conf
     work = state_dir.resolve() / "demo" / time.strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True)
-    run = SubprocessRunner(state.slurm_conf)
-    slurm = CliSlurmClient(run)
-    actions = CliPreemptionActions(run)
+    slurm = CliSlurmClient(slurm_conf=state.slurm_conf)
     end = time.monotonic() + 30  # jobs that are just completing are waited for
     while (busy := [j.job_id for j in slurm.snapshot().jobs]) and time.monotonic() < end:
         time.sleep(0.5)
@@ -109,13 +104,13 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
                            "first, so the demo's figures are its own")
 
     daemon_dir = work / "daemon"
-    daemon, thread, repo = start_daemon(state, daemon_dir, slurm, actions)
+    daemon, thread, repo = start_daemon(state, daemon_dir, slurm)
     echo(f"daemon running (cycle 1 s, database {daemon_dir / 'hai-slurm.db'}, "
          f"Redis port {state.ports.redis})")
 
     teams = [("a1", "team-a", "LOW"), ("a2", "team-a", "LOW"),
              ("b1", "team-b", "NORMAL"), ("b2", "team-b", "NORMAL")]
-    jobs = {name: submit_toy(run, work, name, steps=steps, step_seconds=step_seconds,
+    jobs = {name: submit_toy(slurm, work, name, steps=steps, step_seconds=step_seconds,
                              priority=cls, account=team, sbatch_args=["-N1", "--gres=gpu:8"],
                              train_args=["--save-every", "100"], grace=30)
             for name, team, cls in teams}
@@ -124,18 +119,18 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
                                                                     strict=True)))
     watch = _Watch({j.job_id: n for n, j in jobs.items()}, {}, [], {})
     try:
-        _observe(actions, watch, until=lambda: all(
+        _observe(slurm, watch, until=lambda: all(
             watch.last.get(j.job_id) == "RUNNING" for j in jobs.values()), timeout=60)
         echo(f"all 4 running; training for {warmup:g} s before the urgent job arrives")
         time.sleep(warmup)
-        urgent = submit_toy(run, work, "urgent", steps=60, step_seconds=step_seconds,
+        urgent = submit_toy(slurm, work, "urgent", steps=60, step_seconds=step_seconds,
                             priority="HIGH", account="team-b",
                             sbatch_args=["-N2", "--gres=gpu:8"])
         t_submit = time.time()
         watch.names[urgent.job_id] = "urgent"
         echo(f"urgent job {urgent.job_id} submitted (team-b, HIGH, 16 GPUs on 2 nodes)")
         all_ids = [*watch.names]
-        _observe(actions, watch, until=lambda: all(
+        _observe(slurm, watch, until=lambda: all(
             watch.last.get(j) == "COMPLETED" for j in all_ids),
             timeout=steps * step_seconds * 3 + 120)
     finally:
@@ -150,8 +145,8 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
     echo(f"files: {work}\nplans: hai-slurm preempt history --state-dir {daemon_dir}")
 
 
-def start_daemon(state: TestbedState, daemon_dir: Path, slurm: SlurmClient,
-                 actions: PreemptionActions) -> tuple[Daemon, threading.Thread, Repository]:
+def start_daemon(state: TestbedState, daemon_dir: Path,
+                 slurm: SlurmClient) -> tuple[Daemon, threading.Thread, Repository]:
     """The priority daemon as ``hai-slurm daemon`` builds it (planner and executor included,
     :func:`~hai_slurm.priority.daemon.factory.build_daemon`), cycling every second in a thread.
 
@@ -180,19 +175,19 @@ def start_daemon(state: TestbedState, daemon_dir: Path, slurm: SlurmClient,
                            planner=PlannerConfig(min_run_time=10.0, restart_cost=10.0,
                                                  benefit_threshold=0.1),
                            executor=ExecutorSettings(start_timeout=60.0)))
-    daemon = build_daemon(cfg, slurm=slurm, actions=actions,
+    daemon = build_daemon(cfg, slurm=slurm,
                           owner=f"demo@{socket.gethostname()}:{os.getpid()}", interval=1.0)
     thread = threading.Thread(target=daemon.run, name="hai-daemon", daemon=True)
     thread.start()
     return daemon, thread, daemon.repository
 
 
-def _observe(actions: PreemptionActions, watch: _Watch, *, until: Callable[[], bool],
+def _observe(slurm: SlurmClient, watch: _Watch, *, until: Callable[[], bool],
              timeout: float) -> None:
     """Record every state change of the watched jobs (epoch times) until ``until()``."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        facts = actions.facts(list(watch.names))
+        facts = slurm.job_facts(list(watch.names))
         now = time.time()
         for jid, f in facts.items():
             if watch.last.get(jid) != f.state:

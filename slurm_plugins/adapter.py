@@ -6,8 +6,9 @@ The daemon imports from here only::
     client = make_client()            # CLI backend, SLURM_CONF from the environment
     snap = client.snapshot()          # raises SlurmError rather than return a partial view
 
-Backends: :class:`~.cli_backend.CliSlurmClient` (Slurm's own commands; the default) and
-:class:`~.fake.FakeSlurm` (in memory, for tests and the simulator).
+Backends: :class:`~.cli_backend.CliSlurmClient` (Slurm's own commands; the default). The
+in-memory :class:`~.fake.FakeSlurm` implements the same interface for tests and the simulator;
+it is imported from its own module, never from here, so production code cannot reach it.
 
 pyslurm backend: NOT implemented. pyslurm's build refuses any Slurm major version but its own,
 PyPI only has 25.11 (and 17/18), and no Debian suite reachable here ships Slurm 25.11, so a
@@ -25,13 +26,13 @@ from collections.abc import Callable
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
-from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm, SignalRecord
 from hai_slurm.slurm_plugins.runner import CommandRunner, DockerExecRunner, SubprocessRunner
 from hai_slurm.slurm_plugins.types import (
     INFINITE,
     ActionResult,
     ClusterSnapshot,
     Job,
+    JobFacts,
     JobState,
     Node,
     Partition,
@@ -41,13 +42,14 @@ from hai_slurm.slurm_plugins.types import (
     SkipReason,
     SlurmClient,
     SlurmVersion,
+    SwitchInfo,
 )
 
 __all__ = [
     "INFINITE", "ActionResult", "CliSlurmClient", "ClusterSnapshot", "CommandRunner",
-    "DockerExecRunner", "FakeNode", "FakeSlurm", "Job", "JobState", "Node", "Partition", "Qos",
-    "SignalRecord", "SignalTarget", "SkipReason", "Skipped", "SlurmClient", "SlurmVersion",
-    "SubprocessRunner", "make_client",
+    "DockerExecRunner", "Job", "JobFacts", "JobState", "Node", "Partition", "Qos",
+    "SignalTarget", "SkipReason", "Skipped", "SlurmClient", "SlurmVersion",
+    "SubprocessRunner", "SwitchInfo", "make_client",
 ]
 
 

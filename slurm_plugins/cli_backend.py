@@ -14,27 +14,33 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_plugins.parse import (
+    JOB_FACTS_FORMAT,
     job_messages,
+    parse_job_facts,
     parse_jobs,
     parse_nodes,
     parse_partitions_json,
     parse_partitions_text,
     parse_qos,
+    parse_switches,
 )
 from hai_slurm.slurm_plugins.runner import CommandRunner, Completed, SubprocessRunner, check
 from hai_slurm.slurm_plugins.types import (
     ActionResult,
     ClusterSnapshot,
+    JobFacts,
     JobIds,
     Qos,
     SignalTarget,
     Skipped,
     SkipReason,
     SlurmVersion,
+    SwitchInfo,
     job_id_tuple,
 )
 from hai_slurm.slurm_plugins.version import (
@@ -49,6 +55,8 @@ from hai_slurm.slurm_plugins.version import (
 CHUNK = 200
 """Job ids per command: keeps argument lists far below the kernel's limit."""
 
+# The one table of harmless races: per-job messages Slurm prints that mean "nothing to do"
+# rather than "failed". Each write names the rows that apply to it.
 _GONE = ("invalid job id specified", SkipReason.GONE)
 # 22.05 says "already completing or completed" or, when the job ended between snapshot and
 # write, "Job has already finished".
@@ -56,6 +64,7 @@ _DONE = (("already completing or completed", "has already finished"), SkipReason
 _PENDING = ("job is pending execution", SkipReason.PENDING)
 _HELD = ("job is in held state", SkipReason.HELD)
 _NOT_NOW = ("job can not be altered now", SkipReason.PENDING)
+_NOT_PENDING = (("no longer pending", "is not pending"), SkipReason.NOT_PENDING)
 _SIGNAL_RE = re.compile(r"(SIG)?[A-Z0-9]+")
 
 
@@ -145,24 +154,43 @@ class CliSlurmClient:
     def _ref(self, job_id: int) -> str:
         return self._aliases.get(job_id, str(job_id))
 
-    def job_states(self, job_ids: JobIds) -> dict[int, str]:
-        """Current state of each known job (gone ones are absent)."""
+    def job_facts(self, job_ids: JobIds) -> dict[int, JobFacts]:
+        """One ``squeue --states=all -O ...`` per :data:`CHUNK` ids, finished jobs included.
+
+        The job's own id is asked for (never the array alias): squeue lists an array id that
+        names a whole array as all its tasks, and only the asked-for ids are kept.
+        """
         ids = job_id_tuple(job_ids)
-        states: dict[int, str] = {}
+        out: dict[int, JobFacts] = {}
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i:i + CHUNK]
-            # %A is the job's own id (array tasks included); %i would print ARRAY_TASK.
-            res = self._run(["squeue", "--noheader", "--states=all", "--format=%A|%T",
-                             "--jobs=" + ",".join(map(str, chunk))])
+            res = self._run(["squeue", "--noheader", "--states=all",
+                             "--jobs=" + ",".join(map(str, chunk)),
+                             f"--Format={JOB_FACTS_FORMAT}"])
             if res.returncode != 0:
-                if "invalid job id" in res.stderr.lower():
+                if _classify(res.stderr + res.stdout, (_GONE,)) is not None:
                     continue        # every id in the chunk is gone
                 check(res, "squeue --jobs")
             for line in res.stdout.splitlines():
-                jid, _, state = line.strip().partition("|")
-                if jid.isdigit():
-                    states[int(jid)] = state.strip().upper()
-        return states
+                facts = parse_job_facts(line)
+                if facts is not None and facts.job_id in chunk:
+                    out[facts.job_id] = facts
+        return out
+
+    def switches(self) -> tuple[SwitchInfo, ...]:
+        """``scontrol show topology``; ``()`` when Slurm has no topology plugin."""
+        res = check(self._run(["scontrol", "show", "topology"]), "scontrol show topology")
+        return parse_switches(res.stdout)
+
+    def submit_script(self, script: Path, options: Sequence[str] = ()) -> int:
+        """``sbatch --parsable OPTIONS SCRIPT``; the new job's id. For tools and tests: the
+        daemon itself never submits jobs."""
+        res = check(self._run(["sbatch", "--parsable", *options, str(script)]), "sbatch")
+        first = res.stdout.strip().split(";")[0]
+        if not first.isdigit():
+            raise SlurmError(f"sbatch printed no job id: {res.stdout.strip()[:200]!r}",
+                             command=list(res.argv))
+        return int(first)
 
     # -- writes -----------------------------------------------------------------------------
     def _per_job(self, argv: Sequence[str], ids: tuple[int, ...], what: str,
@@ -241,19 +269,19 @@ class CliSlurmClient:
 
     def _running_only(self, ids: tuple[int, ...]) -> tuple[tuple[int, ...], list[Skipped]]:
         # `scontrol requeue` also re-runs jobs that already COMPLETED; never do that by accident.
-        states = self.job_states(ids)
+        facts = self.job_facts(ids)
         keep: list[int] = []
         skipped: list[Skipped] = []
         for jid in ids:
-            st = states.get(jid)
-            if st is None:
+            f = facts.get(jid)
+            if f is None:
                 skipped.append(Skipped(jid, SkipReason.GONE, "job not known to slurmctld"))
-            elif st in ("RUNNING", "SUSPENDED", "CONFIGURING"):
+            elif f.running:
                 keep.append(jid)
-            elif st == "PENDING":
+            elif f.pending:
                 skipped.append(Skipped(jid, SkipReason.PENDING, "job is pending"))
             else:
-                skipped.append(Skipped(jid, SkipReason.FINISHED, f"job is {st}"))
+                skipped.append(Skipped(jid, SkipReason.FINISHED, f"job is {f.state}"))
         return tuple(keep), skipped
 
     def _requeue(self, verb: str, job_ids: JobIds) -> ActionResult:
@@ -296,3 +324,48 @@ class CliSlurmClient:
             result = result.merged(self._per_job(["scancel", *map(self._ref, chunk)], chunk,
                                                  "scancel", (_GONE, _DONE)))
         return result
+
+    def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:
+        """``scontrol requeue[hold]`` for running and finished jobs; pending ones are counted as
+        requeued (and held with ``hold``); forgotten ones are left out."""
+        ids = job_id_tuple(job_ids)
+        facts = self.job_facts(ids)
+        to_requeue = [j for j in ids if j in facts and not facts[j].pending]
+        to_hold = [j for j in ids if j in facts and facts[j].pending and hold
+                   and not facts[j].held]
+        done = {j for j in ids if j in facts and facts[j].pending and j not in to_hold}
+        verb = "requeuehold" if hold else "requeue"
+        if to_requeue:
+            done.update(self._scontrol_ids([verb], to_requeue, f"scontrol {verb}",
+                                           (_GONE, _PENDING)).done)
+        if to_hold:
+            done.update(self._scontrol_ids(["hold"], to_hold, "scontrol hold",
+                                           (_GONE, _DONE)).done)
+        return tuple(j for j in ids if j in done)
+
+    def set_req_nodes(self, job_id: int, nodes: str) -> ActionResult:
+        """``scontrol update JobId=ID ReqNodeList=NODES`` ("" clears it), for a pending job.
+
+        A job that is not pending is skipped (``NOT_PENDING``): Slurm 22.05 accepts the update
+        on a running job only as a no-op and otherwise says "Invalid node name specified", the
+        same words as for a bad name; so that error counts as a race only when the job turns
+        out to have started in between.
+        """
+        if any(c.isspace() for c in nodes) or "\0" in nodes:
+            raise ValueError(f"a node list has no spaces, got {nodes!r}")
+        before = self.job_facts(job_id).get(job_id)
+        if before is None:
+            return ActionResult(skipped=(Skipped(job_id, SkipReason.GONE,
+                                                 "job not known to slurmctld"),))
+        if not before.pending:
+            return ActionResult(skipped=(Skipped(job_id, SkipReason.NOT_PENDING,
+                                                 f"job is {before.state}"),))
+        try:
+            return self._scontrol_ids(["update"], job_id, "scontrol update ReqNodeList",
+                                      (_GONE, _DONE, _NOT_PENDING),
+                                      suffix=[f"ReqNodeList={nodes}"])
+        except SlurmError as err:
+            after = self.job_facts(job_id).get(job_id)
+            if after is not None and after.pending:
+                raise
+            return ActionResult(skipped=(Skipped(job_id, SkipReason.NOT_PENDING, str(err)),))

@@ -25,6 +25,7 @@ from hai_slurm.slurm_plugins.types import (
     ActionResult,
     ClusterSnapshot,
     Job,
+    JobFacts,
     JobIds,
     JobState,
     Node,
@@ -34,6 +35,7 @@ from hai_slurm.slurm_plugins.types import (
     Skipped,
     SkipReason,
     SlurmVersion,
+    SwitchInfo,
     job_id_tuple,
 )
 
@@ -90,6 +92,7 @@ class _FakeJob:
     restart_count: int = 0
     flags: tuple[str, ...] = field(default=())
     memory_per_node: int = 0
+    req_nodes: str = ""
 
 
 def _minus(free: tuple[int, int, int], job: _FakeJob) -> tuple[int, int, int]:
@@ -104,7 +107,8 @@ class FakeSlurm:
     def __init__(self, nodes: Sequence[FakeNode] | None = None, *,
                  partitions: Sequence[Partition] | None = None, qos: Sequence[Qos] = (),
                  now: int = 1_700_000_000, version: SlurmVersion = DEFAULT_VERSION,
-                 requeue_delay: int = 0, backfill: bool = False) -> None:
+                 requeue_delay: int = 0, backfill: bool = False,
+                 switches: Sequence[SwitchInfo] = ()) -> None:
         self.nodes: dict[str, FakeNode] = {
             n.name: n for n in (nodes or [FakeNode(f"n{i}") for i in range(1, 5)])}
         if partitions is None:
@@ -119,6 +123,7 @@ class FakeSlurm:
         self._version = version
         self.requeue_delay = requeue_delay
         self.backfill = backfill
+        self._switches = tuple(switches)
         self.jobs: dict[int, _FakeJob] = {}
         self.signals: list[SignalRecord] = []
         self.writes: list[tuple[str, ...]] = []
@@ -367,3 +372,50 @@ class FakeSlurm:
         for j in todo:
             j.state = JobState.CANCELLED
         return self._result(todo, skipped)
+
+    def job_facts(self, job_ids: JobIds) -> dict[int, JobFacts]:
+        """Every job the fake knows, finished ones included."""
+        out: dict[int, JobFacts] = {}
+        for jid in job_id_tuple(job_ids):
+            j = self.jobs.get(jid)
+            if j is not None:
+                out[jid] = JobFacts(jid, j.state.value, j.restart_count, j.held, j.req_nodes)
+        return out
+
+    def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:
+        """Like the CLI backend: running and finished jobs are requeued, pending ones (held)."""
+        ids = job_id_tuple(job_ids)
+        self.writes.append(("scontrol", "requeuehold" if hold else "requeue",
+                            ",".join(map(str, ids))))
+        done = []
+        for jid in ids:
+            j = self.jobs.get(jid)
+            if j is None:
+                continue
+            if j.state is not JobState.PENDING:
+                j.state, j.nodes, j.start_time = JobState.PENDING, (), None
+                j.restart_count += 1
+                j.submit_time = self.now
+                j.eligible_time = self.now + self.requeue_delay
+                j.reason = "BeginTime" if self.requeue_delay else "Priority"
+            if hold and not j.held:
+                j.held, j.priority, j.reason = True, 0, "JobHeldAdmin"
+            done.append(jid)
+        return tuple(done)
+
+    def set_req_nodes(self, job_id: int, nodes: str) -> ActionResult:
+        """Remember the pin of a pending job (the fake's scheduler does not honour it)."""
+        todo, skipped = self._each(job_id, ("scontrol", "update", f"ReqNodeList={nodes}"))
+        done = []
+        for j in todo:
+            if j.state is JobState.PENDING:
+                j.req_nodes = nodes
+                done.append(j)
+            else:
+                skipped.append(Skipped(j.job_id, SkipReason.NOT_PENDING,
+                                       "Job is no longer pending execution"))
+        return self._result(done, skipped)
+
+    def switches(self) -> tuple[SwitchInfo, ...]:
+        """The switches given at construction."""
+        return self._switches

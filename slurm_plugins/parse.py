@@ -13,7 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hai_slurm.errors import SlurmError
+from hai_slurm.conf.hostlist import expand
+from hai_slurm.errors import ConfigError, SlurmError
 from hai_slurm.slurm_plugins.hostlist import (
     expand_hostlist,
     gres_gpu_count,
@@ -21,7 +22,16 @@ from hai_slurm.slurm_plugins.hostlist import (
     tres_gpu_count,
 )
 from hai_slurm.slurm_plugins.tres import job_size
-from hai_slurm.slurm_plugins.types import INFINITE, Job, JobState, Node, Partition, Qos
+from hai_slurm.slurm_plugins.types import (
+    INFINITE,
+    Job,
+    JobFacts,
+    JobState,
+    Node,
+    Partition,
+    Qos,
+    SwitchInfo,
+)
 
 _NO_VAL = (0xFFFFFFFE, 0xFFFFFFFFFFFFFFFE, 0xFFFE)
 _INFINITE_RAW = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0xFFFF)
@@ -386,3 +396,53 @@ def job_messages(stderr: str) -> tuple[dict[str, str], list[str]]:
             continue
         other.append(line)
     return per_job, other
+
+
+_SWITCH_FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+def parse_switches(text: str) -> tuple[SwitchInfo, ...]:
+    """The switches in ``scontrol show topology`` output (unknown lines are ignored).
+
+    Lines look like ``SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=n[1-2]`` and
+    ``SwitchName=spine Level=1 LinkSpeed=1 Nodes=n[1-4] Switches=leaf[1-2]``: an upper switch
+    lists every node below it too, so only level-0 switches keep their nodes.
+    """
+    out = []
+    for line in text.splitlines():
+        fields = dict(_SWITCH_FIELD.findall(line))
+        if "SwitchName" not in fields:
+            continue
+        try:
+            level = int(fields.get("Level", "0"))
+            nodes = tuple(expand(fields["Nodes"])) if fields.get("Nodes") and level == 0 else ()
+            switches = tuple(expand(fields["Switches"])) if fields.get("Switches") else ()
+        except (ValueError, ConfigError):  # a line this parser does not understand
+            continue
+        out.append(SwitchInfo(fields["SwitchName"], level, nodes, switches))
+    return tuple(out)
+
+
+#: ``squeue --Format`` of :func:`parse_job_facts`: only columns the job's owner cannot write (no
+#: name, no comment), each ending in ``|``, which none of them can contain, so a job cannot make
+#: the daemon misread its state. ``JobID`` is the job's own id (array tasks included).
+JOB_FACTS_FORMAT = "JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,ReqNodes:|"
+
+
+def state_word(raw: str) -> str:
+    """Slurm's state as one upper-case word: ``"CANCELLED by 0"`` and ``"RUNNING+"`` lose their
+    tails; an empty field is ``"UNKNOWN"``."""
+    text = raw.strip().upper()
+    return text.split("+")[0].split()[0] if text else "UNKNOWN"
+
+
+def parse_job_facts(line: str) -> JobFacts | None:
+    """One line of ``squeue --noheader -O`` with :data:`JOB_FACTS_FORMAT`; None for any other."""
+    parts = line.strip().split("|")
+    if len(parts) < 7 or not parts[0].isdigit():  # 6 fields, each ending in "|"
+        return None
+    _, state, restarts, priority, reason, req = parts[:6]
+    return JobFacts(job_id=int(parts[0]), state=state_word(state),
+                    restart_count=int(restarts) if restarts.isdigit() else 0,
+                    held=priority.strip() == "0" and "held" in reason.lower(),
+                    req_nodes="" if req in ("(null)", "") else req)

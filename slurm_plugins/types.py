@@ -61,6 +61,7 @@ class SkipReason(StrEnum):
     PENDING = "pending"            # requeue/signal of a job that is not running (any more)
     HELD = "held"                  # priority change on a held job would release it
     NOT_RUNNING = "not_running"    # requeue skipped because the job was no longer running
+    NOT_PENDING = "not_pending"    # a pending-only change (ReqNodeList) of a job that started
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +256,48 @@ class ClusterSnapshot:
         return tuple(j for j in self.jobs if j.state is JobState.RUNNING)
 
 
+_RUNNING_WORDS = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING"})
+_PENDING_WORDS = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What the daemon re-reads about one job, finished or not (:meth:`SlurmClient.job_facts`)."""
+
+    job_id: int
+    state: str
+    """Slurm's state word, upper case (RUNNING, PENDING, COMPLETING, FAILED, ...)."""
+    restart_count: int = 0
+    held: bool = False
+    req_nodes: str = ""
+    """The ReqNodeList the job asked for ("" when none)."""
+
+    @property
+    def running(self) -> bool:
+        """Running (or about to): holds its allocation."""
+        return self.state in _RUNNING_WORDS
+
+    @property
+    def pending(self) -> bool:
+        """Waiting in the queue (held or not)."""
+        return self.state in _PENDING_WORDS
+
+    @property
+    def finished(self) -> bool:
+        """Ended (any terminal state, or completing): its GPUs are (being) freed."""
+        return not self.running and not self.pending
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchInfo:
+    """One switch of ``scontrol show topology``: a leaf lists nodes, an upper switch switches."""
+
+    name: str
+    level: int
+    nodes: tuple[str, ...] = ()
+    switches: tuple[str, ...] = ()
+
+
 @runtime_checkable
 class SlurmClient(Protocol):
     """What the daemon may ask of Slurm. Implemented by the CLI backend and by FakeSlurm.
@@ -307,6 +350,28 @@ class SlurmClient(Protocol):
 
     def cancel(self, job_ids: JobIds) -> ActionResult:
         """Cancel jobs (``scancel``)."""
+        ...
+
+    def job_facts(self, job_ids: JobIds) -> dict[int, JobFacts]:
+        """State of each job slurmctld still knows, finished ones included (forgotten: absent)."""
+        ...
+
+    def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:
+        """Requeue (``hold``: and hold) running *or finished* jobs; return the ids requeued.
+
+        Unlike :meth:`requeue`, this also takes jobs that already exited (a victim that saved and
+        exited 75 is FAILED until requeued; slurmctld keeps it for ``MinJobAge``). Pending jobs
+        are counted as requeued (already requeued, e.g. by ``RequeueExit``); with ``hold`` they
+        are held, so the result is the same either way. Jobs slurmctld forgot are left out.
+        """
+        ...
+
+    def set_req_nodes(self, job_id: int, nodes: str) -> ActionResult:
+        """Pin a pending job to ``nodes`` (``ReqNodeList``; "" clears it)."""
+        ...
+
+    def switches(self) -> tuple[SwitchInfo, ...]:
+        """The network switches Slurm's topology plugin knows (``()`` without one)."""
         ...
 
 

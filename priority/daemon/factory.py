@@ -29,28 +29,23 @@ from hai_slurm.priority.daemon.loop import Daemon, open_store
 from hai_slurm.priority.daemon.planning import SnapshotPlanner, TopologySource
 from hai_slurm.priority.executor.notify import CheckpointNotifier, make_notifier
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
-from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, PreemptionActions
-from hai_slurm.priority.planner.slurm_topology import DerivedTopology, SwitchInfo, parse_switches
+from hai_slurm.priority.planner.slurm_topology import DerivedTopology
 from hai_slurm.priority.store.lock import LeaderLock, default_owner
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.runner import CommandRunner, SubprocessRunner
-from hai_slurm.slurm_plugins.types import SlurmClient
+from hai_slurm.slurm_plugins.types import SlurmClient, SwitchInfo
 
 log = logging.getLogger("hai_slurm.priority.daemon.loop")
 
 
-def read_switches(run: CommandRunner) -> tuple[SwitchInfo, ...]:
-    """Slurm's switches (``scontrol show topology``); () when it has none or the call fails."""
+def read_switches(slurm: SlurmClient) -> tuple[SwitchInfo, ...]:
+    """Slurm's switches; () when it has none or the query fails (planning then uses one flat
+    switch, which the start-up log says)."""
     try:
-        res = run(["scontrol", "show", "topology"], timeout=30.0)
+        return slurm.switches()
     except SlurmError as err:
         log.warning("scontrol show topology failed (%s); planning with one flat switch", err)
         return ()
-    if res.returncode != 0:
-        log.warning("scontrol show topology failed (%s); planning with one flat switch",
-                    (res.stderr or res.stdout).strip()[:200])
-        return ()
-    return parse_switches(res.stdout)
 
 
 def topology_source(cfg: DaemonConfig, switches: Sequence[SwitchInfo]) -> TopologySource:
@@ -61,20 +56,19 @@ def topology_source(cfg: DaemonConfig, switches: Sequence[SwitchInfo]) -> Topolo
 
 
 def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
-                 actions: PreemptionActions | None = None, runner: CommandRunner | None = None,
+                 runner: CommandRunner | None = None,
                  preempt: bool | None = None, switches: Sequence[SwitchInfo] | None = None,
                  store: tuple[Repository, LeaderLock] | None = None,
                  notifier: CheckpointNotifier | None = None, clock: Clock | None = None,
                  owner: str | None = None, interval: float | None = None) -> Daemon:
     """The daemon for ``cfg`` (see the module docstring).
 
-    ``slurm``/``actions``/``runner`` default to Slurm's commands with ``$SLURM_CONF``;
+    ``slurm`` defaults to the CLI backend (over ``runner``, else with ``$SLURM_CONF``);
     ``preempt`` None follows ``[planner] enabled``; ``switches`` None reads
     ``scontrol show topology`` (only without a description); ``store`` None opens (and
     migrates) the configured database.
     """
-    run = runner or SubprocessRunner()
-    client = slurm or _cli_client(run)
+    client = slurm or _cli_client(runner or SubprocessRunner())
     repo, lock = store or open_store(cfg)
     clock = clock or SystemClock()
     owner = owner or default_owner()
@@ -83,14 +77,14 @@ def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
         return Daemon(client, repo, lock, config=cfg, clock=clock, owner=owner,
                       interval=interval)
     if switches is None and cfg.description is None:
-        switches = read_switches(run)
+        switches = read_switches(client)
     source = topology_source(cfg, switches or ())
     planner = SnapshotPlanner(source, cfg.preempt.planner)
     if notifier is None:
         notifier = make_notifier(cfg.redis_url if cfg.preempt.redis else None)
     ttl = cfg.intervals.lock_ttl
     executor = PreemptionExecutor(
-        client, repo, actions=actions or CliPreemptionActions(run), notifier=notifier,
+        client, repo, notifier=notifier,
         settings=cfg.preempt.executor, clock=clock,
         heartbeat=lambda: lock.acquire_or_renew(owner, clock.time(), ttl))
     return Daemon(client, repo, lock, config=cfg, clock=clock, planner=planner,

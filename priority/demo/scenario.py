@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hai_slurm.errors import SlurmError
-from hai_slurm.priority.executor.slurm_actions import JobFacts, PreemptionActions
-from hai_slurm.slurm_plugins.runner import CommandRunner, check
+from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
+from hai_slurm.slurm_plugins.types import JobFacts, SlurmClient
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def toy_script(job: ToyJob, *, steps: int, step_seconds: float, priority: str, t
             f"hai_slurm.priority.demo.toy_train {args}\n")
 
 
-def submit_toy(run: CommandRunner, workdir: Path, name: str, *, steps: int,
+def submit_toy(slurm: CliSlurmClient, workdir: Path, name: str, *, steps: int,
                step_seconds: float, priority: str, account: str, team: str | None = None,
                sbatch_args: Sequence[str] = (), grace: int = 30,
                train_args: Sequence[str] = (), srun: bool = False) -> ToyJob:
@@ -74,10 +74,10 @@ def submit_toy(run: CommandRunner, workdir: Path, name: str, *, steps: int,
     script.write_text(toy_script(job, steps=steps, step_seconds=step_seconds, priority=priority,
                                  team=team or account, grace=grace, train_args=train_args,
                                  srun=srun))
-    out = check(run(["sbatch", "--parsable", f"--job-name={name}", f"--account={account}",
-                     f"--chdir={workdir}", f"--output={job.output}", "--open-mode=append",
-                     *sbatch_args, str(script)]), "sbatch").stdout
-    return ToyJob(name, int(out.strip().split(";")[0]), workdir)
+    job_id = slurm.submit_script(script, [f"--job-name={name}", f"--account={account}",
+                                          f"--chdir={workdir}", f"--output={job.output}",
+                                          "--open-mode=append", *sbatch_args])
+    return ToyJob(name, job_id, workdir)
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def steps_lost(runs: Sequence[Run]) -> list[int]:
     return [max(0, prev.last_step - nxt.start_step) for prev, nxt in itertools.pairwise(runs)]
 
 
-def wait_state(actions: PreemptionActions, job_id: int, want: Sequence[str], *,
+def wait_state(slurm: SlurmClient, job_id: int, want: Sequence[str], *,
                timeout: float, poll: float = 0.1) -> tuple[JobFacts, float]:
     """Wait until the job's state is in ``want``; return its facts and the time (epoch) seen.
 
@@ -121,7 +121,7 @@ def wait_state(actions: PreemptionActions, job_id: int, want: Sequence[str], *,
     end = time.monotonic() + timeout
     facts: JobFacts | None = None
     while True:
-        facts = actions.facts([job_id]).get(job_id)
+        facts = slurm.job_facts([job_id]).get(job_id)
         if facts is not None and facts.state in want:
             return facts, time.time()
         if time.monotonic() >= end:

@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hai_slurm.errors import SlurmError
-from hai_slurm.priority.executor.slurm_actions import PreemptionActions
 from hai_slurm.priority.executor.types import VictimContext
 from hai_slurm.priority.store.records import JsonValue
 from hai_slurm.priority.store.repository import Repository
@@ -106,7 +105,6 @@ class Guard:
     """Applies and releases the guard of one plan, storing its context before every change."""
 
     slurm: SlurmClient
-    actions: PreemptionActions
     repo: Repository
     context: PlanContext | None = field(default=None)
 
@@ -143,10 +141,10 @@ class Guard:
                      ctx.plan_id, len(result.done), list(result.done),
                      sorted(result.skipped_ids))
         if ctx.nodes:
-            facts = self.actions.facts([ctx.beneficiary]).get(ctx.beneficiary)
+            facts = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
             if facts is not None and facts.pending:
                 ctx = self.save(replace(ctx, pinned_from=facts.req_nodes), at)
-                self.actions.set_req_nodes(ctx.beneficiary, ",".join(ctx.nodes))
+                self.slurm.set_req_nodes(ctx.beneficiary, ",".join(ctx.nodes))
         try:
             self.slurm.set_priorities({ctx.beneficiary: TOP_PRIORITY})
         except SlurmError as err:  # the holds already keep others away; this only helps
@@ -163,8 +161,8 @@ class Guard:
         if ctx is None or ctx.released:
             return ctx
         ids = [*ctx.held, *ctx.victims_held]
-        facts = self.actions.facts([*ids, ctx.beneficiary]) if ids or ctx.pinned_from is not None \
-            else {}
+        wanted = ids or ctx.pinned_from is not None
+        facts = self.slurm.job_facts([*ids, ctx.beneficiary]) if wanted else {}
         to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
                       and facts[j].pending]
         if to_release:
@@ -172,5 +170,5 @@ class Guard:
         if ctx.pinned_from is not None and not keep_pin:
             b = facts.get(ctx.beneficiary)
             if b is not None and b.state == JobState.PENDING.value:
-                self.actions.set_req_nodes(ctx.beneficiary, ctx.pinned_from)
+                self.slurm.set_req_nodes(ctx.beneficiary, ctx.pinned_from)
         return self.save(replace(ctx, released=True), at)

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from hai_slurm.checkpoint import JobReport
-from hai_slurm.priority.executor.slurm_actions import PreemptionActions
 from hai_slurm.priority.executor.types import VictimContext
 from hai_slurm.priority.store import AuditEntry
 from hai_slurm.priority.store.records import JsonValue
 from hai_slurm.priority.store.repository import Repository
+from hai_slurm.slurm_plugins.types import SlurmClient
 
 KEY = "executor.late_acks"
 
@@ -39,7 +39,7 @@ def remember(repo: Repository, plan_id: int, victims: Sequence[VictimContext], a
     repo.put_value(KEY, list(entries), at=now)
 
 
-def sweep(repo: Repository, actions: PreemptionActions, reader: Callable[..., JobReport],
+def sweep(repo: Repository, slurm: SlurmClient, reader: Callable[..., JobReport],
           now: float, skew: float) -> list[AuditEntry]:
     """Requeue remembered victims that acknowledged and exited; forget expired entries."""
     entries = _entries(repo)
@@ -55,7 +55,7 @@ def sweep(repo: Repository, actions: PreemptionActions, reader: Callable[..., Jo
             continue
         victims = [VictimContext.from_json(v) for v in raw if isinstance(v, dict)]
         waiting = []
-        facts = actions.facts([v.job_id for v in victims])
+        facts = slurm.job_facts([v.job_id for v in victims])
         for v in victims:
             f = facts.get(v.job_id)
             if f is None or v.control_dir is None:
@@ -63,7 +63,7 @@ def sweep(repo: Repository, actions: PreemptionActions, reader: Callable[..., Jo
             report = reader(v.control_dir, str(v.job_id), v.uid, restart_count=v.restart_count,
                             not_before=float(asked) - skew)
             if report.ack is not None and f.finished:
-                actions.requeue_any([v.job_id], hold=False)
+                slurm.requeue_any([v.job_id], hold=False)
                 audit.append(AuditEntry(
                     at=now, kind="late-ack", job_id=v.job_id, plan_id=int(str(entry["plan_id"])),
                     message=f"job {v.job_id} acknowledged after plan {entry['plan_id']} was "

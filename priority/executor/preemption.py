@@ -28,7 +28,6 @@ from hai_slurm.priority.executor import late_acks
 from hai_slurm.priority.executor.guard import Guard, PlanContext, context_key
 from hai_slurm.priority.executor.notify import CheckpointNotifier, NoNotifier
 from hai_slurm.priority.executor.records import plan_jobs, settle_records, victim_contexts
-from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, PreemptionActions
 from hai_slurm.priority.executor.types import (
     ExecutionRequest,
     ExecutionResult,
@@ -64,7 +63,6 @@ class PreemptionExecutor:
     """Carries out preemption plans (see the module docstring). Not thread-safe."""
 
     def __init__(self, slurm: SlurmClient, repo: Repository, *,
-                 actions: PreemptionActions | None = None,
                  notifier: CheckpointNotifier | None = None,
                  settings: ExecutorSettings | None = None, clock: Clock | None = None,
                  stop: threading.Event | None = None,
@@ -72,7 +70,6 @@ class PreemptionExecutor:
                  reader: ReportReader = read_job_report, hook: Hook | None = None) -> None:
         self.slurm = slurm
         self.repo = repo
-        self.actions: PreemptionActions = actions or CliPreemptionActions()
         self.notifier: CheckpointNotifier = notifier or NoNotifier()
         self.settings = settings or ExecutorSettings()
         self.clock: Clock = clock or SystemClock()
@@ -135,7 +132,7 @@ class PreemptionExecutor:
 
         Reads the jobs afresh: the beneficiary must still wait and every victim still run.
         """
-        facts = self.actions.facts([request.beneficiary, *request.victims])
+        facts = self.slurm.job_facts([request.beneficiary, *request.victims])
         return victim_contexts(request, snap, facts, self.settings.default_deadline)
 
     def run(self, request: ExecutionRequest, snap: ClusterSnapshot,
@@ -159,7 +156,7 @@ class PreemptionExecutor:
             reason=request.reason or f"job {request.beneficiary} needs the GPUs of "
             f"{', '.join(map(str, request.victims))}",
             on_miss=request.on_miss, deadline_at=now + max(v.deadline for v in victims))
-        guard = Guard(self.slurm, self.actions, self.repo)
+        guard = Guard(self.slurm, self.repo)
         ctx = guard.save(PlanContext(plan.plan_id, request.beneficiary, request.nodes, victims,
                                      signal=self.settings.signal), now)
         w = _Watch(ctx, now)
@@ -217,7 +214,7 @@ class PreemptionExecutor:
                                 f"of {w.ctx.victim(jid).deadline:g} s: {why}", job_id=jid)
             if waiting and now >= next_states:
                 next_states = now + self.settings.state_poll
-                facts = self.actions.facts(waiting)
+                facts = self.slurm.job_facts(waiting)
                 for jid in sorted(waiting):
                     f = facts.get(jid)
                     if f is None or f.finished:
@@ -274,7 +271,7 @@ class PreemptionExecutor:
                 if v.state in (VictimState.ACKED, VictimState.MISSED)]
         now = self._now()
         guard.save(replace(guard.context, victims_held=tuple(todo)), now)
-        done = set(self.actions.requeue_any(todo, hold=True)) if todo else set()
+        done = set(self.slurm.requeue_any(todo, hold=True)) if todo else set()
         now = self._now()
         if done:
             self.repo.update_victims(plan.plan_id, sorted(done), VictimState.REQUEUED, at=now)
@@ -289,7 +286,7 @@ class PreemptionExecutor:
     def _wait_beneficiary(self, job_id: int) -> bool:
         end = self._now() + self.settings.start_timeout
         while True:
-            f = self.actions.facts([job_id]).get(job_id)
+            f = self.slurm.job_facts([job_id]).get(job_id)
             if f is None or not f.pending:
                 return f is not None and (f.running or f.finished)
             if self._now() >= end:
@@ -316,12 +313,12 @@ class PreemptionExecutor:
         exited: list[int] = []
         end = self._now() + _EXIT_WAIT
         while acked:
-            facts = self.actions.facts(acked)
+            facts = self.slurm.job_facts(acked)
             exited = [j for j in acked if j in facts and facts[j].finished]
             if len(exited) == len(acked) or self._now() >= end:
                 break
             self._sleep(self.settings.poll)
-        requeued = self.actions.requeue_any(exited, hold=False) if exited else ()
+        requeued = self.slurm.requeue_any(exited, hold=False) if exited else ()
         if requeued:
             self.repo.update_victims(plan_id, list(requeued), VictimState.REQUEUED,
                                      at=self._now())
@@ -358,7 +355,7 @@ class PreemptionExecutor:
     def recover(self) -> list[ExecutionResult]:
         """Finish or roll back every unfinished plan (after a daemon restart); requeue victims
         of aborted plans that acknowledged late."""
-        late_acks.sweep(self.repo, self.actions, self.reader, self._now(),
+        late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
                         self.settings.clock_skew)
         out = []
         for plan in self.repo.unfinished_plans():
@@ -369,7 +366,7 @@ class PreemptionExecutor:
     def resume(self, plan: Plan) -> ExecutionResult:
         """Take up one unfinished plan where a killed daemon left it."""
         raw = self.repo.get_value(context_key(plan.plan_id))
-        guard = Guard(self.slurm, self.actions, self.repo)
+        guard = Guard(self.slurm, self.repo)
         if not isinstance(raw, dict):
             if plan.state is PlanState.REQUEUED:  # context already cleared: only DONE missing
                 self.repo.transition_plan(plan.plan_id, PlanState.DONE, at=self._now(),
@@ -381,7 +378,7 @@ class PreemptionExecutor:
             return self._result(plan.plan_id, "rolled back (no context)", None, False)
         ctx = PlanContext.from_json(raw)
         guard.context = ctx
-        b = self.actions.facts([ctx.beneficiary]).get(ctx.beneficiary)
+        b = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
         asked = [v.job_id for v in plan.victims if v.state is not VictimState.CHOSEN]
         w = _Watch(ctx, ctx.asked_at or plan.created_at)
         alive = b is not None and (b.pending or b.running)  # running: it got the GPUs already

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from hai_slurm.priority.executor.slurm_actions import JobFacts
 from hai_slurm.priority.executor.types import ExecutionRequest, VictimContext
 from hai_slurm.priority.store import (
     AuditEntry,
@@ -27,7 +26,7 @@ from hai_slurm.priority.store import (
     VictimState,
 )
 from hai_slurm.slurm_plugins.directives import parse_admin_comment
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobFacts
 
 
 def team_of(job: Job) -> str:

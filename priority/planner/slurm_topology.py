@@ -7,7 +7,8 @@ Without it, :func:`topology_from_slurm` builds one from what Slurm reports:
 * nodes and their GPU counts from the snapshot (``sinfo``); nodes without GPUs are left out,
   the planner only places GPUs. Inside a node all GPUs count as equally close (one socket, one
   PCIe switch): Slurm's snapshot does not say more;
-* leaf switches from ``scontrol show topology`` (:func:`parse_switches`, TopologyPlugin
+* leaf switches from ``scontrol show topology``
+  (:meth:`~hai_slurm.slurm_plugins.types.SlurmClient.switches`, TopologyPlugin
   ``topology/tree``), read once at start. Without that output (no topology plugin, or nodes the
   topology does not name) the nodes sit under one flat switch, so multi-node plans may pick any
   nodes.
@@ -18,53 +19,15 @@ changes (a node added, a GPU count reconfigured).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
-from hai_slurm.conf.hostlist import compress, expand
+from hai_slurm.conf.hostlist import compress
 from hai_slurm.conf.model import ClusterDescription, NodeGroup, NodeType, PcieSwitch, Socket, Switch
 from hai_slurm.conf.topology import Topology
-from hai_slurm.errors import ConfigError
-from hai_slurm.slurm_plugins.types import ClusterSnapshot
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, SwitchInfo
 
 FLAT_SWITCH = "flat"
 """Name of the one switch every node hangs under when Slurm reports no topology."""
-
-_FIELD = re.compile(r"(\w+)=(\S*)")
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchInfo:
-    """One line of ``scontrol show topology``: a leaf lists nodes, an upper switch switches."""
-
-    name: str
-    level: int
-    nodes: tuple[str, ...] = ()
-    switches: tuple[str, ...] = ()
-
-
-def parse_switches(text: str) -> tuple[SwitchInfo, ...]:
-    """The switches in ``scontrol show topology`` output (unknown lines are ignored).
-
-    Lines look like ``SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=n[1-2]`` and
-    ``SwitchName=spine Level=1 LinkSpeed=1 Nodes=n[1-4] Switches=leaf[1-2]``: an upper switch
-    lists every node below it too, so only level-0 switches keep their nodes.
-    """
-    out = []
-    for line in text.splitlines():
-        fields = dict(_FIELD.findall(line))
-        if "SwitchName" not in fields:
-            continue
-        try:
-            level = int(fields.get("Level", "0"))
-            nodes = tuple(expand(fields["Nodes"])) if fields.get("Nodes") and level == 0 else ()
-            switches = tuple(expand(fields["Switches"])) if fields.get("Switches") else ()
-        except (ValueError, ConfigError):  # a line this parser does not understand
-            continue
-        out.append(SwitchInfo(fields["SwitchName"], level, nodes, switches))
-    return tuple(out)
-
 
 def _node_type(gpus: int) -> NodeType:
     return NodeType(name=f"gpu{gpus}", sockets=(Socket((PcieSwitch(tuple(range(gpus))),)),),

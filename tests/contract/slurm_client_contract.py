@@ -17,6 +17,7 @@ from hai_slurm.slurm_plugins.adapter import (
     ActionResult,
     ClusterSnapshot,
     Job,
+    JobFacts,
     JobState,
     SignalTarget,
     SkipReason,
@@ -45,6 +46,10 @@ class Harness(Protocol):
 
     def signals_seen(self, job_id: int) -> list[str]:
         """Signal names the job has received so far."""
+        ...
+
+    def make_exit(self, job_id: int, code: int) -> None:
+        """Make a running job of :meth:`submit` end by itself with exit ``code``."""
         ...
 
 
@@ -188,3 +193,76 @@ class SlurmClientContract:
         assert harness.client.cancel(jid).done == (jid,)
         harness.wait_for(jid, "gone from the active jobs", lambda j: j is None)
         harness.client.cancel(jid)
+
+    # -- the preemption executor's verbs ---------------------------------------------------
+    @staticmethod
+    def _ended(harness: Harness, job_id: int, code: int) -> JobFacts:
+        """Let a running job exit with ``code``; its facts once job_facts reports it ended."""
+        harness.wait_for(job_id, "RUNNING", running)
+        harness.make_exit(job_id, code)
+        seen: list[JobFacts] = []
+
+        def ended(_: Job | None) -> bool:
+            facts = harness.client.job_facts(job_id).get(job_id)
+            seen[:] = [facts] if facts is not None else []
+            return bool(seen) and seen[0].finished and seen[0].state != "COMPLETING"
+
+        harness.wait_for(job_id, "ended (job_facts)", ended)
+        return seen[0]
+
+    def test_job_facts_of_running_held_finished_and_gone_jobs(self, harness: Harness) -> None:
+        """job_facts reads running, held and ended jobs (exit code kept as FAILED); a gone id
+        is absent, not an error."""
+        run_id = harness.submit(name="contract-facts-run")
+        held_id = harness.submit(name="contract-facts-held", hold=True)
+        harness.wait_for(run_id, "RUNNING", running)
+        facts = harness.client.job_facts([run_id, held_id, GONE_ID])
+        assert set(facts) == {run_id, held_id}
+        assert facts[run_id].running and not facts[run_id].held
+        assert facts[run_id].restart_count == 0 and facts[run_id].state == "RUNNING"
+        assert facts[held_id].pending and facts[held_id].held
+        assert harness.client.job_facts([GONE_ID]) == {}
+        ended = self._ended(harness, run_id, 75)
+        assert ended.state == "FAILED" and not ended.running and not ended.pending
+
+    def test_requeue_any_brings_back_a_job_that_exited(self, harness: Harness) -> None:
+        """A victim that saved and exited 75 is requeued held (restart + 1); pending jobs count
+        as done and are held; gone ids are left out."""
+        exited = harness.submit(name="contract-requeue-exited")
+        pending = harness.submit(name="contract-requeue-any-pending", begin_in=3600)
+        self._ended(harness, exited, 75)
+        done = harness.client.requeue_any([exited, pending, GONE_ID], hold=True)
+        assert done == (exited, pending)
+        facts = harness.client.job_facts([exited, pending])
+        assert facts[exited].pending and facts[exited].held
+        assert facts[exited].restart_count == 1
+        assert facts[pending].pending and facts[pending].held
+        assert harness.client.release([exited, pending]).done == (exited, pending)
+
+    def test_set_req_nodes_pins_and_unpins_a_pending_job(self, harness: Harness) -> None:
+        """ReqNodeList is set and cleared on a pending job; a running or gone job is skipped."""
+        snap = harness.client.snapshot()
+        node = snap.nodes[0].name
+        pending = harness.submit(name="contract-pin", begin_in=3600)
+        assert harness.client.set_req_nodes(pending, node).done == (pending,)
+        assert harness.client.job_facts(pending)[pending].req_nodes == node
+        assert harness.client.set_req_nodes(pending, "").done == (pending,)
+        assert harness.client.job_facts(pending)[pending].req_nodes == ""
+        run_id = harness.submit(name="contract-pin-running")
+        harness.wait_for(run_id, "RUNNING", running)
+        result = harness.client.set_req_nodes(run_id, node)
+        assert result.done == ()
+        assert [s.reason for s in result.skipped] == [SkipReason.NOT_PENDING]
+        assert harness.client.set_req_nodes(GONE_ID, node).skipped_ids == {GONE_ID}
+
+    def test_switches_name_only_known_nodes(self, harness: Harness) -> None:
+        """Every leaf switch lists nodes of the cluster; upper switches list switches."""
+        switches = harness.client.switches()
+        nodes = {n.name for n in harness.client.snapshot().nodes}
+        names = {s.name for s in switches}
+        assert switches, "the contract clusters have a tree topology"
+        for s in switches:
+            if s.level == 0:
+                assert s.nodes and set(s.nodes) <= nodes and not s.switches
+            else:
+                assert set(s.switches) <= names and not s.nodes

@@ -7,14 +7,19 @@ from collections.abc import Callable
 import pytest
 from slurm_client_contract import Harness, SlurmClientContract
 
-from hai_slurm.slurm_plugins.adapter import FakeNode, FakeSlurm, Job, SlurmClient
+from hai_slurm.slurm_plugins.adapter import Job, JobState, SlurmClient
+from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
+from hai_slurm.slurm_plugins.types import SwitchInfo
 
 
 class FakeHarness:
     """Drives FakeSlurm: time advances one second per wait step, the allocator runs each step."""
 
     def __init__(self) -> None:
-        self.fake = FakeSlurm([FakeNode(f"n{i}", gpus=8) for i in range(1, 5)], requeue_delay=2)
+        self.fake = FakeSlurm([FakeNode(f"n{i}", gpus=8) for i in range(1, 5)], requeue_delay=2,
+                              switches=(SwitchInfo("leaf1", 0, ("n1", "n2")),
+                                        SwitchInfo("leaf2", 0, ("n3", "n4")),
+                                        SwitchInfo("spine", 1, (), ("leaf1", "leaf2"))))
         self.client: SlurmClient = self.fake
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
@@ -37,6 +42,10 @@ class FakeHarness:
     def signals_seen(self, job_id: int) -> list[str]:
         """Signals the fake recorded for the job."""
         return [s.signal for s in self.fake.signals if s.job_id == job_id]
+
+    def make_exit(self, job_id: int, code: int) -> None:
+        """The job fails (any non-zero code) or completes (0) at once."""
+        self.fake.finish(job_id, JobState.FAILED if code else JobState.COMPLETED)
 
 
 class TestFakeSlurmContract(SlurmClientContract):

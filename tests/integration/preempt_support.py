@@ -15,12 +15,12 @@ from conftest import Testbed
 from hai_slurm.priority.demo.scenario import ToyJob, submit_toy, toy_runs, wait_state
 from hai_slurm.priority.demo.toy_train import reference
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
-from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, JobFacts
 from hai_slurm.priority.executor.types import ExecutorSettings
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient
 from hai_slurm.slurm_plugins.runner import SubprocessRunner
+from hai_slurm.slurm_plugins.types import JobFacts
 
 
 @dataclass
@@ -34,14 +34,13 @@ class Bed:
     def __post_init__(self) -> None:
         self.run = SubprocessRunner(self.testbed.slurm_conf)
         self.slurm = CliSlurmClient(self.run)
-        self.actions = CliPreemptionActions(self.run)
         self.repo = Repository(upgrade(f"sqlite:///{self.workdir / 'state.db'}"))
 
     def toy(self, name: str, *, steps: int = 4000, step_seconds: float = 0.05,
             priority: str = "LOW", account: str = "team-a", sbatch: Sequence[str] = (),
             train: Sequence[str] = (), grace: int = 30) -> ToyJob:
         """Submit a toy job (remembered for cleanup)."""
-        job = submit_toy(self.run, self.workdir, name, steps=steps, step_seconds=step_seconds,
+        job = submit_toy(self.slurm, self.workdir, name, steps=steps, step_seconds=step_seconds,
                          priority=priority, account=account, sbatch_args=sbatch,
                          train_args=train, grace=grace)
         self.jobs.append(job.job_id)
@@ -49,18 +48,18 @@ class Bed:
 
     def executor(self, **settings: float) -> PreemptionExecutor:
         """An executor on this testbed."""
-        return PreemptionExecutor(self.slurm, self.repo, actions=self.actions,
+        return PreemptionExecutor(self.slurm, self.repo,
                                   settings=ExecutorSettings(**settings))  # type: ignore[arg-type]
 
     def wait(self, job: ToyJob | int, *states: str, timeout: float = 30) -> JobFacts:
         """Wait for a state; return the job's facts."""
         jid = job if isinstance(job, int) else job.job_id
-        return wait_state(self.actions, jid, states, timeout=timeout)[0]
+        return wait_state(self.slurm, jid, states, timeout=timeout)[0]
 
     def facts(self, job: ToyJob | int) -> JobFacts:
         """The job's facts now."""
         jid = job if isinstance(job, int) else job.job_id
-        return self.actions.facts([jid])[jid]
+        return self.slurm.job_facts([jid])[jid]
 
     def nodes_of(self, job: ToyJob) -> set[str]:
         """Nodes the job runs on (from the snapshot)."""
@@ -81,7 +80,7 @@ class Bed:
 
     def held_jobs(self) -> list[int]:
         """Our jobs that are held now."""
-        facts = self.actions.facts(self.jobs)
+        facts = self.slurm.job_facts(self.jobs)
         return [j for j, f in facts.items() if f.held]
 
     def cleanup(self) -> None:
@@ -91,7 +90,7 @@ class Bed:
         self.run(["scancel", *map(str, self.jobs)])
         end = time.monotonic() + 60
         while time.monotonic() < end:
-            facts = self.actions.facts(self.jobs)
+            facts = self.slurm.job_facts(self.jobs)
             if all(f.finished and f.state != "COMPLETING" for f in facts.values()):
                 return
             time.sleep(0.2)

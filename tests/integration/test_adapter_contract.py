@@ -24,11 +24,15 @@ from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SlurmClient
 
 pytestmark = pytest.mark.integration
 
-# Runs until cancelled; logs each USR2 it gets. `sleep & wait` lets the trap run at once.
+# Runs until cancelled (or until an exit-JOBID file names its exit code); logs each USR2 it
+# gets. `sleep & wait` lets the trap run at once.
 _JOB_SCRIPT = """#!/bin/bash
 trap 'echo "HAI-SIGNAL USR2"' USR2
 echo started
-while :; do sleep 1 & wait $!; done
+while :; do
+  [ -f "exit-$SLURM_JOB_ID" ] && exit "$(cat "exit-$SLURM_JOB_ID")"
+  sleep 0.2 & wait $!
+done
 """
 
 
@@ -78,6 +82,10 @@ class CliHarness:
         out = self.workdir / f"{job_id}.out"
         lines = out.read_text().splitlines() if out.exists() else []
         return [ln.split()[-1] for ln in lines if ln.startswith("HAI-SIGNAL")]
+
+    def make_exit(self, job_id: int, code: int) -> None:
+        """Tell the job (it polls its working directory) to exit with ``code``."""
+        (self.workdir / f"exit-{job_id}").write_text(str(code))
 
     def cleanup(self) -> None:
         """Cancel every job this harness submitted."""

@@ -31,7 +31,6 @@ import json, sys, time
 from pathlib import Path
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.types import ExecutionRequest
-from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions
 from hai_slurm.priority.store import Repository, upgrade
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient
 from hai_slurm.slurm_plugins.runner import SubprocessRunner
@@ -45,8 +44,7 @@ def hook(point, plan_id):
         Path(a["marker"]).write_text(str(plan_id))
         time.sleep(600)  # the test kills us here
 
-ex = PreemptionExecutor(slurm, Repository(upgrade(a["db"])), actions=CliPreemptionActions(run),
-                        hook=hook)
+ex = PreemptionExecutor(slurm, Repository(upgrade(a["db"])), hook=hook)
 ex.run(ExecutionRequest(a["bene"], tuple(a["victims"]), nodes=tuple(a["nodes"])),
        slurm.snapshot())
 """

@@ -23,7 +23,6 @@ from hai_slurm.checkpoint.protocol import (
 )
 from hai_slurm.priority.clock import FakeClock
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
-from hai_slurm.priority.executor.slurm_actions import FakePreemptionActions
 from hai_slurm.priority.executor.types import ExecutorSettings
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.repository import Repository
@@ -55,13 +54,11 @@ class World:
     fake: FakeSlurm
     repo: Repository
     clock: WorldClock = field(init=False)
-    actions: FakePreemptionActions = field(init=False)
     behaviour: dict[int, Behaviour] = field(default_factory=dict)
     asked: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.clock = WorldClock(self, float(T0))
-        self.actions = FakePreemptionActions(self.fake)
 
     def victim(self, name: str, behaviour: Behaviour | None = None, *, gpus: int = 8,
                nodes: int = 1, team: str = "team-a", grace: int = 30,
@@ -122,7 +119,7 @@ class World:
 
     def executor(self, **settings: float) -> PreemptionExecutor:
         """An executor wired to this world."""
-        return PreemptionExecutor(self.fake, self.repo, actions=self.actions, clock=self.clock,
+        return PreemptionExecutor(self.fake, self.repo, clock=self.clock,
                                   settings=ExecutorSettings(**settings))  # type: ignore[arg-type]
 
 

@@ -209,7 +209,7 @@ def test_requeue_only_touches_running_jobs() -> None:
     (``scontrol requeue`` on a COMPLETED job would run it again: measured on 22.05.)
     """
     runner = ReplayRunner({("squeue", "--noheader"): ok(
-        [], "5|RUNNING\n6|COMPLETED\n7|PENDING\n")})
+        [], "5|RUNNING|0|9|None||\n6|COMPLETED|0|0|None||\n7|PENDING|0|9|Priority||\n")})
     res = CliSlurmClient(runner).requeue([5, 6, 7, 8])
     assert runner.calls[-1] == ("scontrol", "requeue", "5")
     assert res.done == (5,) and res.commands == 1
@@ -279,7 +279,7 @@ def test_array_task_holding_the_array_id_is_addressed_as_task() -> None:
          "nodes": "n1", "node_count": 1},
         {"job_id": 41, "array_job_id": 40, "array_task_id": 0, "job_state": "RUNNING",
          "nodes": "n2", "node_count": 1}], "errors": []}))
-    answers[("squeue", "--noheader")] = ok([], "40|RUNNING\n41|RUNNING\n")
+    answers[("squeue", "--noheader")] = ok([], "40|RUNNING|0|9|None||\n41|RUNNING|0|9|None||\n")
     answers[("scontrol", "requeue")] = ok(
         [], "", "Job/step already completing or completed for job 40_3\n", rc=1)
     runner = ReplayRunner(answers)

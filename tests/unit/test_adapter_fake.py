@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hai_slurm.errors import SlurmError
-from hai_slurm.slurm_plugins.adapter import FakeNode, FakeSlurm, JobState, SlurmClient
+from hai_slurm.slurm_plugins.adapter import JobState, SlurmClient
+from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
 
 

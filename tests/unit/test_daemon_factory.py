@@ -14,11 +14,12 @@ from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
 from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
-from hai_slurm.priority.planner.slurm_topology import DerivedTopology, parse_switches
+from hai_slurm.priority.planner.slurm_topology import DerivedTopology
 from hai_slurm.priority.store import EventKind, PlanState
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.lock import LeaderLock
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+from hai_slurm.slurm_plugins.parse import parse_switches
 from hai_slurm.slurm_plugins.types import JobState
 from hai_slurm.testbed.describe import cluster_description
 from hai_slurm.testbed.shape import ClusterShape
@@ -40,7 +41,7 @@ min_run_time = "60s"
 
 def _daemon(world: World, cfg: DaemonConfig, **kw: object) -> Daemon:
     lock = LeaderLock(upgrade(cfg.database_url))  # the world's database
-    return build_daemon(cfg, slurm=world.fake, actions=world.actions,
+    return build_daemon(cfg, slurm=world.fake,
                         store=(world.repo, lock), clock=world.clock, interval=1.0,
                         **kw)  # type: ignore[arg-type]
 

@@ -48,8 +48,8 @@ def test_all_acknowledge_then_all_requeued_and_beneficiary_starts(world: World) 
         assert jobs[v].state is JobState.PENDING and not jobs[v].held
         assert jobs[v].restart_count == 1
     assert not jobs[other].held, "the guard must release the competitor it held"
-    assert [c for c in world.actions.calls if c[0] == "reqnodes"] == [
-        ("reqnodes", str(bene), "n1,n2")]
+    assert [w for w in world.fake.writes if w[2].startswith("ReqNodeList=")] == [
+        ("scontrol", "update", "ReqNodeList=n1,n2", str(bene))]
     assert world.fake.writes.count(("scontrol", "hold", str(other))) == 1
     assert world.repo.get_value(context_key(result.plan_id)) is None
     assert result.ack_seconds == pytest.approx({victims[0]: 0.5, victims[1]: 1.0}, abs=0.25)

@@ -116,7 +116,7 @@ def test_plan_without_context_is_rolled_back(world: World) -> None:
     """A daemon killed between create_plan and storing its context did nothing: roll back."""
     plan = world.repo.create_plan(at=1.0, beneficiaries=[PlanJob(9, "t", "u")],
                                   victims=[PlanJob(8, "t2", "u2")], reason="test")
-    ex = PreemptionExecutor(world.fake, world.repo, actions=world.actions, clock=world.clock)
+    ex = PreemptionExecutor(world.fake, world.repo, clock=world.clock)
     (result,) = ex.recover()
     assert result.state is PlanState.ROLLED_BACK
     assert world.repo.get_plan(plan.plan_id).steps[-1].note.startswith("recovered without")

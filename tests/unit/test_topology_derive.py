@@ -6,11 +6,11 @@ from hai_slurm.conf.topology import GpuRef, Level
 from hai_slurm.priority.planner.slurm_topology import (
     FLAT_SWITCH,
     DerivedTopology,
-    SwitchInfo,
-    parse_switches,
     topology_from_slurm,
 )
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
+from hai_slurm.slurm_plugins.parse import parse_switches
+from hai_slurm.slurm_plugins.types import SwitchInfo
 
 # What `scontrol show topology` printed on the testbed (Slurm 22.05, topology/tree).
 SCONTROL_TOPOLOGY = """\

@@ -1,4 +1,4 @@
-"""The executor's extra Slurm verbs through the CLI: argv, parsing, harmless races."""
+"""The adapter's preemption verbs through the CLI: job facts, requeue of ended jobs, pins."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from collections.abc import Sequence
 import pytest
 
 from hai_slurm.errors import SlurmError
-from hai_slurm.priority.executor.slurm_actions import CliPreemptionActions, parse_facts
+from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
+from hai_slurm.slurm_plugins.parse import parse_job_facts
 from hai_slurm.slurm_plugins.runner import Completed
+from hai_slurm.slurm_plugins.types import SkipReason
 
 
 class Runner:
@@ -36,7 +38,7 @@ def test_facts_read_one_squeue_and_detect_holds() -> None:
            "14|PENDING|2|0|job_requeued_in_held_state|n[1-2]|\n"
            "15|PENDING|0|0|JobHeldAdmin||\n")
     run = Runner({SQUEUE: (0, out, "")})
-    facts = CliPreemptionActions(run).facts([12, 13, 14, 15, 16])
+    facts = CliSlurmClient(run).job_facts([12, 13, 14, 15, 16])
     assert run.calls == [("squeue", "--noheader", "--states=all", "--jobs=12,13,14,15,16",
                           "--Format=JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,"
                           "ReqNodes:|")]
@@ -50,38 +52,57 @@ def test_facts_read_one_squeue_and_detect_holds() -> None:
 def test_a_job_cannot_spoof_its_state() -> None:
     """Only Slurm-owned columns are read: a line that does not parse is ignored, and a job
     named like another job's record never enters the result (names are not printed)."""
-    assert parse_facts("12|RUNNING|0|1|None|") is None  # too few columns
-    assert parse_facts("x 12|RUNNING|0|1|None||") is None
+    assert parse_job_facts("12|RUNNING|0|1|None|") is None  # too few columns
+    assert parse_job_facts("x 12|RUNNING|0|1|None||") is None
     run = Runner({SQUEUE: (0, "12|RUNNING|0|1|None||\n99|PENDING|0|0|JobHeldAdmin||\n", "")})
-    assert set(CliPreemptionActions(run).facts([12])) == {12}
+    assert set(CliSlurmClient(run).job_facts([12])) == {12}
 
 
 def test_all_gone_is_empty_and_other_failures_raise() -> None:
     """squeue's 'Invalid job id' for the whole chunk means gone; anything else is an error."""
     gone = Runner({SQUEUE: (1, "", "slurm_load_jobs error: Invalid job id specified")})
-    assert CliPreemptionActions(gone).facts([5]) == {}
+    assert CliSlurmClient(gone).job_facts([5]) == {}
     down = Runner({SQUEUE: (1, "", "slurm_load_jobs error: Unable to contact slurm controller")})
     with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
-        CliPreemptionActions(down).facts([5])
+        CliSlurmClient(down).job_facts([5])
 
 
 def test_requeue_any_requeues_running_and_finished_holds_pending() -> None:
-    """Running and exited victims get requeuehold; an already-pending one is just held."""
+    """Running and exited victims get one batched requeuehold; a pending one is just held."""
     out = "1|RUNNING|0|5|None||\n2|FAILED|0|5|NonZeroExitCode||\n3|PENDING|1|5|BeginTime||\n"
     run = Runner({SQUEUE: (0, out, "")})
-    done = CliPreemptionActions(run).requeue_any([1, 2, 3, 4], hold=True)
+    done = CliSlurmClient(run).requeue_any([1, 2, 3, 4], hold=True)
     assert done == (1, 2, 3)
-    assert ("scontrol", "requeuehold", "1") in run.calls
-    assert ("scontrol", "requeuehold", "2") in run.calls
-    assert ("scontrol", "hold", "3") in run.calls
+    assert run.calls[1:] == [("scontrol", "requeuehold", "1,2"), ("scontrol", "hold", "3")]
 
 
-def test_pin_and_harmless_races() -> None:
-    """ReqNodeList update argv; 'no longer pending' is a harmless False, other errors raise."""
-    run = Runner({("scontrol", "update"): (1, "", "Job is no longer pending execution")})
-    acts = CliPreemptionActions(run)
-    assert acts.set_req_nodes(7, "n1,n2") is False
-    assert run.calls == [("scontrol", "update", "JobId=7", "ReqNodeList=n1,n2")]
-    bad = CliPreemptionActions(Runner({("scontrol",): (1, "", "Access/permission denied")}))
-    with pytest.raises(SlurmError, match="permission denied"):
-        bad.set_req_nodes(7, "n1")
+def test_pin_only_pending_jobs_and_sort_races_from_errors() -> None:
+    """ReqNodeList is written for a pending job only; a job that started between the check and
+    the write is a harmless skip, while the same words for a still-pending job raise."""
+    pending = (0, "7|PENDING|0|5|Priority||\n", "")
+    run = Runner({SQUEUE: pending})
+    assert CliSlurmClient(run).set_req_nodes(7, "n1,n2").done == (7,)
+    assert run.calls[1:] == [("scontrol", "update", "JobId=7", "ReqNodeList=n1,n2")]
+
+    running = Runner({SQUEUE: (0, "7|RUNNING|0|5|None||\n", "")})
+    result = CliSlurmClient(running).set_req_nodes(7, "n1")
+    assert result.done == () and result.skipped[0].reason is SkipReason.NOT_PENDING
+    assert [c[0] for c in running.calls] == ["squeue"]  # nothing written
+
+    class StartsInBetween(Runner):
+        """Pending at the check, running when re-read after the refused write."""
+
+        def __call__(self, argv: Sequence[str], *, timeout: float | None = None) -> Completed:
+            if argv[0] == "squeue" and any(c[0] == "scontrol" for c in self.calls):
+                self.answers[SQUEUE] = (0, "7|RUNNING|0|5|None||\n", "")
+            return super().__call__(argv, timeout=timeout)
+
+    refused = (1, "", "Invalid node name specified for job 7")
+    raced = StartsInBetween({SQUEUE: pending, ("scontrol",): refused})
+    assert CliSlurmClient(raced).set_req_nodes(7, "n9").skipped[0].reason is \
+        SkipReason.NOT_PENDING
+    bad = CliSlurmClient(Runner({SQUEUE: pending, ("scontrol",): refused}))
+    with pytest.raises(SlurmError, match="Invalid node name"):
+        bad.set_req_nodes(7, "n9")
+    with pytest.raises(ValueError, match="no spaces"):
+        bad.set_req_nodes(7, "n1 n2")
