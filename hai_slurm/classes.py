@@ -46,3 +46,15 @@ _WEIGHTS: dict[PriorityClass, int] = {
     PriorityClass.BELOW_NORMAL: 5,
     PriorityClass.LOW: 0,
 }
+
+
+class ClassOrigin(StrEnum):
+    """Where a job's class came from: at submit time (the ``#HAI`` record's ``source``:
+    directive, QOS or default) or from the daemon's policy later (aging, decay, demotion)."""
+
+    DIRECTIVE = "directive"  # an explicit `#HAI --priority=...` line
+    QOS = "qos"              # sbatch --qos=<a class's QOS>, no --priority directive
+    DEFAULT = "default"      # neither: the configured (or the account's) default class
+    AGING = "aging"          # promoted after waiting past its class's bound
+    DECAY = "decay"          # ABOVE_NORMAL decayed to NORMAL after its running time
+    DEMOTION = "demotion"    # its team preempted too often: one class lower

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hai_slurm.priority.policy.settings import PolicyConfig
-from hai_slurm.priority.policy.state import PendingJob, PolicyResult, RunningJob
-from hai_slurm.priority.store import CreditEntry, FairnessEvent, TrackedJob
+from hai_slurm.priority.policy.state import FairnessEvent, PendingJob, PolicyResult, RunningJob
+from hai_slurm.priority.store import CreditEntry, TrackedJob
 from hai_slurm.priority.store.records import AuditEntry
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient

@@ -28,12 +28,11 @@ because that is what Lua 5.1 does.
 
 from __future__ import annotations
 
-import enum
 import functools
 import re
 from dataclasses import dataclass
 
-from hai_slurm.classes import PriorityClass
+from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.errors import DirectiveError
 
 #: The eight classes, highest first, with hai-platform's values.
@@ -282,13 +281,6 @@ def parse_script(text: str) -> Directives:
     )
 
 
-class Source(enum.StrEnum):
-    """Where a job's class came from."""
-
-    DIRECTIVE = "directive"  # #HAI --priority=...
-    QOS = "qos"              # sbatch --qos=<a class's QOS>, no --priority directive
-    DEFAULT = "default"      # neither: the account's default class
-
 
 @dataclass(frozen=True)
 class HaiJobInfo:
@@ -303,11 +295,13 @@ class HaiJobInfo:
     team: str
     preemptible: bool
     grace: int
-    source: Source
+    source: ClassOrigin
     checkpoint_dir: str | None = None
 
 
 RECORD_PREFIX = "hai:v1:"
+RECORD_ORIGINS = frozenset({ClassOrigin.DIRECTIVE, ClassOrigin.QOS, ClassOrigin.DEFAULT})
+"""The ``source`` values job_submit.lua writes into a record."""
 SEGMENT_SEP = "|"
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:@+,~-")
 
@@ -392,8 +386,10 @@ def _info_from_fields(fields: dict[str, str]) -> HaiJobInfo | None:
     try:
         priority, job_class, team = fields["priority"], fields["class"], fields["team"]
         preemptible, grace = fields["preemptible"], fields["grace"]
-        source = Source(fields["source"])
+        source = ClassOrigin(fields["source"])
     except (KeyError, ValueError):
+        return None
+    if source not in RECORD_ORIGINS:  # aging, decay, demotion are the daemon's, never a record's
         return None
     if (priority not in (*CLASS_NAMES, AUTO) or job_class not in CLASS_NAMES
             or preemptible not in ("yes", "no") or re.fullmatch(r"[0-9]{1,9}", grace) is None):

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.slurm_plugins.directives import (
     AUTO,
     HaiJobInfo,
-    Source,
     ascii_lower,
     format_admin_comment,
     parse_script,
@@ -84,10 +84,10 @@ def evaluate_submission(script: str | None, *, account: str | None, qos: str | N
                                        "allowed: " + (", ".join(allowed) or "none")))
 
     priority: str | None = None
-    source = Source.DEFAULT
+    source = ClassOrigin.DEFAULT
     prio_line = directives.line_of("priority")
     if directives.priority is not None and prio_line is not None:
-        source = Source.DIRECTIVE
+        source = ClassOrigin.DIRECTIVE
         asked = directives.priority
         if asked == AUTO and not rule.auto:
             problems.append(problem_at(prio_line, f"{who} may not use AUTO; allowed: "
@@ -105,7 +105,7 @@ def evaluate_submission(script: str | None, *, account: str | None, qos: str | N
         else:
             priority = asked
     elif qos is not None:
-        source = Source.QOS
+        source = ClassOrigin.QOS
         match = [c for c in table.classes if ascii_lower(c.qos) == ascii_lower(qos)]
         if not match:
             problems.append(f"--qos={qos} is not the QOS of a priority class; use #HAI "

@@ -13,15 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from hai_slurm.classes import PriorityClass
+from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.daemon import job_values
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.scoring import diff_priorities
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
     AUTO,
-    ClassSource,
-    EventKind,
     FairnessEvent,
     PendingDecision,
     PendingJob,
@@ -31,8 +29,7 @@ from hai_slurm.priority.policy.state import (
     RunningDecision,
     RunningJob,
 )
-from hai_slurm.priority.store import ClassOrigin, JsonValue, Protection, TrackedJob
-from hai_slurm.priority.store import FairnessEvent as StoredEvent
+from hai_slurm.priority.store import JsonValue, Protection, TrackedJob
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState
 
 #: Key of the policy state (epoch, round-robin tags) in the store's named values.
@@ -71,14 +68,8 @@ class PolicyInputs:
     held: frozenset[int]               # pending jobs that are held: never written
 
 
-def policy_events(stored: Iterable[StoredEvent]) -> tuple[FairnessEvent, ...]:
-    """The store's fairness events as the policy's values."""
-    return tuple(FairnessEvent(EventKind(e.kind.value), e.team, e.user, e.at, e.job_id or 0)
-                 for e in stored)
-
-
 def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
-                 events: Iterable[StoredEvent], config: PolicyConfig,
+                 events: Iterable[FairnessEvent], config: PolicyConfig,
                  now: float) -> PolicyInputs:
     """Pending and running jobs (others are left out), cluster totals and fairness events."""
     pending: list[PendingJob] = []
@@ -99,7 +90,7 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
         jobs[job.job_id] = job
     cluster = Resources(sum(n.gpus for n in snap.nodes), sum(n.cpus for n in snap.nodes),
                         sum(n.memory_mb for n in snap.nodes))
-    return PolicyInputs(tuple(pending), tuple(running), cluster, policy_events(events), jobs,
+    return PolicyInputs(tuple(pending), tuple(running), cluster, tuple(events), jobs,
                         frozenset(held))
 
 
@@ -151,8 +142,8 @@ class Decision:
     changes: Changes
 
 
-def _origin(source: ClassSource) -> ClassOrigin:
-    return ClassOrigin.DEFAULT if source is ClassSource.DEFAULT else ClassOrigin.DIRECTIVE
+def _origin(source: ClassOrigin) -> ClassOrigin:
+    return ClassOrigin.DEFAULT if source is ClassOrigin.DEFAULT else ClassOrigin.DIRECTIVE
 
 
 def _pending_origin(job: PendingJob, d: PendingDecision) -> ClassOrigin:
@@ -207,7 +198,7 @@ def _same(a: TrackedJob, b: TrackedJob | None) -> bool:
 
 
 def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
-           events: Iterable[StoredEvent], state: PolicyState,
+           events: Iterable[FairnessEvent], state: PolicyState,
            protections: Mapping[str, Protection], config: PolicyConfig,
            now: float) -> Decision:
     """Run the policy on one snapshot and work out every write (see the module docstring)."""

@@ -21,21 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hai_slurm.classes import PriorityClass
-from hai_slurm.priority.policy.state import (
-    AUTO,
-    ClassSource,
-    PendingJob,
-    Requested,
-    Resources,
-    RunningJob,
-)
+from hai_slurm.classes import ClassOrigin, PriorityClass
+from hai_slurm.priority.policy.state import AUTO, PendingJob, Requested, Resources, RunningJob
 from hai_slurm.priority.store import TrackedJob
-from hai_slurm.slurm_plugins.directives import Source, parse_admin_comment
+from hai_slurm.slurm_plugins.job_record import job_record
 from hai_slurm.slurm_plugins.types import Job, JobState
-
-#: Team of a job that has neither a ``hai:v1:`` record nor a Slurm account.
-FALLBACK_TEAM = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,21 +33,21 @@ class JobClass:
     """What a job asked for: requested class (or AUTO), where it came from, team, preemptible."""
 
     requested: Requested
-    source: ClassSource
+    source: ClassOrigin
     team: str
     preemptible: bool
 
 
 def job_class(job: Job, default_class: PriorityClass) -> JobClass:
     """Requested class, source, team, preemptible from ``admin_comment`` (never ``comment``)."""
-    info = parse_admin_comment(job.admin_comment)
-    if info is None:
-        return JobClass(default_class, ClassSource.DEFAULT, job.account or FALLBACK_TEAM,
-                        job.requeue)
-    requested: Requested = AUTO if info.priority == AUTO else PriorityClass(info.priority)
-    source = ClassSource.DEFAULT if info.source is Source.DEFAULT else ClassSource.DIRECTIVE
-    return JobClass(requested, source, info.team or job.account or FALLBACK_TEAM,
-                    info.preemptible and job.requeue)
+    record = job_record(job)
+    requested: Requested
+    if record.priority is None:
+        requested = default_class
+    else:
+        requested = AUTO if record.priority == AUTO else PriorityClass(record.priority)
+    source = ClassOrigin.DEFAULT if record.source is ClassOrigin.DEFAULT else ClassOrigin.DIRECTIVE
+    return JobClass(requested, source, record.team, record.preemptible)
 
 
 def run_seconds(job: Job, tracked: TrackedJob | None, now: float) -> float:

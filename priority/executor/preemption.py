@@ -35,7 +35,8 @@ from hai_slurm.priority.executor.types import (
     VictimContext,
 )
 from hai_slurm.priority.hooks import CycleExtras, CycleView
-from hai_slurm.priority.store import AuditEntry, MissPolicy, Plan, PlanState, VictimState
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.store import AuditEntry, Plan, PlanState, VictimState
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
@@ -238,7 +239,7 @@ class PreemptionExecutor:
             self.hook("phase1_done", plan.plan_id)
             plan = self.repo.get_plan(plan.plan_id)
             missed = sorted(v.job_id for v in plan.victims if v.state is VictimState.MISSED)
-            if missed and plan.on_miss is MissPolicy.ABORT:
+            if missed and plan.on_miss is DeadlineAction.ABORT:
                 return self._undo(guard, plan.plan_id,
                                   f"victim(s) {missed} missed the deadline; nobody "
                                   "requeued", PlanState.ABORTED, w)

@@ -14,25 +14,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hai_slurm.priority.executor.types import ExecutionRequest, VictimContext
-from hai_slurm.priority.store import (
-    AuditEntry,
-    CreditEntry,
-    CycleWrite,
-    EventKind,
-    FairnessEvent,
-    MissPolicy,
-    Plan,
-    PlanJob,
-    VictimState,
-)
-from hai_slurm.slurm_plugins.directives import parse_admin_comment
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
+from hai_slurm.priority.store import AuditEntry, CreditEntry, CycleWrite, Plan, PlanJob, VictimState
+from hai_slurm.slurm_plugins.job_record import job_record
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobFacts
 
 
 def team_of(job: Job) -> str:
-    """The job's team: the ``#HAI --team`` record in its admin_comment, else its account."""
-    info = parse_admin_comment(job.admin_comment)
-    return info.team if info is not None and info.team else (job.account or job.user)
+    """The job's team, as the policy counts it (:func:`~hai_slurm.slurm_plugins.job_record.
+    job_record`)."""
+    return job_record(job).team
 
 
 def plan_jobs(request: ExecutionRequest, snap: ClusterSnapshot
@@ -64,10 +56,9 @@ def victim_contexts(request: ExecutionRequest, snap: ClusterSnapshot,
         job, f = snap.job(jid), facts.get(jid)
         if job is None or f is None or not f.running:
             return f"victim {jid} is not running any more ({f.state if f else 'gone'})"
-        info = parse_admin_comment(job.admin_comment)
-        ctl = (str(Path(info.checkpoint_dir) / ".hai" / str(jid))
-               if info is not None and info.checkpoint_dir else None)
-        if ctl is None and request.on_miss is MissPolicy.ABORT:
+        checkpoint_dir = job_record(job).checkpoint_dir
+        ctl = str(Path(checkpoint_dir) / ".hai" / str(jid)) if checkpoint_dir else None
+        if ctl is None and request.on_miss is DeadlineAction.ABORT:
             return (f"victim {jid} has no #HAI --checkpoint-dir, so it cannot acknowledge; "
                     "with policy abort the plan could never succeed")
         out.append(VictimContext(jid, job.uid, ctl, f.restart_count,
@@ -84,7 +75,7 @@ def settle_records(plan: Plan, now: float, *, preempting: bool = True) -> CycleW
     events: list[FairnessEvent] = []
     credits: list[CreditEntry] = []
     for v in requeued:
-        events.append(FairnessEvent(team=v.team, user=v.user, kind=EventKind.PREEMPTED, at=now,
+        events.append(FairnessEvent(team=v.team, user=v.user, kind=EventKind.PREEMPTED, time=now,
                                     plan_id=plan.plan_id, job_id=v.job_id))
         start = v.asked_at if v.asked_at is not None else plan.created_at
         end = v.acked_at if v.acked_at is not None else (v.requeued_at or now)
@@ -96,7 +87,7 @@ def settle_records(plan: Plan, now: float, *, preempting: bool = True) -> CycleW
     if requeued and preempting:
         for b in plan.beneficiaries:
             events.append(FairnessEvent(team=b.team, user=b.user, kind=EventKind.PREEMPTING,
-                                        at=now, plan_id=plan.plan_id, job_id=b.job_id))
+                                        time=now, plan_id=plan.plan_id, job_id=b.job_id))
     audit = tuple(AuditEntry(at=now, kind="preempted", team=v.team, job_id=v.job_id,
                              plan_id=plan.plan_id,
                              message=f"job {v.job_id} ({v.team}) requeued for plan "

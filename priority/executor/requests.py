@@ -18,8 +18,7 @@ from hai_slurm.errors import ConfigError
 from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.planner.types import PlanningResult, PreemptionPlan
 from hai_slurm.priority.policy.settings import DeadlineAction, PolicyConfig
-from hai_slurm.priority.store import MissPolicy
-from hai_slurm.slurm_plugins.directives import parse_admin_comment
+from hai_slurm.slurm_plugins.job_record import job_record
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
 
 DEFAULT_GRACE = 60.0
@@ -29,16 +28,16 @@ def victim_deadline(job_id: int, cls: PriorityClass, snap: ClusterSnapshot,
                     config: PolicyConfig, default: float = DEFAULT_GRACE) -> float:
     """The job's own grace, capped by its class's grace cap (at least 1 s)."""
     job = snap.job(job_id)
-    info = parse_admin_comment(job.admin_comment) if job is not None else None
-    grace = float(info.grace) if info is not None else default
+    asked = job_record(job).grace if job is not None else None
+    grace = float(asked) if asked is not None else default
     cap = config.classes[cls].grace_cap
     return max(1.0, min(grace, cap) if cap > 0 else grace)
 
 
-def miss_policy(cls: PriorityClass, config: PolicyConfig) -> MissPolicy:
+def miss_policy(cls: PriorityClass, config: PolicyConfig) -> DeadlineAction:
     """What happens to a plan for a job of class ``cls`` when a victim misses its deadline."""
     action = config.classes[cls].on_deadline
-    return MissPolicy.FORCE if action is DeadlineAction.FORCE else MissPolicy.ABORT
+    return DeadlineAction.FORCE if action is DeadlineAction.FORCE else DeadlineAction.ABORT
 
 
 def request_from_plan(plan: PreemptionPlan, snap: ClusterSnapshot,

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.store import MissPolicy, PlanState
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.store import PlanState
 from hai_slurm.priority.store.records import JsonValue
 
 
@@ -26,7 +27,7 @@ class ExecutionRequest:
     victims: tuple[int, ...]
     nodes: tuple[str, ...] = ()
     deadlines: Mapping[int, float] = field(default_factory=dict)
-    on_miss: MissPolicy = MissPolicy.ABORT
+    on_miss: DeadlineAction = DeadlineAction.ABORT
     reason: str = ""
     lost_work: float = 0.0
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 from enum import Enum
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
     AUTO,
-    ClassSource,
     PendingDecision,
     PendingJob,
     Rule,
@@ -41,7 +41,7 @@ def _class_origin(job: PendingJob | RunningJob, auto_class: object) -> str:
     if job.requested == AUTO:
         return (f"requested AUTO, which resolved to {_name(auto_class)} (the highest class whose "
                 "per-class GPU quota still has room, else the default class)")
-    if job.source is ClassSource.DEFAULT:
+    if job.source is ClassOrigin.DEFAULT:
         return (f"{_name(job.requested)} is the default class (the script has no "
                 "#HAI --priority line)")
     return f"requested {_name(job.requested)} with #HAI --priority"

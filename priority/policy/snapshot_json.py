@@ -16,11 +16,11 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.policy.ladder import parse_class
 from hai_slurm.priority.policy.state import (
     AUTO,
-    ClassSource,
     EventKind,
     FairnessEvent,
     PendingJob,
@@ -67,7 +67,7 @@ def _build(cls: type[Any], raw: object, where: str, source: str) -> Any:
         if "resources" in args:
             args["resources"] = _build(Resources, args["resources"], f"{where}.resources", source)
         if "source" in args:
-            args["source"] = ClassSource(args["source"])
+            args["source"] = ClassOrigin(args["source"])
         if "kind" in args:
             args["kind"] = EventKind(args["kind"])
         if "nodes" in args:

@@ -15,18 +15,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal, NamedTuple
 
-from hai_slurm.classes import PriorityClass
+from hai_slurm.classes import ClassOrigin, PriorityClass
 
 #: What ``#HAI --priority=AUTO`` requests: the highest class the team still has quota for.
 AUTO: Literal["AUTO"] = "AUTO"
 Requested = PriorityClass | Literal["AUTO"]
 
-
-class ClassSource(StrEnum):
-    """Where a job's requested class came from."""
-
-    DIRECTIVE = "directive"  # an explicit `#HAI --priority=` line
-    DEFAULT = "default"      # no directive: the configured default class
 
 
 class Rule(StrEnum):
@@ -72,7 +66,7 @@ class PendingJob:
     requested: Requested
     submit_time: float
     resources: Resources = Resources(1, 1, 0)
-    source: ClassSource = ClassSource.DIRECTIVE
+    source: ClassOrigin = ClassOrigin.DIRECTIVE
     first_submit_time: float | None = None
     eligible_time: float | None = None
     prior_wait: float = 0.0
@@ -109,7 +103,7 @@ class RunningJob:
     submit_time: float
     start_time: float
     resources: Resources = Resources(1, 1, 0)
-    source: ClassSource = ClassSource.DIRECTIVE
+    source: ClassOrigin = ClassOrigin.DIRECTIVE
     run_time: float = 0.0
     restarts: int = 0
     preemptible: bool = True
@@ -120,13 +114,17 @@ class RunningJob:
 
 @dataclass(frozen=True, slots=True)
 class FairnessEvent:
-    """One preemption as seen by one side: a team/user was preempted, or preempted someone."""
+    """One preemption as seen by one side: a team/user was preempted, or preempted someone.
+
+    The policy counts these over a rolling window; the store keeps them (``plan_id`` links an
+    event to the plan that caused it)."""
 
     kind: EventKind
     team: str
     user: str
     time: float
-    job_id: int = 0
+    job_id: int | None = None
+    plan_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +167,7 @@ class PendingReason(NamedTuple):
     """
 
     requested: Requested
-    source: ClassSource
+    source: ClassOrigin
     base: PriorityClass           # after AUTO, fairness demotion and decay, before aging
     auto_class: PriorityClass | None
     demoted: bool

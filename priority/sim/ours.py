@@ -19,16 +19,23 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import replace
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import decide
 from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
-from hai_slurm.priority.policy.state import PendingJob, PolicyResult, PolicyState, RunningJob
+from hai_slurm.priority.policy.state import (
+    EventKind,
+    FairnessEvent,
+    PendingJob,
+    PolicyResult,
+    PolicyState,
+    RunningJob,
+)
 from hai_slurm.priority.sim.engine import Engine, Mode, SimJob
-from hai_slurm.priority.store import FairnessEvent, Protection, TrackedJob
-from hai_slurm.priority.store.states import EventKind
-from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+from hai_slurm.priority.store import Protection, TrackedJob
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 
 
 class HaiSlurm:
@@ -62,7 +69,7 @@ class HaiSlurm:
         cls = job.trace.cls
         info = HaiJobInfo(priority=cls.value, job_class=cls.value, team=job.trace.team,
                           preemptible=True, grace=self.eng.costs.checkpoint_time(job.gpus),
-                          source=Source.DIRECTIVE)
+                          source=ClassOrigin.DIRECTIVE)
         return {"qos": cls.qos, "priority": 1, "admin_comment": format_admin_comment(info)}
 
     def on_step(self, now: int) -> None:
@@ -75,7 +82,7 @@ class HaiSlurm:
         policy = self.config.policy
         snap = slurm.snapshot()
         window = now - policy.fairness.window
-        while self.events and self.events[0].at < window:
+        while self.events and self.events[0].time < window:
             self.events.popleft()
         protections = {t: p for t, p in self.protections.items() if p.until > now}
         d = decide(snap, tracked=self.tracked, events=tuple(self.events), state=self.state,
@@ -122,13 +129,13 @@ class HaiSlurm:
             self.inflight[plan.beneficiary] = now + delay + eng.costs.requeue_delay + 1
             self.counts["plans"] += 1
             ben = eng.by_slurm[plan.beneficiary]
-            self.events.append(FairnessEvent(ben.trace.team, ben.trace.user or ben.trace.team,
-                                             EventKind.PREEMPTING, float(now),
+            self.events.append(FairnessEvent(EventKind.PREEMPTING, ben.trace.team,
+                                             ben.trace.user or ben.trace.team, float(now),
                                              job_id=plan.beneficiary))
             for v in plan.victims:
                 vj = eng.by_slurm[v.job_id]
-                self.events.append(FairnessEvent(v.team, vj.trace.user or v.team,
-                                                 EventKind.PREEMPTED, float(now),
+                self.events.append(FairnessEvent(EventKind.PREEMPTED, v.team,
+                                                 vj.trace.user or v.team, float(now),
                                                  job_id=v.job_id))
                 t = self.tracked.get(v.job_id)
                 if t is not None:

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from hai_slurm.priority.policy.state import FairnessEvent
 from hai_slurm.priority.store.models import (
     AuditRow,
     CreditRow,
@@ -17,7 +18,6 @@ from hai_slurm.priority.store.models import (
 from hai_slurm.priority.store.records import (
     AuditEntry,
     CreditEntry,
-    FairnessEvent,
     JsonValue,
     Plan,
     PlanJob,
@@ -57,13 +57,14 @@ def job_from_row(row: TrackedJobRow) -> TrackedJob:
 
 def event_row(event: FairnessEvent) -> FairnessEventRow:
     """A new fairness-event row."""
-    return FairnessEventRow(**asdict(event))
+    return FairnessEventRow(team=event.team, user=event.user, kind=event.kind, at=event.time,
+                            plan_id=event.plan_id, job_id=event.job_id)
 
 
 def event_from_row(row: FairnessEventRow) -> FairnessEvent:
     """The record of a fairness-event row."""
-    return FairnessEvent(team=row.team, user=row.user, kind=row.kind, at=row.at,
-                         plan_id=row.plan_id, job_id=row.job_id)
+    return FairnessEvent(kind=row.kind, team=row.team, user=row.user, time=row.at,
+                         job_id=row.job_id, plan_id=row.plan_id)
 
 
 def credit_row(entry: CreditEntry) -> CreditRow:

@@ -23,13 +23,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from hai_slurm.priority.store.states import (
-    ClassOrigin,
-    EventKind,
-    MissPolicy,
-    PlanState,
-    VictimState,
-)
+from hai_slurm.classes import ClassOrigin
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.policy.state import EventKind
+from hai_slurm.priority.store.states import PlanState, VictimState
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -97,7 +94,7 @@ class PlanRow(Base):
     created_at: Mapped[float] = mapped_column(Double, index=True)
     updated_at: Mapped[float] = mapped_column(Double)
     reason: Mapped[str] = mapped_column(Text)
-    on_miss: Mapped[MissPolicy] = mapped_column(_enum(MissPolicy))
+    on_miss: Mapped[DeadlineAction] = mapped_column(_enum(DeadlineAction))
     deadline_at: Mapped[float | None] = mapped_column(Double)
 
     beneficiaries: Mapped[list[PlanBeneficiaryRow]] = relationship(

@@ -12,6 +12,7 @@ from sqlalchemy import Select, exists, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from hai_slurm.errors import StateError
+from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store.convert import audit_row
 from hai_slurm.priority.store.models import (
     PlanBeneficiaryRow,
@@ -22,7 +23,6 @@ from hai_slurm.priority.store.models import (
 from hai_slurm.priority.store.records import AuditEntry, PlanJob
 from hai_slurm.priority.store.states import (
     FINAL_PLAN_STATES,
-    MissPolicy,
     PlanState,
     VictimState,
     check_plan_transition,
@@ -68,7 +68,7 @@ def create_plan(
     beneficiaries: Sequence[PlanJob],
     victims: Sequence[PlanJob],
     reason: str,
-    on_miss: MissPolicy,
+    on_miss: DeadlineAction,
     deadline_at: float | None,
 ) -> PlanRow:
     """Insert a plan in state ``planned``, its victims ``chosen``; return the row (id assigned)."""

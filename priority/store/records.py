@@ -8,13 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from hai_slurm.priority.store.states import (
-    ClassOrigin,
-    EventKind,
-    MissPolicy,
-    PlanState,
-    VictimState,
-)
+from hai_slurm.classes import ClassOrigin
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.policy.state import FairnessEvent
+from hai_slurm.priority.store.states import PlanState, VictimState
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 
@@ -40,17 +37,6 @@ class TrackedJob:
     checkpoint_step: int | None = None
     priority: int | None = None  # the last priority the daemon wrote to Slurm
 
-
-@dataclass(frozen=True)
-class FairnessEvent:
-    """One entry in the rolling fairness window: a team/user lost a job, or preempted others."""
-
-    team: str
-    user: str
-    kind: EventKind
-    at: float
-    plan_id: int | None = None
-    job_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +105,7 @@ class Plan:
     created_at: float
     updated_at: float
     reason: str
-    on_miss: MissPolicy
+    on_miss: DeadlineAction
     deadline_at: float | None
     beneficiaries: tuple[PlanJob, ...]
     victims: tuple[PlanVictim, ...]

@@ -16,6 +16,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from hai_slurm.errors import StateError
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.priority.store import convert, plans
 from hai_slurm.priority.store.engine import READ_ONLY, db_error
 from hai_slurm.priority.store.models import (
@@ -31,14 +33,13 @@ from hai_slurm.priority.store.records import (
     AuditEntry,
     CreditEntry,
     CycleWrite,
-    FairnessEvent,
     JsonValue,
     Plan,
     PlanJob,
     Protection,
     TrackedJob,
 )
-from hai_slurm.priority.store.states import EventKind, MissPolicy, PlanState, VictimState
+from hai_slurm.priority.store.states import PlanState, VictimState
 
 _CHUNK = 500  # ids per IN (...) list; far below SQLite's and MariaDB's limits
 
@@ -264,7 +265,7 @@ class Repository:
         beneficiaries: Sequence[PlanJob],
         victims: Sequence[PlanJob],
         reason: str,
-        on_miss: MissPolicy = MissPolicy.ABORT,
+        on_miss: DeadlineAction = DeadlineAction.ABORT,
         deadline_at: float | None = None,
     ) -> Plan:
         """Record a new plan (state ``planned``); a job may be in one unfinished plan only."""

@@ -11,30 +11,6 @@ from enum import StrEnum
 from hai_slurm.errors import StateError
 
 
-class ClassOrigin(StrEnum):
-    """Where a job's effective priority class came from."""
-
-    DIRECTIVE = "directive"  # the job's own `#HAI --priority=...`
-    DEFAULT = "default"  # no directive: the configured default class
-    AGING = "aging"  # promoted after waiting past its class's bound
-    DECAY = "decay"  # ABOVE_NORMAL decayed to NORMAL after its running time
-    DEMOTION = "demotion"  # its team preempted too often: one class lower
-
-
-class EventKind(StrEnum):
-    """A fairness event: the team/user lost a job to a plan, or a plan ran for it."""
-
-    PREEMPTED = "preempted"
-    PREEMPTING = "preempting"
-
-
-class MissPolicy(StrEnum):
-    """What a plan does when a victim misses its checkpoint deadline."""
-
-    ABORT = "abort"  # nobody is requeued; the victims go on having lost nothing
-    FORCE = "force"  # requeue anyway
-
-
 class PlanState(StrEnum):
     """States of a two-phase preemption plan.
 

@@ -27,7 +27,7 @@ from daemon_support import (
 
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.daemon.metrics import sample
-from hai_slurm.priority.store import EventKind, FairnessEvent
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.testbed.waiting import check
 
 
@@ -131,8 +131,8 @@ def test_protected_team_and_demoted_team(testbed: Testbed, submit: Submitter,
     d = in_process(cfg)
     now = time.time()
     d.repository.add_events(
-        [FairnessEvent("team-a", "root", EventKind.PREEMPTED, now - 60 - i) for i in range(2)]
-        + [FairnessEvent("team-b", "root", EventKind.PREEMPTING, now - 60 - i)
+        [FairnessEvent(EventKind.PREEMPTED, "team-a", "root", now - 60 - i) for i in range(2)]
+        + [FairnessEvent(EventKind.PREEMPTING, "team-b", "root", now - 60 - i)
            for i in range(2)])
     victim = job(submit, "NORMAL", "team-a", ("-N1", "--gres=gpu:1"))
     submit.wait(victim, "RUNNING")

@@ -29,7 +29,7 @@ from daemon_support import (
 
 # The store's MariaDB fixtures (the testbed's server, a fresh database per test).
 from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
-from hai_slurm.priority.store import EventKind, FairnessEvent
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.testbed import local
 
 
@@ -63,7 +63,7 @@ def test_sigkilled_daemon_restarted_keeps_every_counter(
                              database_url=url)
     repo = in_process(cfg).repository  # creates the schema
     now = time.time()
-    repo.add_events(FairnessEvent("team-a", "root", EventKind.PREEMPTED, now - 30 - i)
+    repo.add_events(FairnessEvent(EventKind.PREEMPTED, "team-a", "root", now - 30 - i)
                     for i in range(2))
     blocker = job(submit, "NORMAL", "team-b")
     submit.wait(blocker, "RUNNING")

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.errors import DirectiveError
 from hai_slurm.slurm_plugins import entitlements as entitlements_module
-from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, parse_admin_comment
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, parse_admin_comment
 from hai_slurm.slurm_plugins.entitlements import demo_entitlements
 from hai_slurm.slurm_plugins.submit_check import evaluate_submission
 
@@ -185,7 +186,7 @@ def test_good_directives_land_in_admin_comment_and_qos(cluster: Cluster) -> None
     assert fields["QOS"] == "very_high"
     assert parse_admin_comment(fields["AdminComment"]) == HaiJobInfo(
         priority="VERY_HIGH", job_class="VERY_HIGH", team="team-a", preemptible=False,
-        grace=90, source=Source.DIRECTIVE, checkpoint_dir="/ckpt/x")
+        grace=90, source=ClassOrigin.DIRECTIVE, checkpoint_dir="/ckpt/x")
 
 
 def test_job_without_directives_gets_the_default_class(cluster: Cluster) -> None:
@@ -196,7 +197,7 @@ def test_job_without_directives_gets_the_default_class(cluster: Cluster) -> None
     info = parse_admin_comment(fields["AdminComment"])
     assert fields["QOS"] == "normal"
     assert info is not None and (info.job_class, info.team, info.source) == (
-        "NORMAL", "team-b", Source.DEFAULT)
+        "NORMAL", "team-b", ClassOrigin.DEFAULT)
 
 
 def test_directive_after_first_command_is_ignored_with_a_warning(cluster: Cluster) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hai_slurm.classes import PriorityClass
+from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.clock import FakeClock
 from hai_slurm.priority.config.loader import DaemonConfig, Intervals
 from hai_slurm.priority.daemon.loop import Daemon, open_store
 from hai_slurm.priority.policy.settings import PolicyConfig
-from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.fake import FakeSlurm
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
@@ -18,7 +18,7 @@ T0 = 1_800_000_000
 
 
 def record(cls: PriorityClass | str, team: str = "vision", *, preemptible: bool = True,
-           source: Source = Source.DIRECTIVE) -> str:
+           source: ClassOrigin = ClassOrigin.DIRECTIVE) -> str:
     """The admin_comment job_submit.lua would write for a job of ``cls`` in ``team``."""
     name = cls.value if isinstance(cls, PriorityClass) else cls
     job_class = name if name != "AUTO" else "NORMAL"

@@ -21,12 +21,13 @@ from hai_slurm.checkpoint.protocol import (
     write_ack,
     write_phase,
 )
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.clock import FakeClock
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.types import ExecutorSettings
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.repository import Repository
-from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import JobState
 
@@ -66,7 +67,7 @@ class World:
         """Submit and start a victim job with a checkpoint dir under tmp."""
         ckdir = self.tmp / f"ck-{name}"
         info = HaiJobInfo(priority="LOW", job_class="LOW", team=team, preemptible=True,
-                          grace=grace, source=Source.DIRECTIVE,
+                          grace=grace, source=ClassOrigin.DIRECTIVE,
                           checkpoint_dir=str(ckdir) if checkpoint else None)
         jid = self.fake.submit(name=name, uid=os.getuid(), account=team, qos="low", nodes=nodes,
                                gpus_per_node=gpus, admin_comment=format_admin_comment(info))
@@ -81,7 +82,7 @@ class World:
                 qos: str = "high", priority: int = 10) -> int:
         """Submit a job that has to wait."""
         info = HaiJobInfo(priority="HIGH", job_class="HIGH", team=team, preemptible=True,
-                          grace=30, source=Source.DIRECTIVE)
+                          grace=30, source=ClassOrigin.DIRECTIVE)
         return self.fake.submit(name=name, uid=os.getuid(), account=team, qos=qos, nodes=nodes,
                                 gpus_per_node=gpus, priority=priority,
                                 admin_comment=format_admin_comment(info))

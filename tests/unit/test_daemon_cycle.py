@@ -16,7 +16,7 @@ from hai_slurm.priority.hooks import CycleExtras, CycleView
 from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.scoring import BAND, BASE
 from hai_slurm.priority.policy.settings import ClassPolicy, FairnessConfig, PolicyConfig
-from hai_slurm.priority.store import EventKind, FairnessEvent
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.slurm_plugins.fake import FakeSlurm
 from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot
 
@@ -185,8 +185,8 @@ class Recorder:
     def execute(self, plan: object | None, view: CycleView) -> CycleExtras:
         assert plan == ("plan", sorted(view.result.priorities))
         return CycleExtras(events=(
-            FairnessEvent("vision", "u", EventKind.PREEMPTED, view.now),
-            FairnessEvent("vision", "u", EventKind.PREEMPTED, view.now)))
+            FairnessEvent(EventKind.PREEMPTED, "vision", "u", view.now),
+            FairnessEvent(EventKind.PREEMPTED, "vision", "u", view.now)))
 
 
 def test_planner_and_executor_hook_runs_after_priorities(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from executor_world import Behaviour, World, make_world
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.conf.topology import Level, Topology
 from hai_slurm.priority.config.loader import DaemonConfig, parse_config
 from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
@@ -15,10 +16,11 @@ from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.planner.slurm_topology import DerivedTopology
-from hai_slurm.priority.store import EventKind, PlanState
+from hai_slurm.priority.policy.state import EventKind
+from hai_slurm.priority.store import PlanState
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.lock import LeaderLock
-from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.parse import parse_switches
 from hai_slurm.slurm_plugins.types import JobState
 from hai_slurm.testbed.describe import cluster_description
@@ -52,7 +54,7 @@ def _fill_and_wait(world: World) -> tuple[list[int], int]:
     world.fake.advance(world.fake.now + 3600)
     world.clock.now = float(world.fake.now)
     info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
-                      grace=30, source=Source.DIRECTIVE)
+                      grace=30, source=ClassOrigin.DIRECTIVE)
     bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=2,
                              gpus_per_node=8, admin_comment=format_admin_comment(info),
                              now=world.fake.now - 600)

@@ -15,7 +15,7 @@ from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.daemon.metrics import sample
 from hai_slurm.priority.policy.settings import ClassPolicy, FairnessConfig, PolicyConfig
-from hai_slurm.priority.store import EventKind, FairnessEvent
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
 
 
@@ -103,7 +103,7 @@ def test_restart_keeps_every_counter(tmp_path: Path) -> None:
     r = rig(tmp_path, policy, cycle=10, lock_ttl=30)
     lows = [r.submit(PriorityClass.LOW, team=t) for t in ("a", "b", "a")]
     d = r.daemon("first")
-    d.repository.add_events(FairnessEvent("a", "u", EventKind.PREEMPTED, T0 - 10 * i)
+    d.repository.add_events(FairnessEvent(EventKind.PREEMPTED, "a", "u", T0 - 10 * i)
                             for i in range(3))
     for _ in range(8):
         d.run_once()

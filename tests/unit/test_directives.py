@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.errors import ConfigError, DirectiveError
 from hai_slurm.slurm_plugins import entitlements as ent_mod
 from hai_slurm.slurm_plugins.directives import (
     CLASS_NAMES,
     HaiJobInfo,
-    Source,
     decode_value,
     edit_distance,
     encode_value,
@@ -35,7 +35,7 @@ from hai_slurm.slurm_plugins.entitlements import (
 from hai_slurm.slurm_plugins.submit_check import evaluate_submission
 
 INFO = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-a", preemptible=True, grace=60,
-                  source=Source.DIRECTIVE, checkpoint_dir="/ckpt/run 1")
+                  source=ClassOrigin.DIRECTIVE, checkpoint_dir="/ckpt/run 1")
 
 
 def test_parse_script_reads_every_option_with_its_line() -> None:
@@ -121,7 +121,7 @@ def test_parse_admin_comment_ignores_unknown_fields() -> None:
     info = parse_admin_comment("x|hai:v1:priority=AUTO;class=NORMAL;team=t;preemptible=no;"
                                "grace=7;source=default;future=1")
     assert info == HaiJobInfo(priority="AUTO", job_class="NORMAL", team="t", preemptible=False,
-                              grace=7, source=Source.DEFAULT)
+                              grace=7, source=ClassOrigin.DEFAULT)
 
 
 @given(ckpt=st.one_of(st.none(), st.text(min_size=1).map(lambda t: "/" + t)),
@@ -131,7 +131,7 @@ def test_admin_comment_round_trip(ckpt: str | None, note: str, preemptible: bool
                                   grace: int) -> None:
     """Whatever the checkpoint path and admin note, the record reads back unchanged."""
     info = HaiJobInfo(priority="LOW", job_class="LOW", team="team-b", preemptible=preemptible,
-                      grace=grace, source=Source.QOS, checkpoint_dir=ckpt)
+                      grace=grace, source=ClassOrigin.QOS, checkpoint_dir=ckpt)
     merged = format_admin_comment(info, note)
     assert parse_admin_comment(merged) == info
     assert merged.count("hai:v1:") == 1
@@ -162,7 +162,7 @@ def test_evaluate_accepts_and_sets_class_qos() -> None:
     assert acc.qos == "high"
     assert parse_admin_comment(acc.admin_comment) == HaiJobInfo(
         priority="HIGH", job_class="HIGH", team="team-b", preemptible=True, grace=30,
-        source=Source.DIRECTIVE)
+        source=ClassOrigin.DIRECTIVE)
     assert acc.admin_comment.startswith("note|")
 
 
@@ -232,13 +232,12 @@ def test_admin_comment_parse_is_cached_and_decodes_plain_values_unchanged() -> N
     gives the same frozen value; values with and without percent escapes decode correctly."""
     from hai_slurm.slurm_plugins.directives import (
         HaiJobInfo,
-        Source,
         decode_value,
         format_admin_comment,
         parse_admin_comment,
     )
     info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="vision lab|x", preemptible=True,
-                      grace=90, source=Source.DIRECTIVE, checkpoint_dir="/ckpt/a;b")
+                      grace=90, source=ClassOrigin.DIRECTIVE, checkpoint_dir="/ckpt/a;b")
     text = format_admin_comment(info, "admin note")
     parse_admin_comment.cache_clear()
     first = parse_admin_comment(text)

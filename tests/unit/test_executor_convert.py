@@ -19,7 +19,7 @@ from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.types import PlanningResult, PreemptionPlan, Victim
 from hai_slurm.priority.policy.settings import ClassPolicy, DeadlineAction, PolicyConfig
 from hai_slurm.priority.policy.state import PolicyResult, PolicyState
-from hai_slurm.priority.store import MissPolicy, PlanState
+from hai_slurm.priority.store import PlanState
 
 
 def policy(**changes: ClassPolicy) -> PolicyConfig:
@@ -53,10 +53,10 @@ def test_plan_converts_with_capped_deadlines_and_the_beneficiary_class_policy(
                  HIGH=ClassPolicy(600, 600, True, DeadlineAction.FORCE))
     req = request_from_plan(plan_for(bene, [v1, v2]), world.fake.snapshot(), cfg)
     assert req.deadlines == {v1: 30.0, v2: 120.0}
-    assert req.on_miss is MissPolicy.FORCE
+    assert req.on_miss is DeadlineAction.FORCE
     assert req.nodes == ("n1", "n2") and req.lost_work == 480.0
     assert requests_from(PlanningResult(plans=(plan_for(bene, [v1]),)),
-                         world.fake.snapshot(), PolicyConfig())[0].on_miss is MissPolicy.ABORT
+                         world.fake.snapshot(), PolicyConfig())[0].on_miss is DeadlineAction.ABORT
     assert requests_from(req, world.fake.snapshot(), cfg) == (req,)
     with pytest.raises(ConfigError, match="cannot run a dict"):
         requests_from({"beneficiary": 1}, world.fake.snapshot(), cfg)

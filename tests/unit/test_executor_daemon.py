@@ -7,15 +7,17 @@ from pathlib import Path
 
 from executor_world import Behaviour, make_world
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.planner.testing import gpu_cluster
 from hai_slurm.priority.planner.types import PlannerConfig
-from hai_slurm.priority.store import EventKind, PlanState
+from hai_slurm.priority.policy.state import EventKind
+from hai_slurm.priority.store import PlanState
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.lock import LeaderLock
-from hai_slurm.slurm_plugins.directives import HaiJobInfo, Source, format_admin_comment
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.types import JobState
 
 
@@ -27,7 +29,7 @@ def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
     world.fake.advance(world.fake.now + 3600)  # they have run an hour
     world.clock.now = float(world.fake.now)
     info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
-                      grace=30, source=Source.DIRECTIVE)
+                      grace=30, source=ClassOrigin.DIRECTIVE)
     bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=2,
                              gpus_per_node=8, admin_comment=format_admin_comment(info),
                              now=world.fake.now - 600)

@@ -7,7 +7,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from hai_slurm.cli import cli
-from hai_slurm.priority.store import MissPolicy, PlanJob, PlanState, VictimState
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.store import PlanJob, PlanState, VictimState
 from hai_slurm.priority.store.engine import default_sqlite_url, upgrade
 from hai_slurm.priority.store.repository import Repository
 
@@ -30,7 +31,7 @@ def fill(state_dir: Path) -> None:
     repo.transition_plan(p.plan_id, PlanState.DONE, at=T + 1.2, note="beneficiary 10 started")
     q = repo.create_plan(at=T + 60, beneficiaries=[PlanJob(11, "team-b", "bob", 8)],
                          victims=[PlanJob(3, "team-c", "cy", 8)], reason="HIGH job 11 waits",
-                         on_miss=MissPolicy.ABORT)
+                         on_miss=DeadlineAction.ABORT)
     repo.update_victims(q.plan_id, [3], VictimState.ASKED, at=T + 60)
     repo.transition_plan(q.plan_id, PlanState.SIGNALLED, at=T + 60)
     repo.update_victims(q.plan_id, [3], VictimState.MISSED, at=T + 65)

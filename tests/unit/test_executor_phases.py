@@ -10,7 +10,9 @@ from executor_world import T0, Behaviour, World, make_world
 from hai_slurm.errors import ConfigError, StateError
 from hai_slurm.priority.executor.guard import TOP_PRIORITY, context_key
 from hai_slurm.priority.executor.types import ExecutionRequest, ExecutorSettings
-from hai_slurm.priority.store import EventKind, MissPolicy, PlanState, VictimState
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.policy.state import EventKind
+from hai_slurm.priority.store import PlanState, VictimState
 from hai_slurm.slurm_plugins.types import JobState
 
 
@@ -130,7 +132,7 @@ def test_force_requeues_the_slow_victim_anyway(world: World) -> None:
                    [Behaviour()] * 2)
     bene = world.pending("bene", gpus=8, nodes=2)
     req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
-                           deadlines=dict.fromkeys(victims[:2], 3.0), on_miss=MissPolicy.FORCE)
+                           deadlines=dict.fromkeys(victims[:2], 3.0), on_miss=DeadlineAction.FORCE)
     result = world.executor().run(req, world.fake.snapshot())
     assert result.state is PlanState.DONE
     assert steps(world, result.plan_id) == ["planned", "signalled", "forced", "requeued", "done"]
@@ -183,10 +185,10 @@ def test_refused_when_jobs_changed_or_cannot_acknowledge(world: World) -> None:
     snap = world.fake.snapshot()
     why = ex.prepare(ExecutionRequest(bene, (v,)), snap)
     assert isinstance(why, str) and "no #HAI --checkpoint-dir" in why
-    assert not isinstance(ex.prepare(ExecutionRequest(bene, (v,), on_miss=MissPolicy.FORCE),
+    assert not isinstance(ex.prepare(ExecutionRequest(bene, (v,), on_miss=DeadlineAction.FORCE),
                                      snap), str)
     world.fake.cancel(bene)
-    why = ex.prepare(ExecutionRequest(bene, (v,), on_miss=MissPolicy.FORCE), snap)
+    why = ex.prepare(ExecutionRequest(bene, (v,), on_miss=DeadlineAction.FORCE), snap)
     assert why == f"beneficiary {bene} is not pending any more (CANCELLED)"
     with pytest.raises(StateError, match="not started: beneficiary"):
         ex.run(ExecutionRequest(bene, (v,)), snap)

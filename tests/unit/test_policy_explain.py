@@ -7,12 +7,13 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.cli import cli
 from hai_slurm.priority.policy.explain import explain, explain_running
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.settings import PolicyConfig, TeamQuota
-from hai_slurm.priority.policy.state import AUTO, ClassSource, EventKind, FairnessEvent, Resources
+from hai_slurm.priority.policy.state import AUTO, EventKind, FairnessEvent, Resources
 from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 CLUSTER = Resources(16, 256, 16 * 256 * 1024)
@@ -41,7 +42,7 @@ def test_explain_names_class_origin_aging_order_compensation_quota_and_wait() ->
 
 def test_explain_default_and_auto_classes_and_fair_share() -> None:
     """Default class and AUTO are told apart; fair-share classes show the team's share."""
-    default = pending_job(1, P.NORMAL, team="vision", source=ClassSource.DEFAULT)
+    default = pending_job(1, P.NORMAL, team="vision", source=ClassOrigin.DEFAULT)
     auto = pending_job(2, AUTO, team="vision", gpus=2)
     result = compute_priorities([default, auto], [], config=CONFIG, cluster=CLUSTER, now=NOW)
     text = explain(default, result.pending[1], config=CONFIG)

@@ -14,15 +14,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.errors import StateError
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.priority.store import (
     AuditEntry,
-    ClassOrigin,
     CreditEntry,
     CycleWrite,
-    EventKind,
-    FairnessEvent,
-    MissPolicy,
     PlanJob,
     PlanState,
     Protection,
@@ -107,7 +106,7 @@ class TestJobs(StoreCase):
         repo.save_jobs([job(1)])
         bad = CycleWrite(
             at=T0, jobs=(job(1, run_seconds=99.0), job(2)), forget_jobs=(),
-            events=(FairnessEvent("vision", "ada", EventKind.PREEMPTED, T0, plan_id=424242),),
+            events=(FairnessEvent(EventKind.PREEMPTED, "vision", "ada", T0, plan_id=424242),),
         )
         with pytest.raises(StateError, match="recording the cycle failed"):
             repo.record_cycle(bad)  # plan 424242 does not exist: foreign key violation
@@ -149,10 +148,10 @@ class TestFairness(StoreCase):
     def events(self, repo: Repository) -> None:
         """Vision lost jobs at T0+100, +200, +300 (two by ada); nlp preempted at +250."""
         repo.add_events([
-            FairnessEvent("vision", "ada", EventKind.PREEMPTED, T0 + 100),
-            FairnessEvent("vision", "bob", EventKind.PREEMPTED, T0 + 200),
-            FairnessEvent("vision", "ada", EventKind.PREEMPTED, T0 + 300),
-            FairnessEvent("nlp", "cy", EventKind.PREEMPTING, T0 + 250),
+            FairnessEvent(EventKind.PREEMPTED, "vision", "ada", T0 + 100),
+            FairnessEvent(EventKind.PREEMPTED, "vision", "bob", T0 + 200),
+            FairnessEvent(EventKind.PREEMPTED, "vision", "ada", T0 + 300),
+            FairnessEvent(EventKind.PREEMPTING, "nlp", "cy", T0 + 250),
         ])
 
     @pytest.mark.usefixtures("events")
@@ -181,9 +180,9 @@ class TestFairness(StoreCase):
     def test_events_in_the_window_oldest_first(self, repo: Repository) -> None:
         """events_since returns the window's events, oldest first, fields intact."""
         assert repo.events_since(T0 + 200) == [
-            FairnessEvent("vision", "bob", EventKind.PREEMPTED, T0 + 200),
-            FairnessEvent("nlp", "cy", EventKind.PREEMPTING, T0 + 250),
-            FairnessEvent("vision", "ada", EventKind.PREEMPTED, T0 + 300),
+            FairnessEvent(EventKind.PREEMPTED, "vision", "bob", T0 + 200),
+            FairnessEvent(EventKind.PREEMPTING, "nlp", "cy", T0 + 250),
+            FairnessEvent(EventKind.PREEMPTED, "vision", "ada", T0 + 300),
         ]
 
     @pytest.mark.usefixtures("events")
@@ -249,7 +248,7 @@ class TestAuditAndValues(StoreCase):
 class TestPlans(StoreCase):
     """Plans follow their state machine; every step is recorded; illegal moves are refused."""
 
-    def new_plan(self, repo: Repository, on_miss: MissPolicy = MissPolicy.ABORT) -> int:
+    def new_plan(self, repo: Repository, on_miss: DeadlineAction = DeadlineAction.ABORT) -> int:
         """A plan: urgent job 100 (team ops) needs the GPUs of jobs 1 and 2 (teams a and b)."""
         plan = repo.create_plan(
             at=T0, beneficiaries=[pjob(100, "ops", gpus=16)],
@@ -342,8 +341,8 @@ class TestPlans(StoreCase):
 
     def test_missed_deadline_abort_and_force(self, repo: Repository) -> None:
         """A miss leads to aborted (abort policy) or forced then requeued (force policy)."""
-        for policy, path in ((MissPolicy.ABORT, [PlanState.ABORTED]),
-                             (MissPolicy.FORCE, [PlanState.FORCED, PlanState.REQUEUED])):
+        for policy, path in ((DeadlineAction.ABORT, [PlanState.ABORTED]),
+                             (DeadlineAction.FORCE, [PlanState.FORCED, PlanState.REQUEUED])):
             pid = self.new_plan(repo, on_miss=policy)
             repo.update_victims(pid, [1, 2], VictimState.ASKED, at=T0 + 1)
             repo.transition_plan(pid, PlanState.SIGNALLED, at=T0 + 1)
@@ -353,7 +352,7 @@ class TestPlans(StoreCase):
                 if state is PlanState.REQUEUED:
                     repo.update_victims(pid, [1, 2], VictimState.REQUEUED, at=T0 + 62)
                 repo.transition_plan(pid, state, at=T0 + 61 + i, note=f"job 2 missed ({policy})")
-            if policy is MissPolicy.FORCE:
+            if policy is DeadlineAction.FORCE:
                 repo.transition_plan(pid, PlanState.DONE, at=T0 + 70)
             assert repo.get_plan(pid).on_miss is policy
         assert repo.unfinished_plans() == []
@@ -384,8 +383,8 @@ class TestPlans(StoreCase):
         pid = self.new_plan(repo)
         also = CycleWrite(
             at=T0 + 9,
-            events=(FairnessEvent("a", "u", EventKind.PREEMPTED, T0 + 9, plan_id=pid),
-                    FairnessEvent("ops", "u", EventKind.PREEMPTING, T0 + 9, plan_id=pid)),
+            events=(FairnessEvent(EventKind.PREEMPTED, "a", "u", T0 + 9, plan_id=pid),
+                    FairnessEvent(EventKind.PREEMPTING, "ops", "u", T0 + 9, plan_id=pid)),
             credits=(CreditEntry("a", 0.5, at=T0 + 9, job_id=1, plan_id=pid),),
         )
         with pytest.raises(StateError, match="planned -> done"):

@@ -17,13 +17,12 @@ from pathlib import Path
 from sqlalchemy import Engine, insert
 from test_store_repository import StoreCase
 
+from hai_slurm.classes import ClassOrigin
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.priority.store import (
-    ClassOrigin,
     CreditEntry,
     CycleWrite,
-    EventKind,
-    FairnessEvent,
-    MissPolicy,
     PlanJob,
     PlanState,
     TrackedJob,
@@ -61,8 +60,8 @@ def cycle_write(cycle: int) -> CycleWrite:
     now = T0 + 10 * cycle
     return CycleWrite(
         at=now, jobs=cycle_jobs(cycle),
-        events=(FairnessEvent("team0", "user2", EventKind.PREEMPTED, now),
-                FairnessEvent("team1", "user1", EventKind.PREEMPTING, now)),
+        events=(FairnessEvent(EventKind.PREEMPTED, "team0", "user2", now),
+                FairnessEvent(EventKind.PREEMPTING, "team1", "user1", now)),
         credits=(CreditEntry("team0", 0.125 * (cycle + 1), at=now, job_id=2),),
         values=(("rr_cursor", {"LOW": f"team{cycle % 2}", "cycle": cycle}),),
     )
@@ -79,7 +78,7 @@ def run_daemon_and_die(url: str) -> None:
     plan = repo.create_plan(
         at=at, beneficiaries=[PlanJob(9, "team1", "user9", 16)],
         victims=[PlanJob(2, "team0", "user2", 8), PlanJob(3, "team1", "user3", 8)],
-        reason="job 9 needs 16 GPUs", on_miss=MissPolicy.ABORT, deadline_at=at + 60,
+        reason="job 9 needs 16 GPUs", on_miss=DeadlineAction.ABORT, deadline_at=at + 60,
     )
     repo.update_victims(plan.plan_id, [2, 3], VictimState.ASKED, at=at + 1)
     repo.transition_plan(plan.plan_id, PlanState.SIGNALLED, at=at + 1)

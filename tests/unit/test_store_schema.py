@@ -15,7 +15,7 @@ from sqlalchemy import Engine, inspect, text
 from test_store_repository import StoreCase
 
 from hai_slurm.errors import StateError
-from hai_slurm.priority.store import EventKind, FairnessEvent
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.priority.store.engine import (
     current_revision,
     default_sqlite_url,
@@ -93,7 +93,7 @@ def test_writer_locked_out_says_what_to_look_for(tmp_path: Path) -> None:
             conn.execute(text("SELECT 1"))
             expected = r"adding fairness events failed: database is locked; another .*fuser "
             with pytest.raises(StateError, match=expected):
-                impatient.add_events([FairnessEvent("t", "u", EventKind.PREEMPTED, 1.0)])
+                impatient.add_events([FairnessEvent(EventKind.PREEMPTED, "t", "u", 1.0)])
     finally:
         other.dispose()
 
