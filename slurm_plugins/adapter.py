@@ -24,11 +24,11 @@ import importlib.util
 from collections.abc import Callable
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import INFINITE, SlurmVersion
 from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm, SignalRecord
 from hai_slurm.slurm_plugins.runner import CommandRunner, DockerExecRunner, SubprocessRunner
 from hai_slurm.slurm_plugins.types import (
-    INFINITE,
     ActionResult,
     ClusterSnapshot,
     Job,
@@ -40,7 +40,6 @@ from hai_slurm.slurm_plugins.types import (
     Skipped,
     SkipReason,
     SlurmClient,
-    SlurmVersion,
 )
 
 __all__ = [

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import SlurmVersion
 from hai_slurm.slurm_plugins.parse import (
     job_messages,
     parse_jobs,
@@ -34,7 +35,6 @@ from hai_slurm.slurm_plugins.types import (
     SignalTarget,
     Skipped,
     SkipReason,
-    SlurmVersion,
     job_id_tuple,
 )
 from hai_slurm.slurm_plugins.version import (

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import INFINITE, SlurmVersion
 from hai_slurm.slurm_plugins.hostlist import compress_hostlist
 from hai_slurm.slurm_plugins.types import (
-    INFINITE,
     ActionResult,
     ClusterSnapshot,
     Job,
@@ -33,7 +33,6 @@ from hai_slurm.slurm_plugins.types import (
     SignalTarget,
     Skipped,
     SkipReason,
-    SlurmVersion,
     job_id_tuple,
 )
 

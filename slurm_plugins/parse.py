@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import INFINITE, DurationContext, duration_minutes, duration_seconds
 from hai_slurm.slurm_plugins.hostlist import (
     expand_hostlist,
     gres_gpu_count,
@@ -21,7 +22,7 @@ from hai_slurm.slurm_plugins.hostlist import (
     tres_gpu_count,
 )
 from hai_slurm.slurm_plugins.tres import job_size
-from hai_slurm.slurm_plugins.types import INFINITE, Job, JobState, Node, Partition, Qos
+from hai_slurm.slurm_plugins.types import Job, JobState, Node, Partition, Qos
 
 _NO_VAL = (0xFFFFFFFE, 0xFFFFFFFFFFFFFFFE, 0xFFFE)
 _INFINITE_RAW = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0xFFFF)
@@ -242,33 +243,19 @@ def parse_nodes(doc: Any, command: str = "sinfo --json") -> tuple[Node, ...]:
     return tuple(parse_node(r) for r in _records(doc, "nodes", command))
 
 
-def duration_minutes(value: str, where: str) -> int | None:
-    """Slurm durations ``[D-]HH:MM:SS``, ``MM:SS``, ``MM``; ``UNLIMITED``/``INFINITE`` -> INFINITE.
-
-    Returns whole minutes (seconds round up); ``None`` for ``NONE``, ``N/A`` and empty.
-    """
-    v = value.strip()
-    if v.upper() in ("UNLIMITED", "INFINITE"):
-        return INFINITE
-    if v.upper() in ("", "NONE", "N/A", "(NULL)"):
-        return None
-    seconds = duration_seconds(v, where)
-    return -(-seconds // 60)
+def _duration(value: str, context: DurationContext, where: str, *,
+              minutes: bool) -> int | None:
+    """A duration field (:mod:`hai_slurm.slurm_formats` rules) or SlurmError naming it."""
+    try:
+        return (duration_minutes if minutes else duration_seconds)(value, context)
+    except ValueError as err:
+        raise SlurmError(f"{where}: {err}") from None
 
 
-def duration_seconds(value: str, where: str) -> int:
-    """Seconds in a Slurm duration such as ``1-02:03:04``, ``00:00:10`` or ``30`` (minutes)."""
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip())
-    if m is None:
-        raise SlurmError(f"{where}: cannot read duration {value!r}; expected [D-]HH:MM:SS")
-    days, a, b, c = m.groups()
-    if c is not None:
-        h, mi, s = int(a), int(b), int(c)
-    elif b is not None:
-        h, mi, s = (int(a), int(b), 0) if days else (0, int(a), int(b))
-    else:
-        h, mi, s = (int(a), 0, 0) if days else (0, int(a), 0)
-    return ((int(days or 0) * 24 + h) * 60 + mi) * 60 + s
+def _grace(value: str, where: str) -> int:
+    """A GraceTime in seconds (a bare number is seconds; empty is 0)."""
+    seconds = _duration(value, DurationContext.GRACE_TIME, where, minutes=False)
+    return 0 if seconds is None or seconds == INFINITE else seconds
 
 
 def parse_partitions_text(output: str) -> tuple[Partition, ...]:
@@ -284,14 +271,14 @@ def parse_partitions_text(output: str) -> tuple[Partition, ...]:
                              f"{line[:80]!r}")
         where = f"partition {name}"
         node_list = "" if kv.get("Nodes") in (None, "(null)") else kv["Nodes"]
-        grace = kv.get("GraceTime", "0")
         parts.append(Partition(
             name=name, nodes=expand_hostlist(node_list), node_list=node_list,
             state=kv.get("State", "UP").upper(), default=kv.get("Default") == "YES",
             priority_tier=int(kv.get("PriorityTier", "1")),
-            max_time=duration_minutes(kv.get("MaxTime", "UNLIMITED"), f"{where}: MaxTime"),
+            max_time=_duration(kv.get("MaxTime", "UNLIMITED"), DurationContext.TIME_LIMIT,
+                               f"{where}: MaxTime", minutes=True),
             preempt_mode=kv.get("PreemptMode", "OFF").upper(),
-            grace_time=int(grace) if grace.isdigit() else duration_seconds(grace, where),
+            grace_time=_grace(kv.get("GraceTime", "0"), f"{where}: GraceTime"),
         ))
     return tuple(parts)
 
@@ -332,7 +319,13 @@ def parse_partitions_json(doc: Any) -> tuple[Partition, ...]:
 
 
 def parse_qos(output: str, fields: tuple[str, ...]) -> tuple[Qos, ...]:
-    """QOS rows from ``sacctmgr -P -n show qos format=<fields>`` (``|``-separated)."""
+    """QOS rows from ``sacctmgr -P -n show qos format=<fields>`` (``|``-separated).
+
+    The one QOS reader (the adapter's snapshot and ``conf.accounting``'s database snapshot).
+    ``fields`` name the columns in order (``Name`` is required; absent ones take defaults).
+    ``preempt_mode`` is upper case (``CLUSTER``, ``REQUEUE``), as in slurm.conf and scontrol;
+    sacctmgr prints it in lower case.
+    """
     out: list[Qos] = []
     for lineno, line in enumerate(output.splitlines(), 1):
         if not line.strip():
@@ -343,15 +336,15 @@ def parse_qos(output: str, fields: tuple[str, ...]) -> tuple[Qos, ...]:
                              f"({','.join(fields)}), got {len(cols)}: {line!r}")
         row = dict(zip(fields, cols, strict=True))
         where = f"qos {row['Name']}"
-        grace = row.get("GraceTime", "") or "0"
         usage = row.get("UsageFactor", "") or "1"
         out.append(Qos(
             name=row["Name"],
-            priority=int(row.get("Priority") or 0),
+            priority=number(row.get("Priority"), f"{where}: Priority") or 0,
             preempt=tuple(split_top_level(row.get("Preempt", ""))),
-            preempt_mode=(row.get("PreemptMode") or "cluster").upper(),
-            grace_time=duration_seconds(grace, f"{where}: GraceTime"),
-            max_wall=duration_minutes(row.get("MaxWall", ""), f"{where}: MaxWall"),
+            preempt_mode=(row.get("PreemptMode") or "cluster").strip().upper(),
+            grace_time=_grace(row.get("GraceTime", ""), f"{where}: GraceTime"),
+            max_wall=_duration(row.get("MaxWall", ""), DurationContext.TIME_LIMIT,
+                               f"{where}: MaxWall", minutes=True),
             usage_factor=float(usage),
             flags=tuple(split_top_level(row.get("Flags", ""))),
         ))

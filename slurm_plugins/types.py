@@ -2,7 +2,8 @@
 
 Everything here is immutable and uses Slurm's own vocabulary (job_state, state_reason, restart_cnt,
 admin_comment, ...). Times are POSIX seconds (``int``), ``None`` where Slurm has no value
-("Unknown", NO_VAL) and :data:`INFINITE` where Slurm means "no limit".
+("Unknown", NO_VAL) and :data:`~hai_slurm.slurm_formats.INFINITE` where Slurm means "no limit".
+Slurm's formats (versions, durations, sizes) are read in :mod:`hai_slurm.slurm_formats`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-INFINITE = -1
-"""Stands for Slurm's INFINITE / UNLIMITED in integer fields such as ``time_limit``."""
+from hai_slurm.slurm_formats import SlurmVersion
 
 JobIds = int | Iterable[int]
 """One job id or several: every action accepts both."""
@@ -90,23 +90,6 @@ class ActionResult:
         """The union of two results (used when an action needs several commands)."""
         return ActionResult(self.done + other.done, self.skipped + other.skipped,
                             self.commands + other.commands)
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class SlurmVersion:
-    """A Slurm release, e.g. 22.05.8."""
-
-    major: int
-    minor: int
-    micro: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor:02d}.{self.micro}"
-
-    @property
-    def series(self) -> str:
-        """The release series, e.g. ``"22.05"`` (names the test data folder)."""
-        return f"{self.major}.{self.minor:02d}"
 
 
 @dataclass(frozen=True, slots=True)
