@@ -19,11 +19,11 @@ from typing import Protocol
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_plugins.fake import FakeSlurm
+from hai_slurm.slurm_plugins.parse import job_state
 from hai_slurm.slurm_plugins.runner import CommandRunner, SubprocessRunner
 from hai_slurm.slurm_plugins.types import JobState
 
-_RUNNING = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING"})
-_PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+_RUNNING = frozenset({JobState.RUNNING, JobState.SUSPENDED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +31,16 @@ class JobFacts:
     """What the executor re-reads about one job, finished or not."""
 
     job_id: int
-    state: str
-    """Slurm's state word, upper case (RUNNING, PENDING, COMPLETING, FAILED, ...)."""
+    state: JobState
+    """The base state, read like the adapter reads it (a one-word flag such as CONFIGURING or
+    REQUEUED stands for RUNNING or PENDING; see :func:`hai_slurm.slurm_plugins.parse.job_state`).
+    """
     restart_count: int
     held: bool
     req_nodes: str
     """The ReqNodeList the job asked for ("" when none)."""
+    state_flags: tuple[str, ...] = ()
+    """Slurm's words besides the base state (e.g. ``REQUEUED``)."""
 
     @property
     def running(self) -> bool:
@@ -46,7 +50,7 @@ class JobFacts:
     @property
     def pending(self) -> bool:
         """Waiting in the queue (held or not)."""
-        return self.state in _PENDING
+        return self.state is JobState.PENDING
 
     @property
     def finished(self) -> bool:
@@ -72,10 +76,6 @@ class PreemptionActions(Protocol):
     def set_req_nodes(self, job_id: int, nodes: str) -> bool:
         """``scontrol update JobId=ID ReqNodeList=NODES`` ("" clears it); False if not pending."""
         ...
-
-
-def _state_word(raw: str) -> str:
-    return raw.strip().upper().split("+")[0].split()[0] if raw.strip() else "UNKNOWN"
 
 
 class CliPreemptionActions:
@@ -150,15 +150,20 @@ _FORMAT = "JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,ReqNodes:|"
 
 
 def parse_facts(line: str) -> JobFacts | None:
-    """One line of ``squeue -O`` with :data:`_FORMAT`; None for anything else."""
+    """One line of ``squeue -O`` with :data:`_FORMAT`; None for anything else.
+
+    The State column goes through the adapter's job-state reader; a state word Slurm does not
+    have raises SlurmError naming the job (rather than guessing that it finished).
+    """
     parts = line.strip().split("|")
     if len(parts) < 7 or not parts[0].isdigit():  # 6 fields, each ending in "|"
         return None
     _, state, restarts, priority, reason, req = parts[:6]
-    return JobFacts(job_id=int(parts[0]), state=_state_word(state),
+    base, flags = job_state(state, f"squeue State of job {parts[0]}")
+    return JobFacts(job_id=int(parts[0]), state=base,
                     restart_count=int(restarts) if restarts.isdigit() else 0,
                     held=priority.strip() == "0" and "held" in reason.lower(),
-                    req_nodes="" if req in ("(null)", "") else req)
+                    req_nodes="" if req in ("(null)", "") else req, state_flags=flags)
 
 
 class FakePreemptionActions:
@@ -175,8 +180,8 @@ class FakePreemptionActions:
         for jid in job_ids:
             j = self.fake.jobs.get(jid)
             if j is not None:
-                out[jid] = JobFacts(jid, j.state.value, j.restart_count, j.held,
-                                    self.req_nodes.get(jid, ""))
+                out[jid] = JobFacts(jid, j.state, j.restart_count, j.held,
+                                    self.req_nodes.get(jid, ""), j.flags)
         return out
 
     def requeue_any(self, job_ids: Sequence[int], *, hold: bool) -> tuple[int, ...]:

@@ -26,8 +26,18 @@ from hai_slurm.slurm_plugins.types import Job, JobState, Node, Partition, Qos
 
 _NO_VAL = (0xFFFFFFFE, 0xFFFFFFFFFFFFFFFE, 0xFFFE)
 _INFINITE_RAW = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0xFFFF)
-_STATE_ALIASES = {"CONFIGURING": "RUNNING", "CD": "COMPLETED", "CG": "COMPLETING",
-                  "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED"}
+_COMPACT_STATES = {"CD": "COMPLETED", "CG": "COMPLETING", "PD": "PENDING", "R": "RUNNING",
+                   "S": "SUSPENDED"}
+"""squeue's compact names (``%t``) that hai-slurm has met."""
+_FLAG_SHOWN_AS_STATE = {
+    "CONFIGURING": "RUNNING", "RESIZING": "RUNNING", "SIGNALING": "RUNNING",
+    "STOPPED": "RUNNING", "STAGE_OUT": "COMPLETING", "REQUEUED": "PENDING",
+    "REQUEUE_FED": "PENDING", "REQUEUE_HOLD": "PENDING", "SPECIAL_EXIT": "PENDING",
+    "RESV_DEL_HOLD": "PENDING", "REVOKED": "CANCELLED",
+}
+"""A state flag that Slurm's one-word state (``job_state_string``: ``squeue -O State``, openapi
+v0.0.38) shows *instead of* the base state, and the base state it implies. Used only when no
+base state is given; the word then stands for that state (no flag), as CONFIGURING always did."""
 _NODE_BASE = ("IDLE", "DOWN", "ALLOCATED", "ALLOC", "ERROR", "MIXED", "FUTURE", "UNKNOWN")
 
 
@@ -86,11 +96,20 @@ def states(value: Any, where: str) -> list[str]:
 
 
 def job_state(value: Any, where: str) -> tuple[JobState, tuple[str, ...]]:
-    """Base job state and flags. A COMPLETING flag wins, as squeue shows it."""
-    names = [_STATE_ALIASES.get(s, s) for s in states(value, where)]
-    if not names:
+    """Base job state and flags from any form Slurm writes a job's state in.
+
+    ``"RUNNING"``, ``["PENDING", "REQUEUED"]`` (data_parser), ``"RUNNING+COMPLETING"``, compact
+    ``"PD"``, or a flag shown alone (``"REQUEUED"``, ``"CONFIGURING"``; see
+    ``_FLAG_SHOWN_AS_STATE``).
+    A COMPLETING flag wins, as squeue shows it. Flags listed beside the base state are kept.
+    The one reader of job states: ``squeue --json`` records here and ``squeue -O State`` lines in
+    ``priority/slurm_actions.py`` both go through it.
+    """
+    words = [_COMPACT_STATES.get(s, s) for s in states(value, where)]
+    if not words:
         raise SlurmError(f"{where}: empty job_state")
     known = {s.value for s in JobState}
+    names = words if known.intersection(words) else [_FLAG_SHOWN_AS_STATE.get(s, s) for s in words]
     base_names = [s for s in names if s in known]
     if "COMPLETING" in names:
         base = JobState.COMPLETING
@@ -98,7 +117,7 @@ def job_state(value: Any, where: str) -> tuple[JobState, tuple[str, ...]]:
         base = JobState(base_names[0])
     else:
         raise SlurmError(f"{where}: unknown job_state {value!r}; known states: "
-                         + ", ".join(sorted(known)))
+                         + ", ".join(sorted(known | set(_FLAG_SHOWN_AS_STATE))))
     flags = tuple(s for s in names if s != base.value)
     return base, flags
 

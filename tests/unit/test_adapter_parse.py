@@ -201,6 +201,22 @@ def test_unknown_job_state_is_an_error_not_a_silent_drop() -> None:
     assert job_state(["CONFIGURING"], "x") == (JobState.RUNNING, ())
 
 
+@pytest.mark.parametrize(("value", "state", "flags"), [
+    ("REQUEUED", JobState.PENDING, ()),               # one-word form (squeue -O, v0.0.38)
+    (["PENDING", "REQUEUED"], JobState.PENDING, ("REQUEUED",)),   # data_parser list
+    ("REQUEUE_HOLD", JobState.PENDING, ()), ("SPECIAL_EXIT", JobState.PENDING, ()),
+    ("RESIZING", JobState.RUNNING, ()), (["RUNNING", "CONFIGURING"], JobState.RUNNING,
+                                         ("CONFIGURING",)),
+    ("STAGE_OUT", JobState.COMPLETING, ()), ("REVOKED", JobState.CANCELLED, ()),
+    ("PD", JobState.PENDING, ()), ("RUNNING+COMPLETING", JobState.COMPLETING, ("RUNNING",)),
+])
+def test_flags_slurm_shows_instead_of_a_state_read_as_the_state_they_imply(
+        value: object, state: JobState, flags: tuple[str, ...]) -> None:
+    """Slurm's one-word state shows some flags in place of the base state; each reads as the
+    state it implies (a requeued job is pending), and a listed flag stays a flag."""
+    assert job_state(value, "x") == (state, flags)
+
+
 def test_document_errors_and_missing_lists_raise() -> None:
     """Slurm-reported errors and a document without the expected list both raise."""
     with pytest.raises(SlurmError, match="reported errors"):
