@@ -156,10 +156,11 @@ def parse_snapshot(cluster: str, clusters_out: str, qos_out: str, accounts_out: 
                    assoc_out: str) -> AccountingSnapshot:
     """A snapshot from the outputs of :data:`SNAPSHOT_QUERIES` (``-n -P``: ``|``-separated).
 
-    QOS rows are read by the adapter's QOS reader (:func:`~hai_slurm.slurm_plugins.parse.
-    parse_qos`: GraceTime as Slurm means it, preempt mode upper case), which raises SlurmError
-    naming a row it cannot read. Account and association lines are read tolerantly: short or
-    odd lines are skipped (the worst outcome is a call that changes nothing).
+    QOS rows are read by the adapter's QOS reader
+    (:func:`~hai_slurm.slurm_plugins.parse.parse_qos`: GraceTime as Slurm means it, preempt mode
+    upper case), which raises SlurmError naming a row it cannot read. Account and association
+    lines are read tolerantly: short or odd lines are skipped (the worst outcome is a call that
+    changes nothing).
     """
     qos = {q.name: QosSetting(q.name, q.priority, q.preempt_mode, q.grace_time,
                               frozenset(q.preempt))

@@ -7,6 +7,9 @@ one size reader truncated ``"1.7M"`` to 1 MiB, the other rounded it to 2.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from hai_slurm.conf.deployment import target_version
@@ -122,3 +125,13 @@ def test_unreadable_or_too_old_versions_raise_each_callers_error() -> None:
         target_version("21.08.5")
     with pytest.raises(SlurmError, match=r"expected output like 'slurm 24\.11\.5'"):
         parse_version("scontrol: fatal: no config")
+
+
+def test_the_shared_module_sits_below_conf_adapter_and_daemon() -> None:
+    """Importing it loads no other hai_slurm module, so conf, slurm_plugins and priority can all
+    use it without importing each other."""
+    code = ("import sys, hai_slurm.slurm_formats; "
+            "print(sorted(m for m in sys.modules if m.startswith('hai_slurm')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "['hai_slurm', 'hai_slurm.slurm_formats']"
