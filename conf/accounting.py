@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.deployment import Deployment, PreemptionMode
 from hai_slurm.conf.model import ClassPolicy, ClusterDescription
+from hai_slurm.slurm_plugins.parse import parse_qos
 
 
 @dataclass(frozen=True)
 class QosSetting:
-    """One QOS. ``preempt_mode`` as sacctmgr prints it (lower case); ``preempt`` None: the list
-    is left as it is (daemon mode)."""
+    """One QOS. ``preempt_mode`` upper case like every preempt mode in hai-slurm (``REQUEUE``,
+    ``CLUSTER``; commands write it in sacctmgr's lower case); ``preempt`` None: the list is left
+    as it is (daemon mode)."""
 
     name: str
     priority: int
@@ -94,7 +96,7 @@ def accounting_setup(desc: ClusterDescription, dep: Deployment) -> AccountingSet
     by_cls = {cp.cls: cp for cp in desc.classes}
     qos = tuple(
         # PreemptMode/GraceTime of a QOS apply when a job *of this QOS* is the victim.
-        QosSetting(cp.qos, cp.cls.weight, "requeue" if native else "cluster",
+        QosSetting(cp.qos, cp.cls.weight, "REQUEUE" if native else "CLUSTER",
                    cp.grace_time_s if native else 0,
                    frozenset(by_cls[v].qos for v in cp.preempts) if native else None)
         for cp in desc.classes)
@@ -114,9 +116,12 @@ def accounting_setup(desc: ClusterDescription, dep: Deployment) -> AccountingSet
 
 # ---- what the database holds, and the calls that change it --------------------------------------
 
+SNAPSHOT_QOS_FIELDS = ("Name", "Priority", "Preempt", "PreemptMode", "GraceTime")
+"""The QOS columns the snapshot asks for (read by the adapter's one QOS reader, ``parse_qos``)."""
+
 SNAPSHOT_QUERIES: tuple[tuple[str, ...], ...] = (
     ("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"),
-    ("sacctmgr", "-n", "-P", "show", "qos", "format=name,priority,preempt,preemptmode,gracetime"),
+    ("sacctmgr", "-n", "-P", "show", "qos", "format=" + ",".join(SNAPSHOT_QOS_FIELDS)),
     ("sacctmgr", "-n", "-P", "show", "account", "format=account,description"),
     ("sacctmgr", "-n", "-P", "show", "assoc", "format=cluster,account,user,qos,defaultqos,grptres"),
 )
@@ -143,20 +148,6 @@ class AccountingSnapshot:
     assocs: Mapping[tuple[str, str], Assoc] = field(default_factory=dict)
 
 
-def parse_duration(text: str) -> int:
-    """sacctmgr's ``[D-]HH:MM:SS`` / ``MM:SS`` (or empty) as seconds; unreadable text is 0."""
-    text = text.strip()
-    days, _, rest = text.rpartition("-")
-    parts = rest.split(":")
-    if not text or not all(p.isdigit() for p in parts) or (days and not days.isdigit()):
-        return 0
-    nums = [int(p) for p in parts][-3:]
-    while len(nums) < 3:
-        nums.insert(0, 0)
-    hours, minutes, seconds = nums
-    return (int(days) if days else 0) * 86400 + hours * 3600 + minutes * 60 + seconds
-
-
 def _names(text: str) -> frozenset[str]:
     return frozenset(p.strip() for p in text.split(",") if p.strip())
 
@@ -165,15 +156,15 @@ def parse_snapshot(cluster: str, clusters_out: str, qos_out: str, accounts_out: 
                    assoc_out: str) -> AccountingSnapshot:
     """A snapshot from the outputs of :data:`SNAPSHOT_QUERIES` (``-n -P``: ``|``-separated).
 
-    Tolerant: short or odd lines are skipped (the worst outcome is a call that changes nothing).
+    QOS rows are read by the adapter's QOS reader
+    (:func:`~hai_slurm.slurm_plugins.parse.parse_qos`: GraceTime as Slurm means it, preempt mode
+    upper case), which raises SlurmError naming a row it cannot read. Account and association
+    lines are read tolerantly: short or odd lines are skipped (the worst outcome is a call that
+    changes nothing).
     """
-    qos: dict[str, QosSetting] = {}
-    for line in qos_out.splitlines():
-        f = line.split("|")
-        if len(f) >= 5 and f[0]:
-            prio = int(f[1]) if f[1].strip().isdigit() else -1
-            qos[f[0]] = QosSetting(f[0], prio, f[3].strip().lower(), parse_duration(f[4]),
-                                   _names(f[2]))
+    qos = {q.name: QosSetting(q.name, q.priority, q.preempt_mode, q.grace_time,
+                              frozenset(q.preempt))
+           for q in parse_qos(qos_out, SNAPSHOT_QOS_FIELDS)}
     accounts: dict[str, str] = {}
     for line in accounts_out.splitlines():
         f = line.split("|")
@@ -202,7 +193,7 @@ def harmless(output: str) -> bool:
     return bool(_HARMLESS.search(output))
 
 
-FRESH_QOS = QosSetting("", 0, "cluster", 0, frozenset())
+FRESH_QOS = QosSetting("", 0, "CLUSTER", 0, frozenset())
 """What ``sacctmgr add qos NAME`` creates (compared against, so defaults are not sent again)."""
 
 
@@ -216,7 +207,7 @@ def _qos_changes(want: AccountingSetup, now: AccountingSnapshot) -> list[list[st
         sets = []
         if (cur.priority, cur.preempt_mode, cur.grace_time) != (
                 q.priority, q.preempt_mode, q.grace_time):
-            sets += [f"Priority={q.priority}", f"PreemptMode={q.preempt_mode}",
+            sets += [f"Priority={q.priority}", f"PreemptMode={q.preempt_mode.lower()}",
                      f"GraceTime={q.grace_time}"]
         if q.preempt is not None and cur.preempt != q.preempt:
             sets.append(f"Preempt={','.join(sorted(q.preempt))}")

@@ -40,7 +40,7 @@ def validate(description: str) -> None:
     nodes = desc.nodes()
     click.echo(f"{description}: OK - cluster {desc.name}, {len(nodes)} nodes, "
                f"{desc.total_gpus} GPUs, {len(desc.switches)} switches, {len(desc.teams)} teams; "
-               f"Slurm {dep.slurm_version}, preemption {dep.preemption.value}")
+               f"Slurm {dep.slurm_version.series}, preemption {dep.preemption.value}")
 
 
 @conf.command()

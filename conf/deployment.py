@@ -1,5 +1,6 @@
 """Deployment details that are not the cluster's hardware or policy: paths, ports, daemons' hosts,
-accounting, preemption mode and the target Slurm release.
+accounting, preemption mode and the target Slurm release (a
+:class:`~hai_slurm.slurm_formats.SlurmVersion`, read by :func:`target_version`).
 
 The local testbed builds one of these in code (all slurmd on 127.0.0.1, one port per node); a real
 site writes a ``[deployment]`` table in its description or uses the defaults.
@@ -7,11 +8,11 @@ site writes a ``[deployment]`` table in its description or uses the defaults.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hai_slurm.errors import ConfigError
+from hai_slurm.slurm_formats import OLDEST_SUPPORTED, SlurmVersion
 
 
 class PreemptionMode(StrEnum):
@@ -23,49 +24,25 @@ class PreemptionMode(StrEnum):
     NATIVE = "native"
 
 
-@dataclass(frozen=True, order=True)
-class SlurmVersion:
-    """A Slurm release as (major year, month), e.g. 22.05, 23.02, 24.11."""
+def target_version(text: str) -> SlurmVersion:
+    """The release to generate for: ``"22.05"``, ``"24.11.5"`` or ``"slurm 24.11.5"``.
 
-    year: int
-    month: int
-
-    @classmethod
-    def parse(cls, text: str) -> SlurmVersion:
-        """``"22.05"``, ``"22.05.8"`` or ``"slurm 24.11.5"`` -> SlurmVersion (22.05 or newer)."""
-        m = re.search(r"(\d{2})\.(\d{2})", text)
-        if not m:
-            raise ConfigError(
-                "not a Slurm version (expected YY.MM such as 22.05 or 24.11)",
-                key="slurm_version", value=text)
-        version = cls(int(m.group(1)), int(m.group(2)))
-        if version < OLDEST_SLURM_VERSION:
-            raise ConfigError(
-                f"Slurm {version} is older than the oldest release the generators know "
-                f"({OLDEST_SLURM_VERSION}; tested: 22.05, 24.11, 26.05); generate for "
-                f"{OLDEST_SLURM_VERSION} or newer", key="slurm_version", value=text)
-        return version
-
-    def __str__(self) -> str:
-        return f"{self.year:02d}.{self.month:02d}"
-
-    @property
-    def has_preempt_parameters(self) -> bool:
-        """``PreemptParameters=`` exists from 23.02 on; before, the options live in
-        ``SchedulerParameters`` with a ``preempt_`` prefix (22.05 dies on the unknown key)."""
-        return self >= SlurmVersion(23, 2)
-
-    @property
-    def gres_cores_whole_sockets(self) -> bool:
-        """gres.conf ``Cores=`` must cover whole sockets. 24.11.5 and 26.05.5 drain a node whose
-        GPU core range ends inside a socket ("GRES core specification 48-63 ... doesn't match
-        socket boundaries", node INVAL); 22.05.8 takes any range. 23.x was not tried, so from
-        23.02 on (whole sockets are accepted by every release)."""
-        return self >= SlurmVersion(23, 2)
+    Raises ConfigError for text without a version or a release older than 22.05.
+    """
+    try:
+        version = SlurmVersion.parse(text)
+    except ValueError:
+        raise ConfigError("not a Slurm version (expected YY.MM such as 22.05 or 24.11)",
+                          key="slurm_version", value=text) from None
+    if version < OLDEST_SUPPORTED:
+        raise ConfigError(
+            f"Slurm {version.series} is older than the oldest release the generators know "
+            f"({OLDEST_SUPPORTED.series}; tested: 22.05, 24.11, 26.05); generate for "
+            f"{OLDEST_SUPPORTED.series} or newer", key="slurm_version", value=text)
+    return version
 
 
 DEFAULT_SLURM_VERSION = SlurmVersion(22, 5)
-OLDEST_SLURM_VERSION = SlurmVersion(22, 5)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.conf.deployment import Deployment, NodeEndpoint, PreemptionMode, SlurmVersion
+from hai_slurm.conf.deployment import Deployment, NodeEndpoint, PreemptionMode, target_version
 from hai_slurm.conf.model import (
     ClassPolicy,
     ClusterDescription,
@@ -248,7 +248,7 @@ def parse_deployment(data: Mapping[str, Any], source: str = "<description>",
                     mode_text) from None
     version_text = slurm_version or r.get(raw, "slurm_version", p, str, "22.05")
     try:
-        version = SlurmVersion.parse(version_text)
+        version = target_version(version_text)
     except ConfigError as err:
         raise r.err("deployment.slurm_version", str(err), version_text) from None
     endpoints: dict[str, NodeEndpoint] = {}

@@ -53,7 +53,7 @@ def _q(value: str) -> str:
 def _qos_lines(q: QosSetting) -> list[str]:
     """Priority, PreemptMode and GraceTime of one class's QOS (Preempt lists come separately)."""
     return [f"sm modify qos where name={_q(q.name)} set Priority={q.priority} "
-            f"PreemptMode={q.preempt_mode} GraceTime={q.grace_time}"]
+            f"PreemptMode={q.preempt_mode.lower()} GraceTime={q.grace_time}"]
 
 
 _PREEMPT_SYNC = r'''

@@ -30,8 +30,9 @@ from typing import Any
 import docker.errors
 
 from hai_slurm.conf.accounting import AccountingSnapshot, harmless
-from hai_slurm.conf.deployment import DEFAULT_SLURM_VERSION, SlurmVersion
+from hai_slurm.conf.deployment import DEFAULT_SLURM_VERSION
 from hai_slurm.errors import TestbedError
+from hai_slurm.slurm_formats import SlurmVersion
 
 from . import docker_files, docker_images, docker_jobpkg, health
 from .docker_runner import SHARED_DIR, DockerRunner

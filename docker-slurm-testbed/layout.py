@@ -15,8 +15,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
 
-from hai_slurm.conf.deployment import DEFAULT_SLURM_VERSION, SlurmVersion
+from hai_slurm.conf.deployment import DEFAULT_SLURM_VERSION
 from hai_slurm.errors import ConfigError
+from hai_slurm.slurm_formats import SlurmVersion
 
 from .shape import ClusterShape
 

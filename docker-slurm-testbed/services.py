@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hai_slurm.conf.accounting import SNAPSHOT_QUERIES, harmless, parse_snapshot
-from hai_slurm.conf.deployment import DEFAULT_SLURM_VERSION, SlurmVersion
+from hai_slurm.conf.deployment import DEFAULT_SLURM_VERSION, target_version
 from hai_slurm.errors import ConfigError, TestbedError
+from hai_slurm.slurm_formats import SlurmVersion
 
 from . import procs
 from .layout import Layout, Ports
@@ -94,7 +95,7 @@ def slurm_version(slurmctld: str) -> SlurmVersion:
     """The release of the host's Slurm (``slurmctld -V``); 22.05 when it cannot be read."""
     res = _quiet([slurmctld, "-V"], timeout=10)
     try:
-        return SlurmVersion.parse(res.stdout)
+        return target_version(res.stdout)
     except ConfigError:
         return DEFAULT_SLURM_VERSION
 

@@ -25,10 +25,10 @@ import importlib.util
 from collections.abc import Callable
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import INFINITE, SlurmVersion
 from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
 from hai_slurm.slurm_plugins.runner import CommandRunner, DockerExecRunner, SubprocessRunner
 from hai_slurm.slurm_plugins.types import (
-    INFINITE,
     ActionResult,
     ClusterSnapshot,
     Job,
@@ -41,7 +41,6 @@ from hai_slurm.slurm_plugins.types import (
     Skipped,
     SkipReason,
     SlurmClient,
-    SlurmVersion,
     SwitchInfo,
 )
 

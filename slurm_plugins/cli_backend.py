@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import SlurmVersion
 from hai_slurm.slurm_plugins.parse import (
     JOB_FACTS_FORMAT,
     job_messages,
@@ -39,7 +40,6 @@ from hai_slurm.slurm_plugins.types import (
     SignalTarget,
     Skipped,
     SkipReason,
-    SlurmVersion,
     SwitchInfo,
     job_id_tuple,
 )

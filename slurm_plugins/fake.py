@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import INFINITE, SlurmVersion
 from hai_slurm.slurm_plugins.hostlist import compress_hostlist
 from hai_slurm.slurm_plugins.types import (
-    INFINITE,
     ActionResult,
     ClusterSnapshot,
     Job,
@@ -34,7 +34,6 @@ from hai_slurm.slurm_plugins.types import (
     SignalTarget,
     Skipped,
     SkipReason,
-    SlurmVersion,
     SwitchInfo,
     job_id_tuple,
 )
@@ -379,7 +378,7 @@ class FakeSlurm:
         for jid in job_id_tuple(job_ids):
             j = self.jobs.get(jid)
             if j is not None:
-                out[jid] = JobFacts(jid, j.state.value, j.restart_count, j.held, j.req_nodes)
+                out[jid] = JobFacts(jid, j.state, j.restart_count, j.held, j.req_nodes)
         return out
 
     def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from hai_slurm.conf.hostlist import expand
 from hai_slurm.errors import ConfigError, SlurmError
+from hai_slurm.slurm_formats import INFINITE, DurationContext, duration_minutes, duration_seconds
 from hai_slurm.slurm_plugins.hostlist import (
     expand_hostlist,
     gres_gpu_count,
@@ -23,7 +24,6 @@ from hai_slurm.slurm_plugins.hostlist import (
 )
 from hai_slurm.slurm_plugins.tres import job_size
 from hai_slurm.slurm_plugins.types import (
-    INFINITE,
     Job,
     JobFacts,
     JobState,
@@ -35,8 +35,18 @@ from hai_slurm.slurm_plugins.types import (
 
 _NO_VAL = (0xFFFFFFFE, 0xFFFFFFFFFFFFFFFE, 0xFFFE)
 _INFINITE_RAW = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 0xFFFF)
-_STATE_ALIASES = {"CONFIGURING": "RUNNING", "CD": "COMPLETED", "CG": "COMPLETING",
-                  "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED"}
+_COMPACT_STATES = {"CD": "COMPLETED", "CG": "COMPLETING", "PD": "PENDING", "R": "RUNNING",
+                   "S": "SUSPENDED"}
+"""squeue's compact names (``%t``) that hai-slurm has met."""
+_FLAG_SHOWN_AS_STATE = {
+    "CONFIGURING": "RUNNING", "RESIZING": "RUNNING", "SIGNALING": "RUNNING",
+    "STOPPED": "RUNNING", "STAGE_OUT": "COMPLETING", "REQUEUED": "PENDING",
+    "REQUEUE_FED": "PENDING", "REQUEUE_HOLD": "PENDING", "SPECIAL_EXIT": "PENDING",
+    "RESV_DEL_HOLD": "PENDING", "REVOKED": "CANCELLED",
+}
+"""A state flag that Slurm's one-word state (``job_state_string``: ``squeue -O State``, openapi
+v0.0.38) shows *instead of* the base state, and the base state it implies. Used only when no
+base state is given; the word then stands for that state (no flag), as CONFIGURING always did."""
 _NODE_BASE = ("IDLE", "DOWN", "ALLOCATED", "ALLOC", "ERROR", "MIXED", "FUTURE", "UNKNOWN")
 
 
@@ -95,11 +105,20 @@ def states(value: Any, where: str) -> list[str]:
 
 
 def job_state(value: Any, where: str) -> tuple[JobState, tuple[str, ...]]:
-    """Base job state and flags. A COMPLETING flag wins, as squeue shows it."""
-    names = [_STATE_ALIASES.get(s, s) for s in states(value, where)]
-    if not names:
+    """Base job state and flags from any form Slurm writes a job's state in.
+
+    ``"RUNNING"``, ``["PENDING", "REQUEUED"]`` (data_parser), ``"RUNNING+COMPLETING"``, compact
+    ``"PD"``, or a flag shown alone (``"REQUEUED"``, ``"CONFIGURING"``; see
+    ``_FLAG_SHOWN_AS_STATE``).
+    A COMPLETING flag wins, as squeue shows it. Flags listed beside the base state are kept.
+    The one reader of job states: ``squeue --json`` records here and ``squeue -O State`` lines
+    (:func:`parse_job_facts`) both go through it.
+    """
+    words = [_COMPACT_STATES.get(s, s) for s in states(value, where)]
+    if not words:
         raise SlurmError(f"{where}: empty job_state")
     known = {s.value for s in JobState}
+    names = words if known.intersection(words) else [_FLAG_SHOWN_AS_STATE.get(s, s) for s in words]
     base_names = [s for s in names if s in known]
     if "COMPLETING" in names:
         base = JobState.COMPLETING
@@ -107,7 +126,7 @@ def job_state(value: Any, where: str) -> tuple[JobState, tuple[str, ...]]:
         base = JobState(base_names[0])
     else:
         raise SlurmError(f"{where}: unknown job_state {value!r}; known states: "
-                         + ", ".join(sorted(known)))
+                         + ", ".join(sorted(known | set(_FLAG_SHOWN_AS_STATE))))
     flags = tuple(s for s in names if s != base.value)
     return base, flags
 
@@ -252,33 +271,19 @@ def parse_nodes(doc: Any, command: str = "sinfo --json") -> tuple[Node, ...]:
     return tuple(parse_node(r) for r in _records(doc, "nodes", command))
 
 
-def duration_minutes(value: str, where: str) -> int | None:
-    """Slurm durations ``[D-]HH:MM:SS``, ``MM:SS``, ``MM``; ``UNLIMITED``/``INFINITE`` -> INFINITE.
-
-    Returns whole minutes (seconds round up); ``None`` for ``NONE``, ``N/A`` and empty.
-    """
-    v = value.strip()
-    if v.upper() in ("UNLIMITED", "INFINITE"):
-        return INFINITE
-    if v.upper() in ("", "NONE", "N/A", "(NULL)"):
-        return None
-    seconds = duration_seconds(v, where)
-    return -(-seconds // 60)
+def _duration(value: str, context: DurationContext, where: str, *,
+              minutes: bool) -> int | None:
+    """A duration field (:mod:`hai_slurm.slurm_formats` rules) or SlurmError naming it."""
+    try:
+        return (duration_minutes if minutes else duration_seconds)(value, context)
+    except ValueError as err:
+        raise SlurmError(f"{where}: {err}") from None
 
 
-def duration_seconds(value: str, where: str) -> int:
-    """Seconds in a Slurm duration such as ``1-02:03:04``, ``00:00:10`` or ``30`` (minutes)."""
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip())
-    if m is None:
-        raise SlurmError(f"{where}: cannot read duration {value!r}; expected [D-]HH:MM:SS")
-    days, a, b, c = m.groups()
-    if c is not None:
-        h, mi, s = int(a), int(b), int(c)
-    elif b is not None:
-        h, mi, s = (int(a), int(b), 0) if days else (0, int(a), int(b))
-    else:
-        h, mi, s = (int(a), 0, 0) if days else (0, int(a), 0)
-    return ((int(days or 0) * 24 + h) * 60 + mi) * 60 + s
+def _grace(value: str, where: str) -> int:
+    """A GraceTime in seconds (a bare number is seconds; empty is 0)."""
+    seconds = _duration(value, DurationContext.GRACE_TIME, where, minutes=False)
+    return 0 if seconds is None or seconds == INFINITE else seconds
 
 
 def parse_partitions_text(output: str) -> tuple[Partition, ...]:
@@ -294,14 +299,14 @@ def parse_partitions_text(output: str) -> tuple[Partition, ...]:
                              f"{line[:80]!r}")
         where = f"partition {name}"
         node_list = "" if kv.get("Nodes") in (None, "(null)") else kv["Nodes"]
-        grace = kv.get("GraceTime", "0")
         parts.append(Partition(
             name=name, nodes=expand_hostlist(node_list), node_list=node_list,
             state=kv.get("State", "UP").upper(), default=kv.get("Default") == "YES",
             priority_tier=int(kv.get("PriorityTier", "1")),
-            max_time=duration_minutes(kv.get("MaxTime", "UNLIMITED"), f"{where}: MaxTime"),
+            max_time=_duration(kv.get("MaxTime", "UNLIMITED"), DurationContext.TIME_LIMIT,
+                               f"{where}: MaxTime", minutes=True),
             preempt_mode=kv.get("PreemptMode", "OFF").upper(),
-            grace_time=int(grace) if grace.isdigit() else duration_seconds(grace, where),
+            grace_time=_grace(kv.get("GraceTime", "0"), f"{where}: GraceTime"),
         ))
     return tuple(parts)
 
@@ -342,7 +347,13 @@ def parse_partitions_json(doc: Any) -> tuple[Partition, ...]:
 
 
 def parse_qos(output: str, fields: tuple[str, ...]) -> tuple[Qos, ...]:
-    """QOS rows from ``sacctmgr -P -n show qos format=<fields>`` (``|``-separated)."""
+    """QOS rows from ``sacctmgr -P -n show qos format=<fields>`` (``|``-separated).
+
+    The one QOS reader (the adapter's snapshot and ``conf.accounting``'s database snapshot).
+    ``fields`` name the columns in order (``Name`` is required; absent ones take defaults).
+    ``preempt_mode`` is upper case (``CLUSTER``, ``REQUEUE``), as in slurm.conf and scontrol;
+    sacctmgr prints it in lower case.
+    """
     out: list[Qos] = []
     for lineno, line in enumerate(output.splitlines(), 1):
         if not line.strip():
@@ -353,15 +364,15 @@ def parse_qos(output: str, fields: tuple[str, ...]) -> tuple[Qos, ...]:
                              f"({','.join(fields)}), got {len(cols)}: {line!r}")
         row = dict(zip(fields, cols, strict=True))
         where = f"qos {row['Name']}"
-        grace = row.get("GraceTime", "") or "0"
         usage = row.get("UsageFactor", "") or "1"
         out.append(Qos(
             name=row["Name"],
-            priority=int(row.get("Priority") or 0),
+            priority=number(row.get("Priority"), f"{where}: Priority") or 0,
             preempt=tuple(split_top_level(row.get("Preempt", ""))),
-            preempt_mode=(row.get("PreemptMode") or "cluster").upper(),
-            grace_time=duration_seconds(grace, f"{where}: GraceTime"),
-            max_wall=duration_minutes(row.get("MaxWall", ""), f"{where}: MaxWall"),
+            preempt_mode=(row.get("PreemptMode") or "cluster").strip().upper(),
+            grace_time=_grace(row.get("GraceTime", ""), f"{where}: GraceTime"),
+            max_wall=_duration(row.get("MaxWall", ""), DurationContext.TIME_LIMIT,
+                               f"{where}: MaxWall", minutes=True),
             usage_factor=float(usage),
             flags=tuple(split_top_level(row.get("Flags", ""))),
         ))
@@ -429,20 +440,14 @@ def parse_switches(text: str) -> tuple[SwitchInfo, ...]:
 JOB_FACTS_FORMAT = "JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,ReqNodes:|"
 
 
-def state_word(raw: str) -> str:
-    """Slurm's state as one upper-case word: ``"CANCELLED by 0"`` and ``"RUNNING+"`` lose their
-    tails; an empty field is ``"UNKNOWN"``."""
-    text = raw.strip().upper()
-    return text.split("+")[0].split()[0] if text else "UNKNOWN"
-
-
 def parse_job_facts(line: str) -> JobFacts | None:
     """One line of ``squeue --noheader -O`` with :data:`JOB_FACTS_FORMAT`; None for any other."""
     parts = line.strip().split("|")
     if len(parts) < 7 or not parts[0].isdigit():  # 6 fields, each ending in "|"
         return None
     _, state, restarts, priority, reason, req = parts[:6]
-    return JobFacts(job_id=int(parts[0]), state=state_word(state),
+    base, _flags = job_state(state, f"squeue State of job {parts[0]}")
+    return JobFacts(job_id=int(parts[0]), state=base,
                     restart_count=int(restarts) if restarts.isdigit() else 0,
                     held=priority.strip() == "0" and "held" in reason.lower(),
                     req_nodes="" if req in ("(null)", "") else req)

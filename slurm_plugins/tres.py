@@ -7,16 +7,15 @@ string has no ``mem`` item, the cluster does not treat memory as a consumable re
 (``SelectTypeParameters=CR_Core``) and the job holds none, even though its request names a whole
 node's memory. A pending job is measured by its request. The memory fields (``memory_per_node``,
 ``memory_per_cpu``: MiB, plain in openapi v0.0.38, wrapped later) are the fallback when no TRES
-string has the value.
+string has the value. Sizes such as ``62.50G`` are read by :func:`~hai_slurm.slurm_formats.size_mib`
+(whole MiB, rounded up).
 """
 
 from __future__ import annotations
 
-import re
-
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import size_mib
 
-_MIB_PER_UNIT = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 _MEM_PER_CPU = 1 << 63
 """Slurm's MEM_PER_CPU flag bit, in case a release leaves it in a memory field."""
 
@@ -31,13 +30,12 @@ def tres_items(spec: str) -> dict[str, str]:
     return out
 
 
-def size_mb(value: str, where: str) -> int:
-    """MiB in a Slurm size: ``16000M``, ``62.50G``, ``1T``, ``512K``; a bare number is MiB."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", value.strip().upper())
-    if m is None:
-        raise SlurmError(f"{where}: cannot read memory size {value!r}; expected a number with an "
-                         "optional unit K, M, G, T or P (e.g. 16000M, 62.50G)")
-    return round(float(m.group(1)) * _MIB_PER_UNIT[m.group(2) or "M"])
+def _mem(value: str, where: str) -> int:
+    """A TRES ``mem`` value in MiB (:func:`~hai_slurm.slurm_formats.size_mib`), or SlurmError."""
+    try:
+        return size_mib(value)
+    except ValueError as err:
+        raise SlurmError(f"{where}: {err}") from None
 
 
 def _count(value: str, where: str) -> int:
@@ -74,7 +72,7 @@ def job_size(*, running: bool, alloc: str, req: str, cpus: int | None,
     n_cpus = (_count(cpu_text, f"{where}: tres cpu") if cpu_text
               else max(cpus or 0, 0))
     if mem_text is not None:
-        return n_cpus, size_mb(mem_text, mem_where)
+        return n_cpus, _mem(mem_text, mem_where)
     per_node, per_cpu = _mib(memory_per_node), _mib(memory_per_cpu)
     if per_node:
         return n_cpus, per_node * max(node_count, 1)

@@ -2,7 +2,8 @@
 
 Everything here is immutable and uses Slurm's own vocabulary (job_state, state_reason, restart_cnt,
 admin_comment, ...). Times are POSIX seconds (``int``), ``None`` where Slurm has no value
-("Unknown", NO_VAL) and :data:`INFINITE` where Slurm means "no limit".
+("Unknown", NO_VAL) and :data:`~hai_slurm.slurm_formats.INFINITE` where Slurm means "no limit".
+Slurm's formats (versions, durations, sizes) are read in :mod:`hai_slurm.slurm_formats`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-INFINITE = -1
-"""Stands for Slurm's INFINITE / UNLIMITED in integer fields such as ``time_limit``."""
+from hai_slurm.slurm_formats import SlurmVersion
 
 JobIds = int | Iterable[int]
 """One job id or several: every action accepts both."""
@@ -91,23 +91,6 @@ class ActionResult:
         """The union of two results (used when an action needs several commands)."""
         return ActionResult(self.done + other.done, self.skipped + other.skipped,
                             self.commands + other.commands)
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class SlurmVersion:
-    """A Slurm release, e.g. 22.05.8."""
-
-    major: int
-    minor: int
-    micro: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor:02d}.{self.micro}"
-
-    @property
-    def series(self) -> str:
-        """The release series, e.g. ``"22.05"`` (names the test data folder)."""
-        return f"{self.major}.{self.minor:02d}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,8 +239,7 @@ class ClusterSnapshot:
         return tuple(j for j in self.jobs if j.state is JobState.RUNNING)
 
 
-_RUNNING_WORDS = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING"})
-_PENDING_WORDS = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+_HOLDS_ALLOCATION = frozenset({JobState.RUNNING, JobState.SUSPENDED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,8 +247,10 @@ class JobFacts:
     """What the daemon re-reads about one job, finished or not (:meth:`SlurmClient.job_facts`)."""
 
     job_id: int
-    state: str
-    """Slurm's state word, upper case (RUNNING, PENDING, COMPLETING, FAILED, ...)."""
+    state: JobState
+    """The base state, read like the adapter reads it (a one-word flag such as CONFIGURING or
+    REQUEUED stands for RUNNING or PENDING; see :func:`hai_slurm.slurm_plugins.parse.job_state`).
+    """
     restart_count: int = 0
     held: bool = False
     req_nodes: str = ""
@@ -275,12 +259,12 @@ class JobFacts:
     @property
     def running(self) -> bool:
         """Running (or about to): holds its allocation."""
-        return self.state in _RUNNING_WORDS
+        return self.state in _HOLDS_ALLOCATION
 
     @property
     def pending(self) -> bool:
         """Waiting in the queue (held or not)."""
-        return self.state in _PENDING_WORDS
+        return self.state is JobState.PENDING
 
     @property
     def finished(self) -> bool:

@@ -26,19 +26,14 @@ same from 22.05 to 26.05. :func:`~.parse.parse_partitions_json` stays for caller
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 
 from hai_slurm.errors import SlurmError
-from hai_slurm.slurm_plugins.types import SlurmVersion
-
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+from hai_slurm.slurm_formats import OLDEST_SUPPORTED, SlurmVersion
 
 JSON_COMMANDS_SINCE = SlurmVersion(23, 2, 0)
 """First release with ``scontrol show ... --json`` and the data_parser ``sinfo --json`` layout."""
-
-OLDEST_SUPPORTED = SlurmVersion(22, 5, 0)
 
 
 class PartitionSource(StrEnum):
@@ -60,12 +55,12 @@ class QueryPlan:
 
 
 def parse_version(text: str) -> SlurmVersion:
-    """Read ``"slurm-wlm 22.05.8"``, ``"slurm 24.11.5"`` or ``"22.05"`` into a SlurmVersion."""
-    m = _VERSION.search(text or "")
-    if m is None:
-        raise SlurmError(f"cannot read a Slurm version from {text.strip()!r}; expected output "
-                         "like 'slurm 24.11.5' from 'scontrol version'")
-    return SlurmVersion(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    """``scontrol version`` output (``"slurm 24.11.5"``) as a SlurmVersion; SlurmError if none."""
+    try:
+        return SlurmVersion.parse(text)
+    except ValueError:
+        raise SlurmError(f"cannot read a Slurm version from {(text or '').strip()!r}; expected "
+                         "output like 'slurm 24.11.5' from 'scontrol version'") from None
 
 
 def query_plan(version: SlurmVersion) -> QueryPlan:

@@ -1,13 +1,19 @@
-"""Durations ("90s", "30m", "1h30m", "2d", or a number of seconds) and sizes ("512G", or MiB)."""
+"""Durations ("90s", "30m", "1h30m", "2d", or a number of seconds) and sizes ("512G", or MiB)
+in hai-slurm's own configuration files.
+
+These durations are hai-slurm's notation, not Slurm's (Slurm's ``1-02:00:00`` and what a bare
+number means there are read by :mod:`hai_slurm.slurm_formats`). Sizes are Slurm's notation and
+are read there (:func:`~hai_slurm.slurm_formats.size_mib`: whole MiB, rounded up).
+"""
 
 from __future__ import annotations
 
 import re
 
+from hai_slurm.slurm_formats import size_mib
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
-_MIB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2, "p": 1024**3}
 
 
 def parse_duration(value: object) -> float:
@@ -32,15 +38,16 @@ def parse_duration(value: object) -> float:
 
 
 def parse_size_mb(value: object) -> int:
-    """MiB from a number (MiB) or a string like '512G', '4T', '800MiB'."""
+    """MiB from a whole number (MiB) or a size string like '512G', '4T', '800MiB', '1.5T'."""
     if isinstance(value, bool):
         raise ValueError("not a size")
     if isinstance(value, int) and value >= 0:
         return value
     if isinstance(value, str):
-        match = _SIZE.match(value)
-        if match:
-            return int(float(match.group(1)) * _MIB[match.group(2).lower()])
+        try:
+            return size_mib(value)
+        except ValueError:
+            pass
     raise ValueError("not a size")
 
 

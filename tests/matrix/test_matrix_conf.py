@@ -24,11 +24,12 @@ from typing import Any
 import pytest
 from conftest import SuiteCluster
 
-from hai_slurm.conf.deployment import Deployment, NodeEndpoint, PreemptionMode, SlurmVersion
+from hai_slurm.conf.deployment import Deployment, NodeEndpoint, PreemptionMode
 from hai_slurm.conf.description import load
 from hai_slurm.conf.gen_slurm import render_slurm_conf
 from hai_slurm.conf.generate import render_all
 from hai_slurm.conf.model import ClusterDescription
+from hai_slurm.slurm_formats import SlurmVersion
 from hai_slurm.testbed.docker_mode import LABEL
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "examples" / "cluster.toml"
@@ -156,7 +157,7 @@ def show_nodes(box: ConfBox) -> dict[str, dict[str, str]]:
 def test_example_config_runs_on_the_release(suite_cluster: SuiteCluster, confbox: ConfBox) -> None:
     """slurmctld and one slurmd per node type start on the generated files; nodes IDLE with GPUs."""
     desc, base = load(EXAMPLE, suite_cluster.series)
-    assert str(base.slurm_version) == suite_cluster.series
+    assert base.slurm_version.series == suite_cluster.series
     desc, dep = in_container(desc, base, suite_cluster.series)
     files = render_all(desc, dep)
     confbox.put({k: v for k, v in files.items() if k.endswith(".conf")})

@@ -15,9 +15,10 @@ from typing import TypeAlias
 import pytest
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import SlurmVersion
 from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
 from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
-from hai_slurm.slurm_plugins.types import SignalTarget, SkipReason, SlurmVersion
+from hai_slurm.slurm_plugins.types import SignalTarget, SkipReason
 from hai_slurm.slurm_plugins.version import QOS_COMMAND, parse_version, query_plan
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"

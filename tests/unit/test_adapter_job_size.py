@@ -16,7 +16,7 @@ import pytest
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.parse import parse_job, parse_jobs, parse_nodes
-from hai_slurm.slurm_plugins.tres import size_mb, tres_items
+from hai_slurm.slurm_plugins.tres import tres_items
 from hai_slurm.slurm_plugins.types import Job, JobState
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -122,14 +122,6 @@ def test_memory_fields_when_no_tres_string_wrapped(series: str) -> None:
     wrapped = {"set": True, "infinite": False, "number": 4000}
     job = parsed({**rec, "memory_per_cpu": wrapped})
     assert (job.cpus, job.memory_mb) == (2, 8000)
-
-
-@pytest.mark.parametrize(("text", "mib"), [
-    ("16000M", 16000), ("62.50G", 64000), ("125G", 128000), ("1T", 1048576), ("2048K", 2),
-    ("300", 300), ("4g", 4096)])
-def test_size_units(text: str, mib: int) -> None:
-    """Slurm's sizes in MiB, with and without a unit."""
-    assert size_mb(text, "x") == mib
 
 
 def test_tres_items_ignores_noise() -> None:

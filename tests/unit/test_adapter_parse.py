@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_formats import INFINITE
 from hai_slurm.slurm_plugins.hostlist import (
     compress_hostlist,
     expand_hostlist,
@@ -16,8 +17,6 @@ from hai_slurm.slurm_plugins.hostlist import (
     tres_gpu_count,
 )
 from hai_slurm.slurm_plugins.parse import (
-    duration_minutes,
-    duration_seconds,
     job_messages,
     job_state,
     number,
@@ -28,7 +27,7 @@ from hai_slurm.slurm_plugins.parse import (
     parse_partitions_text,
     parse_qos,
 )
-from hai_slurm.slurm_plugins.types import INFINITE, JobState
+from hai_slurm.slurm_plugins.types import JobState
 from hai_slurm.slurm_plugins.version import QOS_FIELDS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -202,6 +201,22 @@ def test_unknown_job_state_is_an_error_not_a_silent_drop() -> None:
     assert job_state(["CONFIGURING"], "x") == (JobState.RUNNING, ())
 
 
+@pytest.mark.parametrize(("value", "state", "flags"), [
+    ("REQUEUED", JobState.PENDING, ()),               # one-word form (squeue -O, v0.0.38)
+    (["PENDING", "REQUEUED"], JobState.PENDING, ("REQUEUED",)),   # data_parser list
+    ("REQUEUE_HOLD", JobState.PENDING, ()), ("SPECIAL_EXIT", JobState.PENDING, ()),
+    ("RESIZING", JobState.RUNNING, ()), (["RUNNING", "CONFIGURING"], JobState.RUNNING,
+                                         ("CONFIGURING",)),
+    ("STAGE_OUT", JobState.COMPLETING, ()), ("REVOKED", JobState.CANCELLED, ()),
+    ("PD", JobState.PENDING, ()), ("RUNNING+COMPLETING", JobState.COMPLETING, ("RUNNING",)),
+])
+def test_flags_slurm_shows_instead_of_a_state_read_as_the_state_they_imply(
+        value: object, state: JobState, flags: tuple[str, ...]) -> None:
+    """Slurm's one-word state shows some flags in place of the base state; each reads as the
+    state it implies (a requeued job is pending), and a listed flag stays a flag."""
+    assert job_state(value, "x") == (state, flags)
+
+
 def test_document_errors_and_missing_lists_raise() -> None:
     """Slurm-reported errors and a document without the expected list both raise."""
     with pytest.raises(SlurmError, match="reported errors"):
@@ -239,14 +254,16 @@ def test_hostlists_round_trip() -> None:
         expand_hostlist("n[a-b]")
 
 
-def test_durations() -> None:
-    """Slurm's duration formats, in minutes and seconds."""
-    assert duration_minutes("UNLIMITED", "x") == INFINITE
-    assert duration_minutes("01:00:00", "x") == 60 and duration_minutes("1-00:00:00", "x") == 1440
-    assert duration_minutes("30:00", "x") == 30 and duration_minutes("NONE", "x") is None
-    assert duration_seconds("00:02:00", "x") == 120 and duration_seconds("2-0", "x") == 172800
+def test_qos_durations_by_field_and_unreadable_ones_named() -> None:
+    """GraceTime is read as seconds and MaxWall as minutes (a bare number means seconds in one
+    and minutes in the other); an unreadable duration names the QOS and the column."""
+    fields = ("Name", "GraceTime", "MaxWall")
+    by = {q.name: q for q in parse_qos("a|30|30\nb|00:00:30|1-02\nc||\n", fields)}
+    assert (by["a"].grace_time, by["a"].max_wall) == (30, 30)
+    assert (by["b"].grace_time, by["b"].max_wall) == (30, 26 * 60)
+    assert (by["c"].grace_time, by["c"].max_wall) == (0, None)
     with pytest.raises(SlurmError, match=r"qos high: GraceTime: cannot read duration 'soon'"):
-        duration_seconds("soon", "qos high: GraceTime")
+        parse_qos("high|soon|\n", fields)
 
 
 def test_qos_column_mismatch_names_the_line() -> None:

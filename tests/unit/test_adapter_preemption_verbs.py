@@ -8,7 +8,7 @@ import pytest
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
-from hai_slurm.slurm_plugins.parse import parse_job_facts
+from hai_slurm.slurm_plugins.parse import job_state, parse_job_facts
 from hai_slurm.slurm_plugins.runner import Completed
 from hai_slurm.slurm_plugins.types import SkipReason
 
@@ -106,3 +106,27 @@ def test_pin_only_pending_jobs_and_sort_races_from_errors() -> None:
         bad.set_req_nodes(7, "n9")
     with pytest.raises(ValueError, match="no spaces"):
         bad.set_req_nodes(7, "n1 n2")
+
+
+@pytest.mark.parametrize(("word", "running", "pending", "finished"), [
+    ("RUNNING", True, False, False), ("CONFIGURING", True, False, False),
+    ("SUSPENDED", True, False, False), ("PENDING", False, True, False),
+    ("REQUEUED", False, True, False), ("REQUEUE_HOLD", False, True, False),
+    ("REQUEUE_FED", False, True, False), ("SPECIAL_EXIT", False, True, False),
+    ("COMPLETING", False, False, True), ("FAILED", False, False, True),
+    ("COMPLETED", False, False, True), ("PREEMPTED", False, False, True),
+])
+def test_state_words_are_read_like_the_adapter_reads_them(word: str, running: bool,
+                                                          pending: bool, finished: bool) -> None:
+    """squeue -O State goes through the adapter's job-state reader: a flag Slurm shows instead
+    of the base state (REQUEUED, CONFIGURING) counts as the state it stands for."""
+    facts = parse_job_facts(f"7|{word}|0|5|None||")
+    assert facts is not None
+    assert (facts.running, facts.pending, facts.finished) == (running, pending, finished)
+    assert facts.state == job_state(word, "x")[0]
+
+
+def test_a_state_slurm_does_not_have_is_an_error_not_finished() -> None:
+    """An unknown state word raises SlurmError naming the job instead of counting as ended."""
+    with pytest.raises(SlurmError, match=r"squeue State of job 7: unknown job_state 'WARPING'"):
+        parse_job_facts("7|WARPING|0|5|None||")

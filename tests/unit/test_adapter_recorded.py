@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from hai_slurm.slurm_formats import INFINITE, SlurmVersion
 from hai_slurm.slurm_plugins.parse import (
     parse_jobs,
     parse_nodes,
@@ -19,7 +20,7 @@ from hai_slurm.slurm_plugins.parse import (
     parse_partitions_text,
     parse_qos,
 )
-from hai_slurm.slurm_plugins.types import INFINITE, Job, JobState, SlurmVersion
+from hai_slurm.slurm_plugins.types import Job, JobState
 from hai_slurm.slurm_plugins.version import QOS_FIELDS, PartitionSource, parse_version, query_plan
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"

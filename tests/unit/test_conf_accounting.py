@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from hai_slurm.conf.accounting import (
     AccountingSnapshot,
+    QosSetting,
     accounting_setup,
     harmless,
     parse_snapshot,
@@ -14,6 +17,7 @@ from hai_slurm.conf.accounting import (
 )
 from hai_slurm.conf.deployment import PreemptionMode
 from hai_slurm.conf.description import load
+from hai_slurm.errors import SlurmError
 
 GOLDEN = Path(__file__).parent / "golden" / "conf"
 
@@ -66,13 +70,32 @@ def test_a_cap_that_is_no_longer_wanted_is_cleared() -> None:
                             f"QOS={qos}"]
 
 
-def test_snapshot_parsing_tolerates_odd_lines() -> None:
-    """Short lines, other clusters and unreadable numbers are skipped, never fatal."""
-    snap = parse_snapshot("c", "c\n\n", "high|x|low|REQUEUE|bad\nshort\n", "a\n",
+def test_snapshot_parsing_tolerates_odd_account_lines() -> None:
+    """Short account/association lines and other clusters are skipped, never fatal."""
+    snap = parse_snapshot("c", "c\n\n", "high|3|low|requeue|00:00:30\n", "a\n",
                           "c|a|u|high|high|\nother|a|u|||\nc|a\n")
-    assert snap.qos["high"].priority == -1 and snap.qos["high"].grace_time == 0
-    assert snap.qos["high"].preempt == frozenset({"low"})
+    assert snap.qos["high"] == QosSetting("high", 3, "REQUEUE", 30, frozenset({"low"}))
     assert snap.accounts == {"a": ""} and list(snap.assocs) == [("a", "u")]
+
+
+@pytest.mark.parametrize(("qos_out", "words"), [
+    ("high|x|low|REQUEUE|00:00:30\n", r"qos high: Priority: expected a number, got 'x'"),
+    ("high|3|low|REQUEUE|bad\n", r"qos high: GraceTime: cannot read duration 'bad'"),
+    ("short\n", r"line 1: expected 5 columns"),
+])
+def test_snapshot_qos_rows_are_read_by_the_adapters_reader(qos_out: str, words: str) -> None:
+    """QOS rows go through the one QOS reader: an unreadable row is an error naming it."""
+    with pytest.raises(SlurmError, match=words):
+        parse_snapshot("c", "c\n", qos_out, "", "")
+
+
+def test_snapshot_grace_time_is_seconds_and_modes_compare_in_one_case() -> None:
+    """A database holding exactly the wanted QOS (sacctmgr's lower-case mode, GraceTime as
+    D-HH:MM:SS) needs no QOS call; a bare GraceTime number is seconds, not minutes."""
+    want = QosSetting("q", 10, "REQUEUE", 90, frozenset())
+    snap = parse_snapshot("c", "c\n", "q|10||requeue|00:01:30\n", "", "")
+    assert snap.qos["q"] == want
+    assert parse_snapshot("c", "c\n", "q|10||requeue|90\n", "", "").qos["q"] == want
 
 
 def test_nothing_to_do_answers_are_harmless() -> None:

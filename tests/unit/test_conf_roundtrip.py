@@ -18,7 +18,6 @@ from hai_slurm.conf.deployment import (
     Deployment,
     NodeEndpoint,
     PreemptionMode,
-    SlurmVersion,
 )
 from hai_slurm.conf.generate import render_all
 from hai_slurm.conf.hostlist import compress, expand
@@ -36,6 +35,7 @@ from hai_slurm.conf.model import (
 from hai_slurm.conf.parse_slurm import read_generated
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.conf.validate import validate
+from hai_slurm.slurm_formats import SlurmVersion
 
 _LINK_OF_LEVEL = {Level.GPU: -1, Level.PCIE_SWITCH: 2, Level.SOCKET: 1, Level.NODE: 0}
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from hai_slurm.conf.deployment import PreemptionMode, SlurmVersion
+from hai_slurm.conf.deployment import PreemptionMode
 from hai_slurm.conf.description import load
 from hai_slurm.conf.generate import render_all
 from hai_slurm.errors import ConfigError
+from hai_slurm.slurm_formats import SlurmVersion
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "examples" / "cluster.toml"
 

@@ -12,7 +12,6 @@ from hai_slurm.conf.accounting import (
     SNAPSHOT_QUERIES,
     AccountingSnapshot,
     QosSetting,
-    parse_duration,
     parse_snapshot,
 )
 from hai_slurm.conf.topology import GpuRef, Level, Topology
@@ -157,7 +156,7 @@ def test_native_qos_preempt_every_lower_class_with_grace_times():
     assert specs["normal"].preempt == frozenset({"under_normal", "below_normal", "low"})
     assert specs["low"].preempt == frozenset()
     assert specs["low"].grace_time == 30 and specs["high"].grace_time == 5
-    assert {s.preempt_mode for s in specs.values()} == {"requeue"}
+    assert {s.preempt_mode for s in specs.values()} == {"REQUEUE"}
     assert [s.priority for s in wanted_qos(shape)] == [50, 40, 30, 20, 10, 8, 5, 0]
 
 
@@ -239,13 +238,6 @@ def test_accounting_plan_adds_only_missing_qos():
     snap = AccountingSnapshot(clusters=frozenset({"hai"}))
     add = [c for c in accounting_plan(ClusterShape(), snap) if c[2:4] == ["add", "qos"]]
     assert add == [["sacctmgr", "-i", "add", "qos", ",".join(ALL_QOS)]]
-
-
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("", 0), ("00:00:10", 10), ("05:00", 300), ("1-02:00:00", 93600)])
-def test_parse_duration(text, seconds):
-    """sacctmgr's time formats."""
-    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize(("kwargs", "key", "words"), [
