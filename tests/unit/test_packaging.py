@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -28,10 +29,14 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's wheel, built from this checkout."""
+    """The project's wheel, built from a copy of this checkout (a build writes build/ and
+    *.egg-info next to setup.cfg, which must not land in the working tree)."""
+    src = tmp_path_factory.mktemp("src") / "hai-slurm"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "tests",
+        "bench"))
     out = tmp_path_factory.mktemp("dist")
-    _ok(_run(sys.executable, "-m", "pip", "wheel", "--no-deps",
-             "-w", out, ROOT))
+    _ok(_run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", out, src))
     (built,) = out.glob("hai_slurm-*.whl")
     return built
 
