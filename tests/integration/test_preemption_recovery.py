@@ -31,7 +31,8 @@ import json, sys, time
 from pathlib import Path
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.types import ExecutionRequest
-from hai_slurm.priority.store import Repository, upgrade
+from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient
 from hai_slurm.slurm_plugins.runner import SubprocessRunner
 
