@@ -3,8 +3,9 @@
 The script is README.md's ("Using it", the first ``sh`` block), read from the README itself, and
 ``train.py`` beside it calls ``Checkpointer.from_env()`` as the README's training loop does and
 prints what it resolved, per rank; rank 0 also reads the environment of the job's batch shell
-(the process running ``slurm_script``) from /proc, which works because the testbed's nodes are
-processes of this host. The README's ``--team=vision`` is the account's own team, so the job is
+from /proc (the process running ``slurm_script``, or the ``srun`` it became with ``exec``: its
+initial environment is the shell's), which works because the testbed's nodes are processes of
+this host. The README's ``--team=vision`` is the account's own team, so the job is
 submitted with ``--account=vision`` (an account this module adds for root and removes).
 
 The second test narrows the step environment (``sbatch --export=PATH,SLURM_CONF``: srun inherits
@@ -50,7 +51,9 @@ def batch_shell_env():
         except OSError:
             continue
         env = dict(kv.split("=", 1) for kv in raw if "=" in kv)
-        if any(a.endswith(b"/slurm_script") for a in argv) and env.get("SLURM_JOB_ID") == me:
+        batch = (any(a.endswith(b"/slurm_script") for a in argv)
+                 or os.path.basename(argv[0]) == b"srun")  # the batch shell after `exec srun`
+        if batch and env.get("SLURM_JOB_ID") == me:
             return {k: env.get(k) for k in KEYS}
     return "not found"
 
