@@ -258,3 +258,20 @@ def test_scontrol_failure_is_reported(tmp_path: Path) -> None:
     env = fake_scontrol(tmp_path, SHOW_JOB)
     with pytest.raises(CheckpointError, match="`scontrol show job 9` failed"):
         scontrol_show_job("9", env)
+
+
+def test_hai_run_fills_the_settings_in_for_itself_and_its_child(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hai-run in a step without HAI_*: its control directory is under the record's checkpoint
+    directory and the child sees HAI_CHECKPOINT_DIR/GRACE."""
+    from hai_slurm.checkpoint.run import run
+
+    ckpt = tmp_path / "ck"
+    env = fake_scontrol(tmp_path, SHOW_JOB.replace("/tmp/x", str(ckpt)))
+    monkeypatch.setattr(jr, "share_dir", lambda: tmp_path / "share")
+    seen = tmp_path / "seen"
+    rc = run(["--", "/bin/sh", "-c", f'echo "$HAI_CHECKPOINT_DIR $HAI_CHECKPOINT_GRACE" > {seen}'],
+             env)
+    assert rc == 0
+    assert seen.read_text() == f"{ckpt} 33\n"
+    assert (ckpt / ".hai" / "8" / "phase.json").is_file()
