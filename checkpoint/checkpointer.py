@@ -28,7 +28,8 @@ from typing import Any, NoReturn
 
 from hai_slurm.checkpoint import protocol, rng
 from hai_slurm.checkpoint.atomic import HashingWriter
-from hai_slurm.checkpoint.env import JobEnv, job_env_from
+from hai_slurm.checkpoint.env import JobEnv, job_env_from, rank_from, restart_count_from
+from hai_slurm.checkpoint.job_record import needs_record, with_job_record
 from hai_slurm.checkpoint.protocol import Ack, LastCheckpoint, Phase
 from hai_slurm.checkpoint.ranks import RankSync
 from hai_slurm.checkpoint.signals import RequestListener
@@ -102,8 +103,17 @@ class Checkpointer:
                  control_dir: str | os.PathLike[str] | None = None,
                  request_signal: signal.Signals | str | None = None, grace_s: float | None = None,
                  keep: int | None = None, **options: Any) -> Checkpointer:
-        """Build from Slurm's and our environment variables (see ``hai_slurm.checkpoint.env``)."""
-        env = job_env_from(os.environ if environ is None else environ, directory=directory,
+        """Build from Slurm's and our environment variables (see ``hai_slurm.checkpoint.env``).
+
+        Inside a Slurm job whose environment lacks ``HAI_CHECKPOINT_DIR`` (and no ``directory``
+        is given), the job's ``#HAI`` settings are read back from Slurm first (one ``scontrol
+        show job`` per run, by rank 0; see :mod:`~hai_slurm.checkpoint.job_record`).
+        """
+        environ = os.environ if environ is None else environ
+        if directory is None and needs_record(environ):
+            environ = with_job_record(environ, rank=rank_from(environ),
+                                      restart=restart_count_from(environ))
+        env = job_env_from(environ, directory=directory,
                            control_dir=control_dir, request_signal=request_signal,
                            grace_s=grace_s, keep=keep)
         return cls(env, **options)

@@ -1,7 +1,10 @@
 """What a job learns from its environment: ids, rank, directories, signal and grace time.
 
 Pure: :func:`job_env_from` takes the environment as a mapping, so tests pass a dict.
-Variables (set by Slurm, by ``job_submit.lua`` from ``#HAI`` directives, or by the user):
+Variables (set by Slurm, by ``job_submit.lua`` from ``#HAI`` directives, or by the user; where a
+Slurm job's environment has no ``HAI_CHECKPOINT_DIR``, ``Checkpointer.from_env()`` and ``hai-run``
+first fill it and ``HAI_CHECKPOINT_GRACE`` in from the job's own record, see
+:mod:`~hai_slurm.checkpoint.job_record`):
 
 ==========================  ==================================================================
 ``HAI_CHECKPOINT_DIR``      where checkpoints go (else the ``directory`` argument)
@@ -83,6 +86,16 @@ def _first_int(environ: Mapping[str, str], keys: tuple[str, ...], default: int,
     return default
 
 
+def rank_from(environ: Mapping[str, str]) -> int:
+    """The global rank: ``RANK`` (torchrun), else ``SLURM_PROCID``, else 0."""
+    return _first_int(environ, ("RANK", "SLURM_PROCID"), 0, 0)
+
+
+def restart_count_from(environ: Mapping[str, str]) -> int:
+    """How often Slurm requeued the job (``SLURM_RESTART_COUNT``, 0 when unset)."""
+    return _int(environ, "SLURM_RESTART_COUNT", 0, 0)
+
+
 def job_id_from(environ: Mapping[str, str]) -> str:
     """Slurm's job id (``<array job>_<task>`` for array tasks), ``local`` outside Slurm."""
     array_job, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
@@ -137,8 +150,8 @@ def job_env_from(
         raise CheckpointError(f"grace time must be > 0 seconds, got {grace_s}")
     return JobEnv(
         checkpoint_dir=chosen, control_dir=ctl, job_id=job_id,
-        restart_count=_int(environ, "SLURM_RESTART_COUNT", 0, 0),
-        rank=_first_int(environ, ("RANK", "SLURM_PROCID"), 0, 0),
+        restart_count=restart_count_from(environ),
+        rank=rank_from(environ),
         world_size=_first_int(environ, ("WORLD_SIZE", "SLURM_NTASKS"), 1, 1),
         request_signal=sig, grace_s=grace_s,
         keep=keep if keep is not None else _int(environ, "HAI_CHECKPOINT_KEEP", DEFAULT_KEEP, 1),

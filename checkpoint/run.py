@@ -32,7 +32,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hai_slurm.checkpoint import protocol
-from hai_slurm.checkpoint.env import DEFAULT_GRACE_S, job_id_from, parse_signal
+from hai_slurm.checkpoint.env import (
+    DEFAULT_GRACE_S,
+    job_id_from,
+    parse_signal,
+    rank_from,
+    restart_count_from,
+)
+from hai_slurm.checkpoint.job_record import needs_record, with_job_record
 from hai_slurm.checkpoint.protocol import Ack, Phase
 from hai_slurm.checkpoint.signals import RequestListener
 from hai_slurm.errors import CheckpointError
@@ -149,6 +156,9 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         cmd = cmd[1:]
     if not cmd:
         _parser().error("no command given: hai-run [options] -- CMD ARGS...")
+    if args.control_dir is None and not environ.get("HAI_CONTROL_DIR") and needs_record(environ):
+        environ = with_job_record(environ, rank=rank_from(environ),
+                                  restart=restart_count_from(environ))
     request = parse_signal(args.signal or environ.get("HAI_CHECKPOINT_SIGNAL", "") or "USR2",
                            source="--signal")
     forward_as = (parse_signal(args.forward_as, source="--forward-as") if args.forward_as

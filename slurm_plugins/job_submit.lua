@@ -9,7 +9,12 @@ At submission, the #HAI lines at the top of the batch script are parsed (grammar
 checked against the entitlements table (decisions: submit_check.py), and then
   * job_desc.admin_comment gets a "hai:v1:..." record (other content kept, "|"-separated; any older
     "hai:" segment is dropped), which the daemon trusts; `comment` is the user's and never read;
-  * job_desc.qos is set to the class's QOS.
+  * job_desc.qos is set to the class's QOS;
+  * batch jobs get HAI_CHECKPOINT_DIR (with --checkpoint-dir) and HAI_CHECKPOINT_GRACE in
+    job_desc.environment, unless the submission already has the variable (the user's wins), so the
+    batch script and its srun steps see them (hai_slurm.checkpoint reads them). job_desc.environment
+    is writable from Lua for batch jobs in 22.05, 24.11 and 26.05 alike (_set_job_env_field in
+    src/plugins/job_submit/lua/job_submit_lua.c).
 A bad, unknown or unauthorized directive rejects the job; sbatch prints every problem with its line.
 
 At modification, only uids in the table's admin_uids may change a job's QOS or account (the daemon,
@@ -338,6 +343,38 @@ local function format_admin_comment(info, existing)
   return rest .. "|" .. record
 end
 
+-- job environment (submit_check.job_environment) ---------------------------------------------------
+
+local ENV_CHECKPOINT_DIR = "HAI_CHECKPOINT_DIR"
+local ENV_GRACE = "HAI_CHECKPOINT_GRACE"
+
+-- Returns the {name, value} pairs to add to the job's environment, and warnings. `environment` is
+-- job_desc.environment (indexing it gives a variable's value or nil), nil for non-batch jobs.
+local function job_environment(info, environment, found)
+  local added, warnings = {}, {}
+  if environment == nil then return added, warnings end
+  local wanted = {}
+  if info.checkpoint_dir ~= nil then
+    wanted[#wanted + 1] = {ENV_CHECKPOINT_DIR, info.checkpoint_dir}
+  end
+  wanted[#wanted + 1] = {ENV_GRACE, tostring(info.grace)}
+  for _, w in ipairs(wanted) do
+    local name, value = w[1], w[2]
+    local have = environment[name]
+    if have == nil then
+      added[#added + 1] = {name, value}
+    elseif name == ENV_CHECKPOINT_DIR and have ~= value then
+      local line = found["checkpoint-dir"] and found["checkpoint-dir"].line
+      local where = line and (" (line " .. line.number .. ")") or ""
+      warnings[#warnings + 1] = "hai-slurm: " .. name .. "=" .. have .. " from the submission is "
+        .. "kept in the job's environment, but hai-slurm looks for the job's acknowledgements "
+        .. "under #HAI --checkpoint-dir=" .. value .. where .. "; unset " .. name .. " before "
+        .. "sbatch or make the two agree"
+    end
+  end
+  return added, warnings
+end
+
 -- entitlements ----------------------------------------------------------------------------------
 
 local function load_entitlements()
@@ -369,8 +406,8 @@ end
 
 -- the decision (submit_check.py) ------------------------------------------------------------------
 
--- Returns true, info, qos, admin_comment, message_or_nil; or false, message.
-local function evaluate(script, account, qos, admin_comment, ent)
+-- Returns true, info, qos, admin_comment, message_or_nil, environment_additions; or false, message.
+local function evaluate(script, account, qos, admin_comment, ent, environment)
   local found, warnings_or_problems = parse_script(script or "")
   if not found then return false, rejection(warnings_or_problems) end
   local warnings = warnings_or_problems
@@ -489,9 +526,11 @@ local function evaluate(script, account, qos, admin_comment, ent)
     grace = grace, source = source,
     checkpoint_dir = found["checkpoint-dir"] and found["checkpoint-dir"].value or nil,
   }
+  local added, env_warnings = job_environment(info, (script ~= nil) and environment or nil, found)
+  for _, w in ipairs(env_warnings) do warnings[#warnings + 1] = w end
   local message = (#warnings > 0) and join(warnings, "\n") or nil
   return true, info, class_rule(ent, job_class).qos, format_admin_comment(info, admin_comment),
-    message
+    message, added
 end
 
 -- Slurm entry points ----------------------------------------------------------------------------
@@ -505,14 +544,16 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return slurm.ERROR
   end
   local account = job_desc.account or job_desc.default_account
-  local ok, info, qos, admin_comment, message = evaluate(job_desc.script, account, job_desc.qos,
-    job_desc.admin_comment, ent)
+  local environment = (job_desc.script ~= nil) and job_desc.environment or nil
+  local ok, info, qos, admin_comment, message, added = evaluate(job_desc.script, account,
+    job_desc.qos, job_desc.admin_comment, ent, environment)
   if not ok then
     slurm.log_user("%s", info)
     return slurm.ERROR
   end
   job_desc.admin_comment = admin_comment
   job_desc.qos = qos
+  for _, pair in ipairs(added) do environment[pair[1]] = pair[2] end
   if message then slurm.log_user("%s", message) end
   slurm.log_info("hai-slurm: uid %s: %s", tostring(submit_uid), admin_comment)
   return slurm.SUCCESS

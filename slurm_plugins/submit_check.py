@@ -21,17 +21,25 @@ Decisions, in order:
 5. ``--preemptible=no`` only where the class allows it; default ``yes``. ``--grace`` above the
    class's cap is rejected (the message names the cap); default is the class's default grace
    (for AUTO capped by the smallest cap of the order).
+6. The job's environment (batch jobs, ``job_desc.environment``): ``HAI_CHECKPOINT_DIR`` (when
+   ``--checkpoint-dir`` is given) and ``HAI_CHECKPOINT_GRACE`` (always: the recorded grace) are
+   added unless the submission already has that variable, so an explicit setting of the user's
+   (``sbatch --export=HAI_CHECKPOINT_DIR=...``, or inherited from the submitting shell) wins. A
+   kept ``HAI_CHECKPOINT_DIR`` that differs from ``--checkpoint-dir`` gets a warning: the daemon
+   looks for acknowledgements under the directive's directory.
 
 Every problem is reported, not only the first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hai_slurm.classes import ClassOrigin
 from hai_slurm.slurm_plugins.directives import (
     AUTO,
+    Directives,
     HaiJobInfo,
     ascii_lower,
     format_admin_comment,
@@ -44,12 +52,48 @@ from hai_slurm.slurm_plugins.entitlements import ANY, AccountRule, ClassRule, En
 
 @dataclass(frozen=True)
 class Accepted:
-    """An accepted submission: the record, the QOS and ``admin_comment`` to set, warnings."""
+    """An accepted submission: the record, the QOS and ``admin_comment`` to set, warnings, and
+    the variables to add to the job's environment (in order)."""
 
     info: HaiJobInfo
     qos: str
     admin_comment: str
     message: str | None
+    environment: tuple[tuple[str, str], ...] = ()
+
+
+#: Job environment variables job_submit.lua sets from the record (read by hai_slurm.checkpoint).
+ENV_CHECKPOINT_DIR = "HAI_CHECKPOINT_DIR"
+ENV_GRACE = "HAI_CHECKPOINT_GRACE"
+
+
+def job_environment(info: HaiJobInfo, environment: Mapping[str, str] | None,
+                    directives: Directives) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+    """The variables to add to a batch job's environment, and warnings (decision 6).
+
+    ``environment`` is the submission's (``None`` for a job without batch script: nothing is
+    added).
+    """
+    if environment is None:
+        return (), []
+    wanted: list[tuple[str, str]] = []
+    if info.checkpoint_dir is not None:
+        wanted.append((ENV_CHECKPOINT_DIR, info.checkpoint_dir))
+    wanted.append((ENV_GRACE, str(info.grace)))
+    added: list[tuple[str, str]] = []
+    warnings: list[str] = []
+    for name, value in wanted:
+        have = environment.get(name)
+        if have is None:
+            added.append((name, value))
+        elif name == ENV_CHECKPOINT_DIR and have != value:
+            line = directives.line_of("checkpoint-dir")
+            where = f" (line {line.number})" if line is not None else ""
+            warnings.append(f"hai-slurm: {name}={have} from the submission is kept in the job's "
+                            f"environment, but hai-slurm looks for the job's acknowledgements "
+                            f"under #HAI --checkpoint-dir={value}{where}; unset {name} before "
+                            "sbatch or make the two agree")
+    return tuple(added), warnings
 
 
 def _allowed_classes(rule: AccountRule) -> str:
@@ -60,8 +104,11 @@ def _allowed_classes(rule: AccountRule) -> str:
 
 
 def evaluate_submission(script: str | None, *, account: str | None, qos: str | None,
-                        admin_comment: str | None, table: Entitlements) -> Accepted:
+                        admin_comment: str | None, table: Entitlements,
+                        environment: Mapping[str, str] | None = None) -> Accepted:
     """Accept or reject one submission as job_submit.lua does (see the module docstring).
+
+    ``environment`` is the batch job's submitted environment (``None``: not a batch job).
 
     Raises :class:`~hai_slurm.errors.DirectiveError` with the user's message on rejection.
     """
@@ -156,6 +203,9 @@ def evaluate_submission(script: str | None, *, account: str | None, qos: str | N
         raise rejection(problems)
     info = HaiJobInfo(priority=priority, job_class=job_class, team=team, preemptible=preemptible,
                       grace=grace, source=source, checkpoint_dir=directives.checkpoint_dir)
+    added, env_warnings = job_environment(
+        info, environment if script is not None else None, directives)
     return Accepted(info=info, qos=table.class_rule(job_class).qos,
                     admin_comment=format_admin_comment(info, admin_comment),
-                    message="\n".join(directives.warnings) or None)
+                    message="\n".join([*directives.warnings, *env_warnings]) or None,
+                    environment=added)

@@ -50,30 +50,27 @@ class ToyJob:
 
 
 def toy_script(job: ToyJob, *, steps: int, step_seconds: float, priority: str, team: str,
-               grace: int = 30, train_args: Sequence[str] = (), srun: bool = False) -> str:
-    """The batch script: #HAI directives, the checkpoint environment, then the toy (as an
-    ``srun`` step with ``srun``: Slurm's native preemption signals steps, not the batch shell)."""
+               grace: int = 30, train_args: Sequence[str] = ()) -> str:
+    """The batch script, shaped like the README's example: ``#HAI`` directives, then
+    ``exec srun python ...`` (the toy gets its checkpoint settings from the directives, through
+    job_submit.lua, nothing else). One task per node: only rank 0 writes the toy's files."""
     args = " ".join([f"--steps {steps}", f"--step-seconds {step_seconds}",
                      f"--out {job.result}", f"--progress {job.progress}", *train_args])
     return (f"#!/bin/bash\n#HAI --priority={priority} --team={team} --grace={grace}\n"
             f"#HAI --checkpoint-dir={job.checkpoints}\n"
-            f"export HAI_CHECKPOINT_DIR={job.checkpoints}\n"
-            f"export HAI_CHECKPOINT_GRACE={grace + 5}\n"
-            f"exec {'srun --ntasks=1 ' if srun else ''}{sys.executable} -m "
-            f"hai_slurm.priority.demo.toy_train {args}\n")
+            f"exec srun {sys.executable} -m hai_slurm.priority.demo.toy_train {args}\n")
 
 
 def submit_toy(slurm: CliSlurmClient, workdir: Path, name: str, *, steps: int,
                step_seconds: float, priority: str, account: str, team: str | None = None,
                sbatch_args: Sequence[str] = (), grace: int = 30,
-               train_args: Sequence[str] = (), srun: bool = False) -> ToyJob:
+               train_args: Sequence[str] = ()) -> ToyJob:
     """sbatch the toy as ``name`` (output appended across runs); return the job."""
     workdir.mkdir(parents=True, exist_ok=True)
     job = ToyJob(name, 0, workdir)
     script = workdir / f"{name}.sh"
     script.write_text(toy_script(job, steps=steps, step_seconds=step_seconds, priority=priority,
-                                 team=team or account, grace=grace, train_args=train_args,
-                                 srun=srun))
+                                 team=team or account, grace=grace, train_args=train_args))
     job_id = slurm.submit_script(script, [f"--job-name={name}", f"--account={account}",
                                           f"--chdir={workdir}", f"--output={job.output}",
                                           "--open-mode=append", *sbatch_args])

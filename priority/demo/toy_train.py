@@ -3,8 +3,10 @@
 Used by the demo, the preemption tests and the benchmark; run it as a Slurm batch job::
 
     #HAI --checkpoint-dir=/shared/ck/run1
-    export HAI_CHECKPOINT_DIR=/shared/ck/run1
-    exec python -m hai_slurm.priority.demo.toy_train --steps 300 --out /shared/result.json
+    exec srun python -m hai_slurm.priority.demo.toy_train --steps 300 --out /shared/result.json
+
+With several ranks (``-N2``: one task per node) every rank trains and answers requests, and only
+rank 0 writes ``--out`` and ``--progress``.
 
 Each step draws from Python's ``random`` (whose state the library saves and restores) and folds
 the value into a running weight and a sha256 chain, so a run that was preempted and resumed any
@@ -107,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     state["slow"] = SlowToPickle(args.save_seconds)
     run = ck.env.restart_count
     print(f"start {state['step']} run {run}", flush=True)
-    progress = Path(args.progress).open("a") if args.progress else None  # noqa: SIM115
+    writer = ck.is_writer  # rank 0
+    progress = (Path(args.progress).open("a")  # noqa: SIM115
+                if args.progress and writer else None)
     acked_at: int | None = None
     while state["step"] < args.steps:
         one_step(state)
@@ -132,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         if ck.due(state["step"]):
             ck.save(state)
     ck.close()
-    tmp = Path(args.out + ".tmp")
-    tmp.write_text(json.dumps(result(state)))
-    tmp.replace(args.out)
-    print(f"done {state['step']}", flush=True)
+    if writer:
+        tmp = Path(args.out + ".tmp")
+        tmp.write_text(json.dumps(result(state)))
+        tmp.replace(args.out)
+        print(f"done {state['step']}", flush=True)
     return 0
 
 

@@ -47,6 +47,10 @@ OTHER_USER = "nobody"  # a non-admin submitter: its association is added by a fi
 class Cluster:
     """sbatch/scontrol against one cluster; remembers and cancels the jobs it submits."""
 
+    #: A directory that jobs on every node and :meth:`run` see alike (the local testbed's nodes
+    #: are processes of this host).
+    scratch_root = "/tmp"
+
     def __init__(self, slurm_conf: str) -> None:
         self.env = {**os.environ, "SLURM_CONF": slurm_conf}
         self.jobs: list[str] = []
@@ -79,6 +83,27 @@ class Cluster:
         if res.returncode == 0:
             self.jobs.append(res.stdout.strip().split(";")[0])
         return res
+
+    def run_job(self, script: str, output: str, *args: str, env: tuple[str, ...] = (),
+                timeout: float = 60) -> str:
+        """Submit ``script`` to run now (``env``: NAME=value set for sbatch), wait until Slurm
+        has forgotten it or it ended, and return its output file's text."""
+        res = self.run(["env", *env, "sbatch", "--parsable", f"--output={output}", "--chdir=/",
+                        *args], stdin=script)
+        assert res.returncode == 0, res.stderr
+        job = res.stdout.strip().split(";")[0]
+        self.jobs.append(job)
+        end = time.monotonic() + timeout
+        state = "?"
+        while time.monotonic() < end:
+            q = self.run(["squeue", "-h", "-j", job, "-o", "%T"])
+            state = q.stdout.strip()
+            if q.returncode == 0 and state in ("", "COMPLETED", "FAILED"):
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError(f"job {job} did not end within {timeout:g} s (now {state})")
+        return self.run(["cat", output]).stdout
 
     def show(self, job: str) -> dict[str, str]:
         res = self.run(["scontrol", "show", "job", "-o", job])
@@ -248,3 +273,47 @@ def test_auto_is_recorded_with_a_provisional_class(cluster: Cluster) -> None:
     info = parse_admin_comment(fields["AdminComment"])
     assert fields["QOS"] == "normal"
     assert info is not None and (info.priority, info.job_class) == ("AUTO", "NORMAL")
+
+
+ENV_SCRIPT = (SH + "#SBATCH -N 2\n#HAI --checkpoint-dir=/ckpt/env-test\n#HAI --grace=45\n"
+              'echo "batch dir=$HAI_CHECKPOINT_DIR grace=$HAI_CHECKPOINT_GRACE"\n'
+              "srun bash -c 'echo \"step $SLURM_PROCID dir=$HAI_CHECKPOINT_DIR "
+              "grace=$HAI_CHECKPOINT_GRACE\"'\n")
+
+
+def test_directives_reach_the_batch_shell_and_every_srun_step(cluster: Cluster) -> None:
+    """#HAI --checkpoint-dir and --grace are HAI_CHECKPOINT_DIR/GRACE in the batch script's
+    environment and in each task of its srun step (job_submit.lua sets job_desc.environment)."""
+    output = f"{cluster.scratch_root}/hai-directives-env-{os.getpid()}-{time.time_ns()}.out"
+    try:
+        text = cluster.run_job(ENV_SCRIPT, output, "--account=team-a")
+    finally:
+        cluster.run(["rm", "-f", output])
+    assert sorted(text.splitlines()) == [
+        "batch dir=/ckpt/env-test grace=45",
+        "step 0 dir=/ckpt/env-test grace=45",
+        "step 1 dir=/ckpt/env-test grace=45"], text
+
+
+def test_the_submitters_own_variable_wins_with_a_warning(cluster: Cluster) -> None:
+    """HAI_CHECKPOINT_DIR in the submitting shell: the job keeps the user's value (batch and
+    step) and sbatch warns that the daemon looks under the directive's directory.
+
+    (Set in sbatch's environment rather than with ``--export=ALL,VAR=...``: in the Docker
+    testbed, Slurm 24.11's and 26.05's slurmd die with "fatal: clone: Operation not permitted"
+    when a step of a job submitted with ``--export=ALL,ANY=value`` starts.)"""
+    res = cluster.run(["env", "HAI_CHECKPOINT_DIR=/mine", "sbatch", "--parsable", "--hold",
+                       "--output=/dev/null", "--chdir=/", "--account=team-a"], stdin=ENV_SCRIPT)
+    assert res.returncode == 0, res.stderr
+    cluster.jobs.append(res.stdout.strip().split(";")[0])
+    assert ("HAI_CHECKPOINT_DIR=/mine from the submission is kept in the job's environment, "
+            "but hai-slurm looks for the job's acknowledgements under #HAI "
+            "--checkpoint-dir=/ckpt/env-test (line 3)") in res.stderr
+    output = f"{cluster.scratch_root}/hai-directives-env-{os.getpid()}-{time.time_ns()}.out"
+    try:
+        text = cluster.run_job(ENV_SCRIPT, output, "--account=team-a",
+                               env=("HAI_CHECKPOINT_DIR=/mine",))
+    finally:
+        cluster.run(["rm", "-f", output])
+    assert sorted(text.splitlines()) == [
+        "batch dir=/mine grace=45", "step 0 dir=/mine grace=45", "step 1 dir=/mine grace=45"], text

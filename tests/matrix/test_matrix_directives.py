@@ -3,7 +3,8 @@
 The test functions and fixtures are the integration module's own, imported here; only the
 ``access`` fixture differs: sbatch/scontrol/sacctmgr run in the controller container through
 ``docker exec``, and the Lua files are read from the container's /etc/slurm. So job_submit.lua is
-exercised by each release's slurmctld.
+exercised by each release's slurmctld, including the job environment it sets (jobs that run write
+their output to the shared directory, which the controller container reads).
 
 The non-admin submitter is a user made in the controller container (:data:`SUBMITTER`), not
 ``nobody``: Slurm 26.05's slurmctld resolves ``nobody`` (uid 65534) to no uid at all
@@ -29,14 +30,20 @@ from test_directives_sbatch import (  # noqa: F401  (fixtures and tests collecte
     test_auto_is_recorded_with_a_provisional_class,
     test_bad_directives_are_rejected_by_sbatch_with_the_message,
     test_directive_after_first_command_is_ignored_with_a_warning,
+    test_directives_reach_the_batch_shell_and_every_srun_step,
     test_good_directives_land_in_admin_comment_and_qos,
     test_job_without_directives_gets_the_default_class,
     test_owner_rewriting_comment_gains_nothing,
+    test_the_submitters_own_variable_wins_with_a_warning,
 )
+
+from hai_slurm.testbed.docker_runner import SHARED_DIR
 
 
 class DockerCluster(Cluster):
     """The integration tests' Cluster, with every command run in the controller container."""
+
+    scratch_root = SHARED_DIR  # mounted in every container: job output is readable from here
 
     def __init__(self, container: str) -> None:
         super().__init__("/etc/slurm/slurm.conf")

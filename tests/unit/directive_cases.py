@@ -23,9 +23,20 @@ class Case:
     default_account: str | None = None
     accepted: bool = True
     expect: str = ""
+    #: The batch job's submitted environment (NAME, value) pairs; None: not given (job_submit
+    #: then sets no variable, as for a job without batch script).
+    environment: tuple[tuple[str, str], ...] | None = None
 
 
 SH = "#!/bin/bash\n"
+#: The README's example job script ("Using it"), byte for byte.
+README_SCRIPT = (SH + "#SBATCH --gres=gpu:8 -N 2\n"
+                 "#HAI --priority=HIGH            # EXTREME_HIGH VERY_HIGH HIGH ABOVE_NORMAL "
+                 "NORMAL UNDER_NORMAL BELOW_NORMAL LOW, or AUTO\n"
+                 "#HAI --team=vision              # default: the Slurm account\n"
+                 "#HAI --checkpoint-dir=/shared/ckpt/run42\n"
+                 "#HAI --grace=120                # seconds the job needs to save (capped per "
+                 "class)\nsrun python train.py\n")
 
 CASES: tuple[Case, ...] = (
     # accepted
@@ -163,4 +174,33 @@ CASES: tuple[Case, ...] = (
          account="team-b", accepted=False,
          expect="may not act for team 'team-a'; allowed: team-b\n  line 2 (#HAI --team=team-a "
          "--priority=VERY_HIGH): account 'team-b' may not use class VERY_HIGH"),
+    # the job environment (batch jobs): see ENV_EXPECTED
+    Case("env-readme", README_SCRIPT, account="root", environment=(("PATH", "/usr/bin"),),
+         expect="checkpoint_dir=/shared/ckpt/run42"),
+    Case("env-class-default-grace", SH + "#HAI --priority=LOW\nx\n", environment=(),
+         expect="grace=60"),
+    Case("env-user-dir-kept", README_SCRIPT, account="root",
+         environment=(("HAI_CHECKPOINT_DIR", "/mine"), ("HAI_CHECKPOINT_GRACE", "7")),
+         expect="checkpoint_dir=/shared/ckpt/run42"),
+    Case("env-user-same-dir", README_SCRIPT, account="root",
+         environment=(("HAI_CHECKPOINT_DIR", "/shared/ckpt/run42"),), expect="grace=120"),
+    Case("env-dir-encoded-in-record-not-in-env", SH + "#HAI --checkpoint-dir=/a;b|c\nx\n",
+         environment=(), expect="checkpoint_dir=/a%3Bb%7Cc"),
+    Case("env-rejected-untouched", SH + "#HAI --grace=0\nx\n", environment=(("A", "1"),),
+         accepted=False, expect="--grace"),
+    Case("env-no-script", None, environment=(("A", "1"),), expect="source=default"),
 )
+
+#: The job environment each env-* case ends with (both sides must agree on it too).
+ENV_EXPECTED: dict[str, dict[str, str]] = {
+    "env-readme": {"PATH": "/usr/bin", "HAI_CHECKPOINT_DIR": "/shared/ckpt/run42",
+                   "HAI_CHECKPOINT_GRACE": "120"},
+    "env-class-default-grace": {"HAI_CHECKPOINT_GRACE": "60"},
+    "env-user-dir-kept": {"HAI_CHECKPOINT_DIR": "/mine", "HAI_CHECKPOINT_GRACE": "7"},
+    "env-user-same-dir": {"HAI_CHECKPOINT_DIR": "/shared/ckpt/run42",
+                          "HAI_CHECKPOINT_GRACE": "120"},
+    "env-dir-encoded-in-record-not-in-env": {"HAI_CHECKPOINT_DIR": "/a;b|c",
+                                             "HAI_CHECKPOINT_GRACE": "60"},
+    "env-rejected-untouched": {"A": "1"},
+    "env-no-script": {"A": "1"},
+}

@@ -1,8 +1,10 @@
 -- Runs job_submit.lua outside slurmctld, with a fake `slurm` table, over a list of cases.
 -- Usage: lua5.1 lua_job_submit_harness.lua DIR/job_submit.lua CASES.lua
 -- CASES.lua returns a list of {id=, mode="submit"|"modify", script=, account=, default_account=,
--- qos=, admin_comment=, uid=}. For each case one line is printed:
--- id <TAB> rc <TAB> qos <TAB> admin_comment <TAB> user message, with \ \t \n escaped and nil as \N.
+-- qos=, admin_comment=, uid=, environment=}. `environment` (a table of NAME = value, like
+-- job_desc.environment of a batch job) is given only when the case has one. For each case one line is
+-- printed: id <TAB> rc <TAB> qos <TAB> admin_comment <TAB> user message <TAB> environment
+-- afterwards (NAME=value lines, sorted), with \ \t \n escaped and nil as \N.
 
 local messages = {}
 slurm = {
@@ -27,6 +29,7 @@ for _, case in ipairs(cases) do
   local job_desc = {
     script = case.script, account = case.account, default_account = case.default_account,
     qos = case.qos, admin_comment = case.admin_comment, comment = case.comment,
+    environment = case.environment,
   }
   local result
   if case.mode == "modify" then
@@ -35,6 +38,13 @@ for _, case in ipairs(cases) do
     result = slurm_job_submit(job_desc, {}, case.uid or 1000)
   end
   local message = (#messages > 0) and table.concat(messages, "\n") or nil
+  local env = nil
+  if case.environment ~= nil then
+    local lines = {}
+    for k, v in pairs(case.environment) do lines[#lines + 1] = k .. "=" .. v end
+    table.sort(lines)
+    env = table.concat(lines, "\n")
+  end
   io.write(escape(case.id), "\t", escape(result), "\t", escape(job_desc.qos), "\t",
-           escape(job_desc.admin_comment), "\t", escape(message), "\n")
+           escape(job_desc.admin_comment), "\t", escape(message), "\t", escape(env), "\n")
 end

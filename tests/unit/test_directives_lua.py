@@ -3,7 +3,7 @@
 The Lua file is run as slurmctld runs it (loaded from a directory holding hai_entitlements.lua,
 ``slurm_job_submit(job_desc, part_list, uid)`` called with a job_desc table) through a small
 harness that fakes only the ``slurm`` table. Every case of ``directive_cases.CASES`` must give the
-same return code, QOS, admin_comment and user message on both sides.
+same return code, QOS, admin_comment, user message and job environment on both sides.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from directive_cases import CASES, Case
+from directive_cases import CASES, ENV_EXPECTED, Case
 
 from hai_slurm.errors import DirectiveError
 from hai_slurm.slurm_plugins import entitlements as ent_mod
@@ -32,7 +32,9 @@ LUA = shutil.which("lua5.1")
 
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 is not installed (apt install lua5.1)")
 
-Outcome = tuple[str, str | None, str | None, str | None]  # rc, qos, admin_comment, message
+# rc, qos, admin_comment, message, environment afterwards (sorted NAME=value lines; None: no
+# environment, i.e. not a batch job)
+Outcome = tuple[str, str | None, str | None, str | None, str | None]
 
 
 def lua_string(text: str) -> str:
@@ -48,6 +50,8 @@ def lua_value(value: object) -> str:
         return "nil"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, tuple):
+        return "{" + ", ".join(f"[{lua_string(k)}] = {lua_string(v)}" for k, v in value) + "}"
     assert isinstance(value, str)
     return lua_string(value)
 
@@ -85,25 +89,39 @@ def run_lua(tmp_path: Path, cases: list[dict[str, object]], *,
     results: dict[str, Outcome] = {}
     for line in proc.stdout.decode("utf-8", "surrogateescape").split("\n"):
         if line:
-            case_id, rc, qos, comment, message = line.split("\t")
-            results[case_id] = (rc, unescape(qos), unescape(comment), unescape(message))
+            case_id, rc, qos, comment, message, env = line.split("\t")
+            results[case_id] = (rc, unescape(qos), unescape(comment), unescape(message),
+                                unescape(env))
     return results
 
 
+def env_lines(environment: dict[str, str] | None) -> str | None:
+    """The harness's rendering of a job environment: sorted NAME=value lines."""
+    if environment is None:
+        return None
+    return "\n".join(sorted(f"{k}={v}" for k, v in environment.items()))
+
+
 def python_outcome(case: Case) -> Outcome:
+    given = dict(case.environment) if case.environment is not None else None
     try:
         accepted = evaluate_submission(case.script, account=case.account or case.default_account,
                                        qos=case.qos, admin_comment=case.admin_comment,
-                                       table=demo_entitlements())
+                                       table=demo_entitlements(), environment=given)
     except DirectiveError as err:
-        return ("-1", case.qos, case.admin_comment, str(err))
-    return ("0", accepted.qos, accepted.admin_comment, accepted.message)
+        return ("-1", case.qos, case.admin_comment, str(err), env_lines(given))
+    after = {**given, **dict(accepted.environment)} if given is not None else None
+    return ("0", accepted.qos, accepted.admin_comment, accepted.message, env_lines(after))
 
 
 def as_lua_case(case: Case) -> dict[str, object]:
-    return {"id": case.id, "script": case.script, "account": case.account,
-            "default_account": case.default_account, "qos": case.qos,
-            "admin_comment": case.admin_comment}
+    out: dict[str, object] = {
+        "id": case.id, "script": case.script, "account": case.account,
+        "default_account": case.default_account, "qos": case.qos,
+        "admin_comment": case.admin_comment}
+    if case.environment is not None:
+        out["environment"] = case.environment
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -117,14 +135,33 @@ def test_lua_and_python_agree(case: Case, lua_results: dict[str, Outcome]) -> No
     """Lua and Python give the same rc, QOS, admin_comment and message, and the expected one."""
     python = python_outcome(case)
     assert lua_results[case.id] == python
-    rc, _, comment, message = python
+    rc, _, comment, message, _ = python
     assert rc == ("0" if case.accepted else "-1")
     assert case.expect in ((comment or "") if case.accepted else (message or ""))
 
 
+@pytest.mark.parametrize("case_id", sorted(ENV_EXPECTED))
+def test_job_environment_gets_the_settings_unless_given(
+        case_id: str, lua_results: dict[str, Outcome]) -> None:
+    """Batch jobs end with HAI_CHECKPOINT_DIR/GRACE from the directives; a variable the
+    submission already has is kept; rejected and script-less jobs are left alone."""
+    assert lua_results[case_id][4] == env_lines(ENV_EXPECTED[case_id])
+
+
+def test_kept_checkpoint_dir_that_differs_is_warned_about(
+        lua_results: dict[str, Outcome]) -> None:
+    """A submission's own HAI_CHECKPOINT_DIR wins, and sbatch says the daemon looks elsewhere."""
+    assert lua_results["env-user-dir-kept"][3] == (
+        "hai-slurm: HAI_CHECKPOINT_DIR=/mine from the submission is kept in the job's "
+        "environment, but hai-slurm looks for the job's acknowledgements under #HAI "
+        "--checkpoint-dir=/shared/ckpt/run42 (line 5); unset HAI_CHECKPOINT_DIR before sbatch "
+        "or make the two agree")
+    assert lua_results["env-user-same-dir"][3] is None
+
+
 def test_warning_for_directive_after_command(lua_results: dict[str, Outcome]) -> None:
     """A #HAI line below the first command is ignored and the user is told so, by both sides."""
-    _, _, _, message = lua_results["after-command-ignored"]
+    _, _, _, message, _ = lua_results["after-command-ignored"]
     assert message == ("hai-slurm: line 4 (#HAI --priority=BOGUS): ignored, it comes after the "
                        "first command on line 3 (like #SBATCH, #HAI is only read above it)")
 
@@ -132,7 +169,7 @@ def test_warning_for_directive_after_command(lua_results: dict[str, Outcome]) ->
 def test_every_ignored_directive_is_reported_with_its_line(
         lua_results: dict[str, Outcome]) -> None:
     """Lines below the first command: each #HAI-looking line is named, nothing else is."""
-    _, _, _, message = lua_results["many-ignored"]
+    _, _, _, message, _ = lua_results["many-ignored"]
     assert message is not None
     assert [line.split(":")[1] for line in message.split("\n")] == [
         " line 5 (#HAI --grace=2)", " line 6 (#hai x)", " line 11 (#HAI)"]
@@ -156,9 +193,9 @@ def test_other_table_agrees(tmp_path: Path) -> None:
         try:
             acc = evaluate_submission(case.script, account=case.account, qos=None,
                                       admin_comment=None, table=table)
-            python: Outcome = ("0", acc.qos, acc.admin_comment, acc.message)
+            python: Outcome = ("0", acc.qos, acc.admin_comment, acc.message, None)
         except DirectiveError as err:
-            python = ("-1", None, None, str(err))
+            python = ("-1", None, None, str(err), None)
         assert results[case.id] == python, case.id
         assert python[0] == ("0" if case.accepted else "-1"), case.id
     assert "account 'lab' may not use AUTO; allowed: LOW, NORMAL" in str(
@@ -171,7 +208,7 @@ def test_other_table_agrees(tmp_path: Path) -> None:
 def test_missing_table_rejects_with_clear_message(tmp_path: Path) -> None:
     """Without hai_entitlements.lua beside it, job_submit.lua rejects jobs and says why."""
     results = run_lua(tmp_path, [{"id": "x", "script": "#HAI --priority=HIGH\n"}], table=None)
-    rc, qos, comment, message = results["x"]
+    rc, qos, comment, message, _ = results["x"]
     assert (rc, qos, comment) == ("-1", None, None)
     assert message is not None and "entitlements table could not be loaded" in message
 
@@ -215,6 +252,11 @@ _FRAGMENTS = (
 )
 
 
+_ENVIRONMENTS: tuple[tuple[tuple[str, str], ...] | None, ...] = (
+    None, (), (("HAI_CHECKPOINT_DIR", "/c"),), (("HAI_CHECKPOINT_DIR", "/x%y"),),
+    (("HAI_CHECKPOINT_GRACE", "5"), ("PATH", "/bin")))
+
+
 def _random_script(rng: random.Random) -> str:
     lines = ["#!/bin/bash"] if rng.random() < 0.7 else []
     for _ in range(rng.randint(0, 6)):
@@ -226,12 +268,14 @@ def _random_script(rng: random.Random) -> str:
 
 
 def test_lua_and_python_agree_on_random_scripts(tmp_path: Path) -> None:
-    """Fuzzing: 400 scripts built from valid and broken fragments give identical outcomes."""
+    """Fuzzing: 400 scripts built from valid and broken fragments, with and without a job
+    environment, give identical outcomes."""
     rng = random.Random(20261129)
     accounts = ("team-a", "team-b", "root", "physics", None)
     cases = [Case(f"r{i}", _random_script(rng), account=rng.choice(accounts),
                   qos=rng.choice((None, None, None, "high", "normal", "debug")),
-                  admin_comment=rng.choice((None, "note", "a|hai:v1:x")))
+                  admin_comment=rng.choice((None, "note", "a|hai:v1:x")),
+                  environment=rng.choice(_ENVIRONMENTS))
              for i in range(400)]
     results = run_lua(tmp_path, [as_lua_case(c) for c in cases], table=demo_entitlements())
     outcomes = {results[c.id][0] for c in cases}
