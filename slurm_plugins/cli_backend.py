@@ -14,6 +14,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
 from hai_slurm.slurm_plugins.parse import (
     JOB_FACTS_FORMAT,
+    SWITCHES_FORMAT,
     job_messages,
     parse_job_facts,
     parse_jobs,
@@ -28,14 +30,17 @@ from hai_slurm.slurm_plugins.parse import (
     parse_partitions_json,
     parse_partitions_text,
     parse_qos,
+    parse_switch_requests,
     parse_switches,
 )
 from hai_slurm.slurm_plugins.runner import CommandRunner, Completed, SubprocessRunner, check
 from hai_slurm.slurm_plugins.types import (
     ActionResult,
     ClusterSnapshot,
+    Job,
     JobFacts,
     JobIds,
+    JobState,
     Qos,
     SignalTarget,
     Skipped,
@@ -135,7 +140,7 @@ class CliSlurmClient:
         """Jobs, nodes, partitions and QOS; any failed query raises, nothing partial returns."""
         plan = self.plan
         now = int(self._clock())
-        jobs = parse_jobs(self._json(plan.jobs))
+        jobs = self._with_switches(parse_jobs(self._json(plan.jobs)))
         nodes = parse_nodes(self._json(plan.nodes), " ".join(plan.nodes))
         if plan.partition_source is PartitionSource.SCONTROL_TEXT:
             out = check(self._run(plan.partitions), " ".join(plan.partitions)).stdout
@@ -150,6 +155,23 @@ class CliSlurmClient:
                          if j.array_job_id == j.job_id and j.array_task_id is not None}
         return ClusterSnapshot(time=now, version=plan.version, jobs=jobs, nodes=nodes,
                                partitions=partitions, qos=qos)
+
+    def _with_switches(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
+        """Fill ``switches`` where the JSON lacked it (22.05): one compact ``squeue -O`` of the
+        pending jobs, only when a pending multi-node job needs it."""
+        if not any(j.switches is None and j.state is JobState.PENDING and j.node_count > 1
+                   for j in jobs):
+            return tuple(j if j.switches is not None else replace(j, switches=0) for j in jobs)
+        out = check(self._run(["squeue", "--noheader", "--states=PENDING",
+                               f"--Format={SWITCHES_FORMAT}"]), "squeue -O ReqSwitch").stdout
+        asked = parse_switch_requests(out)
+        filled = []
+        for j in jobs:
+            if j.switches is None:
+                count, wait = asked.get(j.job_id, (0, 0))
+                j = replace(j, switches=count, switch_wait=wait)
+            filled.append(j)
+        return tuple(filled)
 
     def _ref(self, job_id: int) -> str:
         return self._aliases.get(job_id, str(job_id))

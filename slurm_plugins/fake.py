@@ -92,6 +92,8 @@ class _FakeJob:
     flags: tuple[str, ...] = field(default=())
     memory_per_node: int = 0
     req_nodes: str = ""
+    switches: int = 0
+    switch_wait: int = 0
 
 
 def _minus(free: tuple[int, int, int], job: _FakeJob) -> tuple[int, int, int]:
@@ -137,7 +139,8 @@ class FakeSlurm:
                gpus_per_node: int = 0, cpus_per_node: int = 1, time_limit: int | None = None,
                requeue: bool = True, comment: str = "", admin_comment: str = "",
                priority: int = 1, hold: bool = False, begin_time: int | None = None,
-               now: int | None = None, memory_per_node_mb: int = 0) -> int:
+               now: int | None = None, memory_per_node_mb: int = 0, switches: int = 0,
+               switch_wait: int = 300) -> int:
         """Queue a batch job and return its id (``begin_time`` like ``sbatch --begin``).
 
         ``memory_per_node_mb`` is ``sbatch --mem`` (0: none, as on a cluster where memory is not
@@ -154,7 +157,8 @@ class FakeSlurm:
                                   t, max(t, begin_time or t), 0 if hold else priority, held=hold,
                                   reason="JobHeldUser" if hold else
                                   "BeginTime" if (begin_time or t) > t else "Priority",
-                                  memory_per_node=memory_per_node_mb)
+                                  memory_per_node=memory_per_node_mb, switches=switches,
+                                  switch_wait=switch_wait)
         return jid
 
     def advance(self, now: int) -> None:
@@ -227,7 +231,8 @@ class FakeSlurm:
             gpus_per_node={n: j.gpus_per_node for n in j.nodes} if running else {},
             restart_count=j.restart_count, requeue=j.requeue, comment=j.comment,
             admin_comment=j.admin_comment, batch=True, held=j.held,
-            cpus=j.cpus_per_node * j.node_count, memory_mb=j.memory_per_node * j.node_count)
+            cpus=j.cpus_per_node * j.node_count, memory_mb=j.memory_per_node * j.node_count,
+            switches=j.switches, switch_wait=j.switch_wait if j.switches else 0)
 
     def snapshot(self) -> ClusterSnapshot:
         """The current state, stamped with the fake clock."""

@@ -218,6 +218,10 @@ def parse_job(d: Mapping[str, Any]) -> Job | None:
         array_tasks=text(d.get("array_task_string")),
         cpus=cpus,
         memory_mb=memory_mb,
+        switches=(number(d.get("required_switches"), f"{where}: required_switches") or 0
+                  if "required_switches" in d else None),
+        switch_wait=number(d.get("maximum_switch_wait_time"),
+                           f"{where}: maximum_switch_wait_time") or 0,
     )
 
 
@@ -451,3 +455,23 @@ def parse_job_facts(line: str) -> JobFacts | None:
                     restart_count=int(restarts) if restarts.isdigit() else 0,
                     held=priority.strip() == "0" and "held" in reason.lower(),
                     req_nodes="" if req in ("(null)", "") else req)
+
+
+#: ``squeue --Format`` of :func:`parse_switch_requests` (22.05's JSON lacks these fields).
+SWITCHES_FORMAT = "JobID:|,ReqSwitch:|,Wait4Switch:|"
+
+
+def parse_switch_requests(output: str) -> dict[int, tuple[int, int]]:
+    """Job id -> (``--switches`` count, seconds to wait for it) from ``squeue -O`` with
+    :data:`SWITCHES_FORMAT`; lines that do not parse are left out."""
+    out: dict[int, tuple[int, int]] = {}
+    for line in output.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 4 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue
+        try:
+            wait = duration_seconds(parts[2], DurationContext.TIME_LIMIT) or 0
+        except ValueError:
+            wait = 0
+        out[int(parts[0])] = (int(parts[1]), 0 if wait == INFINITE else wait)
+    return out

@@ -140,6 +140,12 @@ class Job:
     memory_mb: int = 0
     """Memory of the whole job in MiB (all nodes), allocated while it runs, else requested; 0 when
     Slurm allocates none (memory not a consumable resource, e.g. ``CR_Core``) or tells nothing."""
+    switches: int | None = 0
+    """``sbatch --switches=N``: the most leaf switches the job's nodes may span (0: any), or
+    None when the release's JSON does not report it (22.05; the CLI backend then reads it)."""
+    switch_wait: int = 0
+    """Seconds the job waits for that switch count before Slurm ignores it (``@wait``; Slurm's
+    default is ``max_switch_wait``, 300 s)."""
 
     @property
     def gpus_allocated(self) -> int:

@@ -26,6 +26,7 @@ from hai_slurm.errors import SlurmError
 from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.loop import Daemon, open_store
+from hai_slurm.priority.daemon.metrics import DaemonMetrics
 from hai_slurm.priority.daemon.planning import SnapshotPlanner, TopologySource
 from hai_slurm.priority.executor.notify import CheckpointNotifier, make_notifier
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
@@ -79,7 +80,8 @@ def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
     if switches is None and cfg.description is None:
         switches = read_switches(client)
     source = topology_source(cfg, switches or ())
-    planner = SnapshotPlanner(source, cfg.preempt.planner)
+    metrics = DaemonMetrics()
+    planner = SnapshotPlanner(source, cfg.preempt.planner, on_verdicts=metrics.observe_verdicts)
     if notifier is None:
         notifier = make_notifier(cfg.redis_url if cfg.preempt.redis else None)
     ttl = cfg.intervals.lock_ttl
@@ -88,7 +90,7 @@ def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
         settings=cfg.preempt.executor, clock=clock,
         heartbeat=lambda: lock.acquire_or_renew(owner, clock.time(), ttl))
     return Daemon(client, repo, lock, config=cfg, clock=clock, planner=planner,
-                  executor=executor, owner=owner, interval=interval)
+                  executor=executor, owner=owner, interval=interval, metrics=metrics)
 
 
 def describe_preemption(daemon: Daemon) -> str:

@@ -2,23 +2,31 @@
 
 The explanation is computed exactly as the daemon's next cycle would: one snapshot, the stored
 jobs, fairness events and policy state, :func:`~hai_slurm.priority.daemon.cycle.decide` with
-``now``.
+``now``, then the planner on that view (its verdict: PREEMPT with the victims, NOT_WORTH with
+both sides of the benefit test, NO_VICTIMS with a count per exclusion reason, IMPOSSIBLE, FITS,
+...; for a running job, whether it may be a victim now).
 Nothing is written, neither to Slurm nor to the database.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from hai_slurm.errors import ConfigError, StateError
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY, Decision, decide, state_from_json
+from hai_slurm.priority.daemon.factory import read_switches, topology_source
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.hooks import CycleView
+from hai_slurm.priority.planner.search import plan_preemptions, victim_status
 from hai_slurm.priority.policy.explain import explain, explain_running
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import PendingJob, PolicyResult, RunningJob
 from hai_slurm.priority.store.engine import current_revision, make_engine, masked
+from hai_slurm.priority.store.records import TrackedJob
 from hai_slurm.priority.store.repository import Repository
-from hai_slurm.slurm_plugins.types import SlurmClient
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
 
 def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
@@ -38,13 +46,38 @@ def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[Run
 
 
 def live_decision(slurm: SlurmClient, repo: Repository, config: PolicyConfig,
-                  now: float) -> Decision:
-    """What the daemon would decide now (read-only)."""
+                  now: float) -> tuple[ClusterSnapshot, Mapping[int, TrackedJob], Decision]:
+    """What the daemon would decide now (read-only): the snapshot, stored jobs and decision."""
     snap = slurm.snapshot()
-    return decide(snap, tracked=repo.load_jobs(),
-                  events=repo.events_since(now - config.fairness.window),
-                  state=state_from_json(repo.get_value(POLICY_STATE_KEY)),
-                  protections=repo.active_protections(now), config=config, now=now)
+    tracked = repo.load_jobs()
+    decision = decide(snap, tracked=tracked,
+                      events=repo.events_since(now - config.fairness.window),
+                      state=state_from_json(repo.get_value(POLICY_STATE_KEY)),
+                      protections=repo.active_protections(now), config=config, now=now)
+    return snap, tracked, decision
+
+
+def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
+    """The planner's verdict on ``job_id`` as the daemon's next cycle would reach it: for a
+    pending job its outcome and why (victims listed for PREEMPT), for a running job whether it
+    may be a victim now."""
+    if not config.preempt.enabled:
+        return "Planner: preemption is off ([planner] enabled = false)."
+    switches = read_switches(view.slurm) if config.description is None else ()
+    planner = SnapshotPlanner(topology_source(config, switches), config.preempt.planner)
+    snapshot = planner.snapshot(view)
+    result = plan_preemptions(snapshot, config=planner.config, now=view.now)
+    decision = result.decisions.get(job_id)
+    if decision is not None:
+        lines = [f"Planner: {decision.outcome.name}: {decision.reason}"]
+        plan = result.plan_for(job_id)
+        if plan is not None:
+            lines += [f"  victim {v.reason}" for v in plan.victims]
+        return "\n".join(lines)
+    holder = next((h for h in snapshot.running if h.job_id == job_id), None)
+    if holder is None:
+        return "Planner: the job holds no GPUs the planner places, so it is never a victim."
+    return f"Planner: {victim_status(holder, planner.config, view.now)}."
 
 
 def open_repository(config: DaemonConfig) -> Repository:
@@ -62,7 +95,7 @@ def explain_live(job_id: int, slurm: SlurmClient, repo: Repository, config: Daem
     """Explain ``job_id`` from live state; ConfigError when Slurm has it neither pending nor
     running."""
     at = time.time() if now is None else now
-    decision = live_decision(slurm, repo, config.policy, at)
+    snap, tracked, decision = live_decision(slurm, repo, config.policy, at)
     text = explain_job(job_id, decision.inputs.pending, decision.inputs.running,
                        decision.result, config.policy)
     if text is None:
@@ -72,4 +105,7 @@ def explain_live(job_id: int, slurm: SlurmClient, repo: Repository, config: Daem
     if job_id in decision.writes:
         text += (f"\nSlurm still has priority {slurm_job.priority}; the daemon's next cycle "
                  f"writes {decision.writes[job_id]}.")
-    return text
+    view = CycleView(now=at, snapshot=snap, pending=decision.inputs.pending,
+                     running=decision.inputs.running, result=decision.result, tracked=tracked,
+                     config=config.policy, slurm=slurm, repository=repo)
+    return text + "\n" + planner_verdict(job_id, view, config)

@@ -16,6 +16,7 @@ from prometheus_client import Counter as PromCounter
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.daemon.cycle import Decision
+from hai_slurm.priority.planner.types import Outcome
 from hai_slurm.priority.store import JsonValue
 
 #: Key of the counter totals in the store's named values.
@@ -89,6 +90,9 @@ class DaemonMetrics:
                                         "Priority changes written to Slurm", registry=r)
         self.leader = Gauge("hai_priority_leader", "1 while this daemon holds the leader lease",
                             registry=r)
+        self.verdicts = Gauge("hai_planner_verdicts",
+                              "Pending jobs by effective class and the planner's latest verdict",
+                              ["priority_class", "verdict"], registry=r)
 
     def restore(self, totals: Totals) -> None:
         """Raise the counters to persisted totals (after start, or on taking the lease back)."""
@@ -129,6 +133,13 @@ class DaemonMetrics:
         self.decays.inc(len(ch.decays))
         self.protections.inc(len(ch.protections))
         self.protected_teams.set(len(result.protected_teams))
+
+    def observe_verdicts(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Pending jobs per class and planner verdict (every combination is set, zeros too)."""
+        for cls in PriorityClass:
+            for outcome in Outcome:
+                self.verdicts.labels(cls.value, outcome.name).set(
+                    counts.get((cls.value, outcome.name), 0))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - scraped remotely
         """Expose ``/metrics`` on ``addr:port`` in a background thread."""

@@ -9,7 +9,9 @@ snapshot (:class:`~.topology_derive.DerivedTopology`, when there is no descripti
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
 
 from hai_slurm.conf.topology import Topology
 from hai_slurm.priority.hooks import CycleView
@@ -19,20 +21,27 @@ from hai_slurm.priority.planner.inputs import (
     waiting_from_policy,
 )
 from hai_slurm.priority.planner.search import plan_preemptions
-from hai_slurm.priority.planner.types import PlannerConfig, PlanningResult, PlanSnapshot
+from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
 
 TopologySource = Topology | Callable[[ClusterSnapshot], Topology]
+VerdictCounts = Mapping[tuple[str, str], int]
+"""Pending jobs per (effective class, verdict) of the latest pass."""
+
+log = logging.getLogger("hai_slurm.priority.daemon.planning")
 
 
 class SnapshotPlanner:
     """Plans preemptions from each cycle's view (see the module docstring)."""
 
-    def __init__(self, topology: TopologySource, config: PlannerConfig | None = None) -> None:
+    def __init__(self, topology: TopologySource, config: PlannerConfig | None = None, *,
+                 on_verdicts: Callable[[VerdictCounts], None] | None = None) -> None:
         self.source = topology
         self.topology = topology if isinstance(topology, Topology) else None
         self.config = config or PlannerConfig()
         self.last: PlanningResult | None = None
+        self.on_verdicts = on_verdicts
+        self._verdicts: dict[int, Outcome] = {}
 
     def snapshot(self, view: CycleView) -> PlanSnapshot:
         """The planner's inputs for this cycle."""
@@ -45,10 +54,30 @@ class SnapshotPlanner:
         gpus = gpus_from_counts(topology, counts)
         holders = holders_from_policy(view.running, view.result.running, gpus)
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
-        waiting = waiting_from_policy(view.pending, view.result.pending, nodes=nodes)
+        switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
+                    if j.switches}
+        waiting = waiting_from_policy(view.pending, view.result.pending, nodes=nodes,
+                                      switches=switches)
         return PlanSnapshot(topology, holders, waiting, float(snap.time))
 
     def plan(self, view: CycleView) -> PlanningResult | None:
         """The planner's result when it proposes at least one plan, else None."""
-        self.last = plan_preemptions(self.snapshot(view), config=self.config, now=view.now)
+        snapshot = self.snapshot(view)
+        self.last = plan_preemptions(snapshot, config=self.config, now=view.now)
+        self._report(snapshot, self.last)
         return self.last if self.last.plans else None
+
+    def _report(self, snapshot: PlanSnapshot, result: PlanningResult) -> None:
+        """Log each pending job's verdict when it changes; count verdicts by class."""
+        classes = {w.job_id: w.effective.value for w in snapshot.pending}
+        counts: Counter[tuple[str, str]] = Counter()
+        verdicts: dict[int, Outcome] = {}
+        for jid, decision in sorted(result.decisions.items()):
+            verdicts[jid] = decision.outcome
+            counts[classes.get(jid, "?"), decision.outcome.name] += 1
+            if self._verdicts.get(jid) is not decision.outcome:
+                log.info("planner verdict for job %d: %s: %s", jid, decision.outcome.name,
+                         decision.reason)
+        self._verdicts = verdicts
+        if self.on_verdicts is not None:
+            self.on_verdicts(counts)

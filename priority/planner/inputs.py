@@ -71,14 +71,25 @@ def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, R
     return tuple(out)
 
 
+def max_leaves(switches: int, switch_wait: float, waited: float) -> int | None:
+    """The leaf switches a job may span now: its ``--switches`` count while it has waited less
+    than ``switch_wait`` for it, else any (None), as Slurm's topology/tree decides."""
+    return switches if switches > 0 and waited < switch_wait else None
+
+
 def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, PendingDecision],
-                        *, nodes: Mapping[int, int] | None = None) -> tuple[Waiting, ...]:
+                        *, nodes: Mapping[int, int] | None = None,
+                        switches: Mapping[int, tuple[int, float]] | None = None,
+                        ) -> tuple[Waiting, ...]:
     """Pending jobs as :class:`Waiting`, highest priority first (ties: job id).
 
-    ``nodes`` gives the node count a job asked for (``--nodes``), when it did."""
+    ``nodes`` gives the node count a job asked for (``--nodes``), when it did; ``switches`` its
+    ``--switches`` count and the seconds it waits for them (see :func:`max_leaves`)."""
     wanted = nodes or {}
+    asked = switches or {}
     rows = [(decisions[j.job_id], j) for j in pending if j.job_id in decisions]
     rows.sort(key=lambda r: (-r[0].priority, r[1].job_id))
     return tuple(Waiting(
         job_id=j.job_id, team=j.team, effective=d.effective, gpus=j.resources.gpus,
-        nodes=wanted.get(j.job_id), wait=d.reason.wait, user=j.user) for d, j in rows)
+        nodes=wanted.get(j.job_id), wait=d.reason.wait, user=j.user,
+        max_leaves=max_leaves(*asked.get(j.job_id, (0, 0.0)), d.reason.wait)) for d, j in rows)

@@ -28,7 +28,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from hai_slurm.priority.planner.placement import ClusterView, group_capacity, place_free
+from hai_slurm.priority.planner.placement import (
+    ClusterView,
+    Placement,
+    group_capacity,
+    place_free,
+)
 from hai_slurm.priority.planner.types import (
     Decision,
     Holder,
@@ -94,6 +99,21 @@ def _why_not(h: Holder, rank: int, claimed: Mapping[int, int], config: PlannerCo
     if ran < config.min_run_time:
         return "too young", f"too young (ran {_dur(ran)} < {_dur(config.min_run_time)})"
     return None
+
+
+def victim_status(holder: Holder, config: PlannerConfig, now: float) -> str:
+    """Whether a running job may give way to a higher-class job now, and if not, why."""
+    top = max(RANK.values())
+    why = _why_not(holder, top, {}, config, now)
+    if why is not None:
+        reason = (f"no class is higher than {holder.effective.name}"
+                  if why[0] == "not of a lower class" else why[1])
+        return f"not a victim now: {reason}"
+    lost = lost_seconds(holder, config, now)
+    return (f"may give way now to a job of a class higher than {holder.effective.name} "
+            f"(ran {_dur(now - holder.start_time)} >= min_run_time "
+            f"{_dur(config.min_run_time)}; would lose {_dur(lost)} x {len(holder.gpus)} GPUs"
+            f"{', borrowed GPUs go first' if holder.borrowed else ''})")
 
 
 def _summary(excluded: Mapping[str, int]) -> str:
@@ -225,10 +245,11 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                    key=lambda i: (-RANK[snapshot.pending[i].effective], i))
     decisions: dict[int, Decision] = {}
     plans: list[PreemptionPlan] = []
-    no_free: dict[int, int] = {}               # nodes -> smallest per-node count that failed
-    no_victims: dict[tuple[int, int], int] = {}  # shape -> highest rank that found none
+    # shapes are (nodes, --switches limit or 0[, GPUs per node])
+    no_free: dict[tuple[int, int], int] = {}     # shape -> smallest per-node count that failed
+    no_victims: dict[tuple[int, int, int], int] = {}  # shape -> highest rank that found none
     # (rank, shape) -> (state version, loss of the best set): reused only while nothing changed
-    not_worth: dict[tuple[int, int, int], tuple[int, float]] = {}
+    not_worth: dict[tuple[int, int, int, int], tuple[int, float]] = {}
     version = searches = 0
     max_plans, max_searches = config.limits(len(snapshot.pending))
     for i in order:
@@ -239,13 +260,22 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
             continue
         nodes, per = shape(job, view.max_node_gpus)
         what = f"{nodes} x {per} GPUs" if nodes > 1 else f"{per} GPUs on one node"
-        if group_capacity(view, per, cross_leaf=nodes > 1 and config.allow_cross_leaf) < nodes:
-            where = "one node" if nodes == 1 else "one leaf switch"
+        leaves = job.max_leaves
+        cross = nodes > 1 and config.allow_cross_leaf and (leaves is None or leaves > 1)
+        if leaves is not None and nodes > 1:
+            what += f" on at most {leaves} leaf switch{'es' if leaves > 1 else ''} (--switches)"
+        if group_capacity(view, per, cross_leaf=cross) < nodes:
+            where = ("one node" if nodes == 1 else "the cluster" if cross
+                     else "one leaf switch")
             decisions[jid] = Decision(jid, Outcome.IMPOSSIBLE,
-                                      f"needs {what}; no {where} of this cluster has that")
+                                      f"needs {what}; {where} of this cluster has not that many "
+                                      "nodes with enough GPUs")
             continue
-        if per < no_free.get(nodes, per + 1):
-            free = place_free(view, nodes, per, cross_leaf=config.allow_cross_leaf)
+        shape_key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
+        if per < no_free.get(shape_key, per + 1):
+            free = place_free(view, nodes, per, cross_leaf=cross)
+            if free is not None and not _within(view, free, leaves):
+                free = None
             if free is not None:
                 for node, mask in free.masks:
                     view.occupy(node, mask)
@@ -254,19 +284,19 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                     f"{what} fit on free GPUs of {','.join(free.nodes)} "
                     f"(in-node level {free.level.name}); expected to start without preemption"))
                 continue
-            no_free[nodes] = per
+            no_free[shape_key] = per
         lead = f"needs {what}, none free"
         if rank == 0:
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS,
                                       f"{lead}; no class is lower than {job.effective.name}")
             continue
-        if no_victims.get((nodes, per), -1) >= rank:
+        if no_victims.get((*shape_key, per), -1) >= rank:
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
                 f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
                 f"{_dur(config.min_run_time)} frees such a placement"))
             continue
         benefit = config.class_weights.get(job.effective, 0.0) * max(0.0, job.wait) * job.gpus
-        seen = not_worth.get((rank, nodes, per))
+        seen = not_worth.get((rank, *shape_key, per))
         if seen is not None and seen[0] == version and \
                 benefit <= config.benefit_threshold * seen[1]:
             decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
@@ -280,10 +310,11 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
             continue
         searches += 1
         by_node, by_id, excluded = st.eligible(rank)
-        options = search(view, nodes, per, by_node, by_id, config.max_candidates_per_node,
-                         cross_leaf=config.allow_cross_leaf)
+        options = [o for o in search(view, nodes, per, by_node, by_id,
+                                     config.max_candidates_per_node, cross_leaf=cross)
+                   if _within(view, o.placement, leaves)]
         if not options:
-            no_victims[nodes, per] = max(rank, no_victims.get((nodes, per), -1))
+            no_victims[(*shape_key, per)] = max(rank, no_victims.get((*shape_key, per), -1))
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
                 f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
                 f"{_dur(config.min_run_time)} frees such a placement (running jobs left out: "
@@ -295,7 +326,7 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                    f"{config.class_weights.get(job.effective, 0.0):g} x wait {_dur(job.wait)} x "
                    f"{job.gpus} GPUs")
         if not benefit > config.benefit_threshold * loss:
-            not_worth[rank, nodes, per] = (version, loss)
+            not_worth[(rank, *shape_key, per)] = (version, loss)
             decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"))
@@ -320,6 +351,13 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, Outcome.PREEMPT, reason)
     return PlanningResult(tuple(plans), decisions, None)
+
+
+def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:
+    """Whether ``placement`` spans at most ``leaves`` leaf switches (None: any number)."""
+    if leaves is None:
+        return True
+    return len({view.nodes[n].group for n in placement.nodes}) <= leaves
 
 
 def _victim_list(option: Option) -> str:

@@ -63,6 +63,9 @@ class Waiting:
     nodes: int | None = None
     wait: float = 0.0
     user: str = ""
+    max_leaves: int | None = None
+    """``sbatch --switches=N`` while the job still waits for it: its nodes may span at most N
+    leaf switches. None: any (Slurm's topology/tree then spans the spine when it must)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,9 @@ class PlannerConfig:
       grows by the same factor (so a long queue of high-class jobs is not served four per
       cycle). 0: fixed limits. ``max_plans`` 0 still means no plans at all.
     * ``allow_cross_leaf``: let a multi-node beneficiary span leaf switches when no single leaf
-      can hold it (off: nodes under one leaf switch, or no plan).
+      can hold it, as Slurm's topology/tree does for a job without ``--switches`` (on by
+      default; off: nodes under one leaf switch, or no plan). A job's own ``--switches=N``
+      limits it further while it waits for that.
     """
 
     min_run_time: float = 600.0
@@ -95,7 +100,7 @@ class PlannerConfig:
     max_searches: int = 64
     plans_per_pending: float = 0.05
     max_candidates_per_node: int = 8
-    allow_cross_leaf: bool = False
+    allow_cross_leaf: bool = True
 
     def limits(self, pending: int) -> tuple[int, int]:
         """(plans, victim searches) allowed in a cycle with ``pending`` jobs waiting."""

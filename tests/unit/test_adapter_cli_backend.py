@@ -80,10 +80,13 @@ def cluster_recorded(series: str) -> dict[tuple[str, ...], Answer]:
 
 
 def test_snapshot_2205_uses_sinfo_and_scontrol_text() -> None:
-    """On 22.05 nodes come from sinfo --json and partitions from scontrol text; no sacctmgr."""
+    """On 22.05 nodes come from sinfo --json and partitions from scontrol text; no sacctmgr.
+    The pending 2-node job makes one compact squeue read --switches (not in 22.05's JSON)."""
     runner = ReplayRunner(cluster_2205())
     snap = CliSlurmClient(runner, clock=lambda: 1795940500.7).snapshot()
-    assert runner.calls == [("scontrol", "version"), ("squeue", "--json"), ("sinfo", "--json"),
+    assert runner.calls == [("scontrol", "version"), ("squeue", "--json"),
+                            ("squeue", "--noheader", "--states=PENDING",
+                             "--Format=JobID:|,ReqSwitch:|,Wait4Switch:|"), ("sinfo", "--json"),
                             ("scontrol", "--oneliner", "show", "partition"),
                             ("scontrol", "show", "config")]
     assert snap.version == SlurmVersion(22, 5, 8) and snap.time == 1795940500
@@ -292,3 +295,34 @@ def test_array_task_holding_the_array_id_is_addressed_as_task() -> None:
         (40, SkipReason.FINISHED)]
     client.signal(40)
     assert runner.calls[-1:] == [("scancel", "--signal=USR2", "--full", "40_3")]
+
+
+def test_switch_requests_come_from_json_or_one_compact_squeue() -> None:
+    """24.11+ JSON carries --switches; 22.05's does not, so one ``squeue -O ReqSwitch`` of the
+    pending jobs fills it in, and only when a pending multi-node job needs it."""
+    answers = cluster_2205()
+    answers[("squeue", "--json")] = ok([], json.dumps({"jobs": [
+        {"job_id": 50, "job_state": "PENDING", "node_count": 2, "nodes": ""},
+        {"job_id": 51, "job_state": "PENDING", "node_count": 2, "nodes": ""}], "errors": []}))
+    answers[("squeue", "--noheader")] = ok([], "50|1|2:00|\n51|0|0:00|\n")
+    runner = ReplayRunner(answers)
+    snap = CliSlurmClient(runner).snapshot()
+    assert ("squeue", "--noheader", "--states=PENDING",
+            "--Format=JobID:|,ReqSwitch:|,Wait4Switch:|") in runner.calls
+    job50, job51 = snap.job(50), snap.job(51)
+    assert job50 is not None and (job50.switches, job50.switch_wait) == (1, 120)
+    assert job51 is not None and (job51.switches, job51.switch_wait) == (0, 0)
+
+    single = cluster_2205()
+    single[("squeue", "--json")] = ok([], json.dumps({"jobs": [
+        {"job_id": 52, "job_state": "PENDING", "node_count": 1, "nodes": ""}], "errors": []}))
+    quiet = ReplayRunner(single)
+    assert CliSlurmClient(quiet).snapshot().job(52).switches == 0  # type: ignore[union-attr]
+    assert not any(c[:2] == ("squeue", "--noheader") for c in quiet.calls)
+
+    later = cluster_2205()
+    later[("squeue", "--json")] = ok([], json.dumps({"jobs": [
+        {"job_id": 53, "job_state": "PENDING", "node_count": 2, "nodes": "",
+         "required_switches": 1, "maximum_switch_wait_time": 300}], "errors": []}))
+    snap = CliSlurmClient(ReplayRunner(later)).snapshot()
+    assert (snap.job(53).switches, snap.job(53).switch_wait) == (1, 300)  # type: ignore[union-attr]

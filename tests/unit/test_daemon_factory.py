@@ -3,9 +3,11 @@ end on FakeSlurm + SQLite; ``enabled = false`` / ``preempt=False`` runs the poli
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from executor_world import Behaviour, World, make_world
 
 from hai_slurm.classes import ClassOrigin
@@ -13,6 +15,7 @@ from hai_slurm.conf.topology import Level, Topology
 from hai_slurm.priority.config.loader import DaemonConfig, parse_config
 from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
 from hai_slurm.priority.daemon.loop import Daemon
+from hai_slurm.priority.daemon.metrics import sample
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.planner.slurm_topology import DerivedTopology
@@ -117,3 +120,21 @@ def test_enabled_false_or_no_preempt_runs_priorities_only(tmp_path: Path) -> Non
     assert world.fake.jobs[bene].state is JobState.PENDING
     assert all(world.fake.jobs[v].state is JobState.RUNNING for v in victims)
     assert world.repo.history() == []
+
+
+def test_verdict_changes_are_logged_once_and_counted_by_class(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The daemon logs a pending job's planner verdict when it changes (not every cycle) and
+    exports the count of verdicts per class."""
+    world = make_world(tmp_path)
+    d = _daemon(world, _config(tmp_path, "max_plans = 0"), switches=SWITCHES)
+    _victims, bene = _fill_and_wait(world)
+    with caplog.at_level(logging.INFO, logger="hai_slurm.priority.daemon.planning"):
+        d.run_once()
+        d.run_once()
+    lines = [r.getMessage() for r in caplog.records if f"verdict for job {bene}" in r.message]
+    assert len(lines) == 1 and "SKIPPED" in lines[0]
+    assert sample(d.metrics, "hai_planner_verdicts",
+                  {"priority_class": "HIGH", "verdict": "SKIPPED"}) == 1
+    assert sample(d.metrics, "hai_planner_verdicts",
+                  {"priority_class": "HIGH", "verdict": "PREEMPT"}) == 0

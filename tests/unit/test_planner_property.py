@@ -58,7 +58,8 @@ def _job(draw: st.DrawFn, job_id: int, refs: tuple[GpuRef, ...]) -> Holder:
 waitings = st.lists(st.builds(
     Waiting, job_id=st.integers(1000, 1010), team=st.just("z"), effective=high_classes,
     gpus=st.sampled_from((1, 2, 3, 4, 8, 16)), nodes=st.sampled_from((None, None, 1, 2)),
-    wait=st.sampled_from((0.0, 600.0, 1e7))), min_size=1, max_size=4,
+    wait=st.sampled_from((0.0, 600.0, 1e7)), max_leaves=st.sampled_from((None, None, 1, 2))),
+    min_size=1, max_size=4,
     unique_by=lambda w: w.job_id)
 
 
@@ -71,8 +72,8 @@ def _eligible(h: Holder, cls: PriorityClass) -> bool:
 @given(running(), waitings)
 def test_every_plan_keeps_the_rules(jobs: list[Holder], pending: list[Waiting]) -> None:
     """Victims are eligible and strictly lower, sets and placements are disjoint, the placement
-    has the beneficiary's shape under one leaf on GPUs that are free or freed, and benefit
-    exceeds loss."""
+    has the beneficiary's shape within its --switches limit on GPUs that are free or freed, and
+    benefit exceeds loss."""
     result = plan_preemptions(snapshot(TOPO, jobs, pending), config=CFG, now=NOW)
     assert result.refused is None
     by_id = {h.job_id: h for h in jobs}
@@ -93,7 +94,12 @@ def test_every_plan_keeps_the_rules(jobs: list[Holder], pending: list[Waiting]) 
         for node in plan.nodes:
             assert sum(g.node == node for g in plan.placement) == per
         assert all(held.get(g) in (None, *plan.victim_ids) for g in plan.placement)
-        assert TOPO.span(plan.placement) <= (Level.NODE if nodes == 1 else Level.LEAF_SWITCH)
+        # one node; a job's --switches=1 keeps it under one leaf; else it may span the spine
+        widest = (Level.NODE if nodes == 1 else Level.LEAF_SWITCH if ben.max_leaves == 1
+                  else Level.SPINE)
+        assert TOPO.span(plan.placement) <= widest
+        if ben.max_leaves is not None:
+            assert len({TOPO.cell(g.node).parent for g in plan.placement}) <= ben.max_leaves
         loss = sum(lost_seconds(by_id[v], CFG, NOW) * len(by_id[v].gpus)
                    for v in plan.victim_ids)
         assert abs(plan.lost_work - loss) < 1e-6 * max(1.0, loss)

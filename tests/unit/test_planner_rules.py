@@ -118,16 +118,37 @@ def test_canonical_sixteen_gpus_on_two_nodes_under_one_leaf() -> None:
     assert across is not None and across.victim_ids == (11, 12, 13, 14)  # a leaf still can
 
 
-def test_cross_leaf_only_when_allowed_and_no_leaf_can() -> None:
-    """3 nodes where each leaf has 2: impossible by default, planned across leaves when allowed."""
+def test_spans_leaves_like_topology_tree_unless_the_job_asked_for_switches() -> None:
+    """3 nodes where each leaf has 2: planned across the spine by default (Slurm's topology/tree
+    places such a job there); impossible with ``--switches=1`` while the job waits for it, or
+    with ``allow_cross_leaf`` off; planned again once the switch wait is over."""
     topo = gpu_cluster(2, 2)
     jobs = [holder(i, NORMAL, gpus(f"n{i}", *ALL8)) for i in range(1, 5)]
     ben = waiting(9, HIGH, 24, nodes=3, wait=86400)
-    result = _plan(snapshot(topo, jobs, [ben]))
-    assert result.decisions[9].outcome is Outcome.IMPOSSIBLE
-    assert "no one leaf switch" in result.decisions[9].reason
-    plan = _plan(snapshot(topo, jobs, [ben]), replace(CFG, allow_cross_leaf=True)).plan_for(9)
+    plan = _plan(snapshot(topo, jobs, [ben])).plan_for(9)
     assert plan is not None and len(plan.victims) == 3 and len(plan.nodes) == 3
+    for config, job in ((replace(CFG, allow_cross_leaf=False), ben),
+                        (CFG, replace(ben, max_leaves=1))):
+        result = _plan(snapshot(topo, jobs, [job]), config)
+        assert result.decisions[9].outcome is Outcome.IMPOSSIBLE
+        assert "one leaf switch of this cluster has not that many" in result.decisions[9].reason
+    two = _plan(snapshot(topo, jobs, [replace(ben, max_leaves=2)])).plan_for(9)
+    assert two is not None and len(plan.nodes) == 3
+
+
+def test_switches_limit_refuses_the_spine_while_the_job_waits_for_it() -> None:
+    """Each leaf has one node held by a HIGH job: only a set across the spine frees 2 nodes.
+    Without --switches that set is planned (n1 + n3); with --switches=1 nothing under one leaf
+    can be freed, and the verdict says why."""
+    topo = gpu_cluster(2, 2)
+    jobs = [holder(1, NORMAL, gpus("n1", *ALL8)), holder(2, HIGH, gpus("n2", *ALL8)),
+            holder(3, NORMAL, gpus("n3", *ALL8)), holder(4, HIGH, gpus("n4", *ALL8))]
+    ben = waiting(9, HIGH, 16, nodes=2, wait=86400)
+    plan = _plan(snapshot(topo, jobs, [ben])).plan_for(9)
+    assert plan is not None and plan.nodes == ("n1", "n3") and plan.victim_ids == (1, 3)
+    result = _plan(snapshot(topo, jobs, [replace(ben, max_leaves=1)]))
+    assert result.decisions[9].outcome is Outcome.NO_VICTIMS
+    assert "at most 1 leaf switch (--switches)" in result.decisions[9].reason
 
 
 def test_a_two_node_victim_is_paid_for_once() -> None:

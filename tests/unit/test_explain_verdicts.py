@@ -1,0 +1,85 @@
+"""``priority explain`` gives the planner's verdict as the next cycle would reach it: every kind
+for pending jobs, and for running jobs whether they may be a victim now (FakeSlurm + SQLite)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from daemon_helpers import Rig, rig
+
+from hai_slurm.classes import PriorityClass
+from hai_slurm.priority.config.preempt import PreemptConfig
+from hai_slurm.priority.daemon.live import explain_live, open_repository
+from hai_slurm.priority.planner.types import PlannerConfig
+
+HIGH, LOW = PriorityClass.HIGH, PriorityClass.LOW
+
+
+def _explain(r: Rig, job: int) -> str:
+    return explain_live(job, r.slurm, open_repository(r.cfg), r.cfg, now=r.clock.now)
+
+
+def _full_of_low(r: Rig) -> list[int]:
+    jobs = [r.submit(LOW, "team-a", gpus=8) for _ in range(4)]
+    r.slurm.schedule()
+    return jobs
+
+
+def test_each_verdict_kind_reads_in_plain_words(tmp_path: Path) -> None:
+    """FITS, IMPOSSIBLE, NO_VICTIMS (with the exclusion counts), NOT_WORTH (both sides of the
+    benefit test) and PREEMPT (with its victims), one job each."""
+    r = rig(tmp_path)
+    r.daemon().run_once()
+    fits = r.submit(HIGH, gpus=1)
+    assert "Planner: FITS: 1 GPUs on one node fit on free GPUs" in _explain(r, fits)
+    r.slurm.cancel(fits)
+    huge = r.submit(HIGH, gpus=8, nodes=5)
+    assert "Planner: IMPOSSIBLE: needs 5 x 8 GPUs" in _explain(r, huge)
+    r.slurm.cancel(huge)
+
+    _full_of_low(r)
+    young = r.submit(HIGH, gpus=8)
+    r.tick(60)
+    text = _explain(r, young)
+    assert "Planner: NO_VICTIMS: needs 8 GPUs on one node, none free" in text
+    assert "running jobs left out: 4 too young" in text
+
+    r.tick(3600)  # the LOW jobs are old enough now; the HIGH job waited an hour more
+    r.daemon().run_once()
+    text = _explain(r, young)
+    assert "Planner: PREEMPT: job" in text and "preempts 1 job(s)" in text
+    assert "  victim job" in text and "loses" in text
+
+    strict = replace(r.cfg, preempt=PreemptConfig(planner=PlannerConfig(benefit_threshold=1e9)))
+    text = explain_live(young, r.slurm, open_repository(strict), strict, now=r.clock.now)
+    assert "Planner: NOT_WORTH:" in text and "is not more than 1e+09 x that" in text
+    assert "benefit" in text and "would lose" in text
+
+
+def test_a_running_job_says_whether_it_may_be_a_victim(tmp_path: Path) -> None:
+    """Too young, may give way, and the top class that nothing outranks."""
+    r = rig(tmp_path)
+    low = _full_of_low(r)[0]
+    r.tick(30)
+    r.daemon().run_once()
+    assert "Planner: not a victim now: too young (ran 30s < 10m00s)" in _explain(r, low)
+    r.tick(3600)
+    assert "Planner: may give way now to a job of a class higher than LOW" in _explain(r, low)
+    other = rig(tmp_path / "other")
+    top = other.submit(PriorityClass.EXTREME_HIGH, gpus=8)
+    other.slurm.schedule()
+    other.tick(3600)
+    other.daemon().run_once()
+    assert "Planner: not a victim now: no class is higher than EXTREME_HIGH" in _explain(other,
+                                                                                         top)
+
+
+def test_preemption_off_says_so(tmp_path: Path) -> None:
+    """With [planner] enabled = false the verdict says preemption is off."""
+    r = rig(tmp_path)
+    r.daemon().run_once()
+    job = r.submit(HIGH, gpus=1)
+    off = replace(r.cfg, preempt=PreemptConfig(enabled=False))
+    assert "Planner: preemption is off" in explain_live(job, r.slurm, open_repository(off), off,
+                                                        now=r.clock.now)
