@@ -22,6 +22,7 @@ from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
 from hai_slurm.slurm_plugins.parse import (
     JOB_FACTS_FORMAT,
+    STEPS_FORMAT,
     SWITCHES_FORMAT,
     job_messages,
     parse_job_facts,
@@ -30,6 +31,7 @@ from hai_slurm.slurm_plugins.parse import (
     parse_partitions_json,
     parse_partitions_text,
     parse_qos,
+    parse_srun_steps,
     parse_switch_requests,
     parse_switches,
 )
@@ -279,6 +281,16 @@ class CliSlurmClient:
         if not _SIGNAL_RE.fullmatch(signal):
             raise ValueError(f"signal must be a name like USR2 or a number, got {signal!r}")
         ids = job_id_tuple(job_ids)
+        if target is SignalTarget.WORKLOAD:
+            stepped = self._with_srun_steps(ids)
+            steps = [j for j in ids if j in stepped]
+            shells = [j for j in ids if j not in stepped]
+            result = ActionResult()
+            if steps:
+                result = result.merged(self.signal(steps, signal, target=SignalTarget.STEPS))
+            if shells:
+                result = result.merged(self.signal(shells, signal, target=SignalTarget.BATCH))
+            return result
         flags = {SignalTarget.FULL: ["--full"], SignalTarget.BATCH: ["--batch"],
                  SignalTarget.STEPS: []}[target]
         result = ActionResult()
@@ -288,6 +300,20 @@ class CliSlurmClient:
             result = result.merged(self._per_job(argv, chunk, f"scancel --signal={signal}",
                                                  (_GONE, _DONE, _NOT_NOW)))
         return result
+
+    def _with_srun_steps(self, ids: tuple[int, ...]) -> frozenset[int]:
+        """The jobs among ``ids`` that run an ``srun`` step now (``squeue --steps``)."""
+        found: set[int] = set()
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i:i + CHUNK]
+            res = self._run(["squeue", "--noheader", "--steps",
+                             "--jobs=" + ",".join(map(str, chunk)), f"--Format={STEPS_FORMAT}"])
+            if res.returncode != 0:
+                if _classify(res.stderr + res.stdout, (_GONE,)) is not None:
+                    continue
+                check(res, "squeue --steps")
+            found |= parse_srun_steps(res.stdout) & set(chunk)
+        return frozenset(found)
 
     def _running_only(self, ids: tuple[int, ...]) -> tuple[tuple[int, ...], list[Skipped]]:
         # `scontrol requeue` also re-runs jobs that already COMPLETED; never do that by accident.

@@ -309,7 +309,8 @@ class FakeSlurm:
 
     def signal(self, job_ids: JobIds, signal: str = "USR2", *,
                target: SignalTarget = SignalTarget.FULL) -> ActionResult:
-        """Record the signal for each running job; the fake's jobs do not react to it."""
+        """Record the signal for each running job; the fake's jobs do not react to it (they
+        have no steps: ``WORKLOAD`` is recorded as it was asked)."""
         todo, skipped = self._each(job_ids, ("scancel", f"--signal={signal}", target.value),
                                    need_running=True)
         for j in todo:

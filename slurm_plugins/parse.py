@@ -457,6 +457,23 @@ def parse_job_facts(line: str) -> JobFacts | None:
                     req_nodes="" if req in ("(null)", "") else req)
 
 
+#: ``squeue --steps --Format`` of :func:`parse_srun_steps`: the step id and its job's own id.
+STEPS_FORMAT = "StepId:|,JobId:|"
+
+
+def parse_srun_steps(output: str) -> frozenset[int]:
+    """Ids of the jobs that have an ``srun`` step (a numeric step id: ``12.0``, ``7_1.3``; not
+    ``.batch``, ``.extern`` or ``.interactive``) in ``squeue --steps`` with :data:`STEPS_FORMAT`."""
+    out: set[int] = set()
+    for line in output.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 3 or not parts[1].isdigit():
+            continue
+        if parts[0].rpartition(".")[2].isdigit():
+            out.add(int(parts[1]))
+    return frozenset(out)
+
+
 #: ``squeue --Format`` of :func:`parse_switch_requests` (22.05's JSON lacks these fields).
 SWITCHES_FORMAT = "JobID:|,ReqSwitch:|,Wait4Switch:|"
 

@@ -51,6 +51,10 @@ class SignalTarget(StrEnum):
     FULL = "full"      # batch shell, every step and their children (scancel --full)
     BATCH = "batch"    # the batch shell only (scancel --batch)
     STEPS = "steps"    # srun steps only (scancel without flag)
+    WORKLOAD = "workload"
+    """Where the training runs: the srun steps when the job has any, else the batch shell. A
+    script that trains in ``srun`` keeps its shell alive (bash dies of an untrapped USR2, and
+    takes the job with it); one that trains in the shell itself needs ``exec`` or ``hai-run``."""
 
 
 class SkipReason(StrEnum):

@@ -52,13 +52,13 @@ class ToyJob:
 def toy_script(job: ToyJob, *, steps: int, step_seconds: float, priority: str, team: str,
                grace: int = 30, train_args: Sequence[str] = ()) -> str:
     """The batch script, shaped like the README's example: ``#HAI`` directives, then
-    ``exec srun python ...`` (the toy gets its checkpoint settings from the directives, through
+    ``srun python ...`` (the toy gets its checkpoint settings from the directives, through
     job_submit.lua, nothing else). One task per node: only rank 0 writes the toy's files."""
     args = " ".join([f"--steps {steps}", f"--step-seconds {step_seconds}",
                      f"--out {job.result}", f"--progress {job.progress}", *train_args])
     return (f"#!/bin/bash\n#HAI --priority={priority} --team={team} --grace={grace}\n"
             f"#HAI --checkpoint-dir={job.checkpoints}\n"
-            f"exec srun {sys.executable} -m hai_slurm.priority.demo.toy_train {args}\n")
+            f"srun {sys.executable} -m hai_slurm.priority.demo.toy_train {args}\n")
 
 
 def submit_toy(slurm: CliSlurmClient, workdir: Path, name: str, *, steps: int,

@@ -3,7 +3,7 @@
 Used by the demo, the preemption tests and the benchmark; run it as a Slurm batch job::
 
     #HAI --checkpoint-dir=/shared/ck/run1
-    exec srun python -m hai_slurm.priority.demo.toy_train --steps 300 --out /shared/result.json
+    srun python -m hai_slurm.priority.demo.toy_train --steps 300 --out /shared/result.json
 
 With several ranks (``-N2``: one task per node) every rank trains and answers requests, and only
 rank 0 writes ``--out`` and ``--progress``.

@@ -38,7 +38,7 @@ from hai_slurm.priority.hooks import CycleExtras, CycleView
 from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store import AuditEntry, Plan, PlanState, VictimState
 from hai_slurm.priority.store.repository import Repository
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, SignalTarget, SlurmClient
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
@@ -178,7 +178,7 @@ class PreemptionExecutor:
         now = self._now()
         ctx = guard.save(replace(guard.context, asked_at=now), now)
         self.repo.update_victims(plan_id, job_ids, VictimState.ASKED, at=now)
-        result = self.slurm.signal(job_ids, ctx.signal)
+        result = self.slurm.signal(job_ids, ctx.signal, target=SignalTarget.WORKLOAD)
         for v in ctx.victims:
             if v.job_id in job_ids:
                 self.notifier.notify(v.job_id, plan_id=plan_id, signal=ctx.signal,
@@ -391,7 +391,7 @@ class PreemptionExecutor:
             chosen = [v.job_id for v in plan.victims if v.state is VictimState.CHOSEN]
             if chosen:
                 self.repo.update_victims(plan.plan_id, chosen, VictimState.ASKED, at=self._now())
-                self.slurm.signal(chosen, ctx.signal)
+                self.slurm.signal(chosen, ctx.signal, target=SignalTarget.WORKLOAD)
             self.repo.transition_plan(plan.plan_id, PlanState.SIGNALLED, at=self._now(),
                                       note="recovered: asked the remaining victims")
             plan = self.repo.get_plan(plan.plan_id)

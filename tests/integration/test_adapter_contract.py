@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from slurm_client_contract import Harness, SlurmClientContract
 
-from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SlurmClient
+from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SignalTarget, SlurmClient
 
 pytestmark = pytest.mark.integration
 
@@ -162,5 +162,44 @@ def test_requeue_of_array_task_holding_the_array_id(adapter_slurm_conf: str,
         assert again is not None
         other = h.client.snapshot().job(sibling)
         assert other is not None and other.state.value == "RUNNING" and other.restart_count == 0
+    finally:
+        h.cleanup()
+
+
+# The README's script shape: training in an srun step, no `exec`; the batch shell has no trap.
+_SRUN_SCRIPT = """#!/bin/bash
+srun bash -c 'trap "echo HAI-SIGNAL USR2; exit 0" USR2; while :; do sleep 0.2 & wait $!; done'
+echo "batch shell survived"
+"""
+
+
+def test_workload_signal_reaches_the_step_and_spares_the_batch_shell(adapter_slurm_conf: str,
+                                                                     tmp_path: Path) -> None:
+    """signal(WORKLOAD) on a job that trains in srun: the step hears USR2, and the shell (which
+    would die of an untrapped USR2 with --full) goes on and the job completes."""
+    tmp_path.chmod(0o777)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+    script = tmp_path / "srun.sh"
+    script.write_text(_SRUN_SCRIPT)
+    res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
+                          f"--output={tmp_path}/%j.out", str(script)], capture_output=True,
+                         text=True, env=h.env, timeout=30, check=False)
+    assert res.returncode == 0, res.stderr
+    jid = int(res.stdout.strip().split(";")[0])
+    h.submitted.append(jid)
+    try:
+        def stepping(_: Job | None) -> bool:
+            out = subprocess.run(["squeue", "--noheader", "--steps", f"--jobs={jid}"],
+                                 capture_output=True, text=True, env=h.env, timeout=30,
+                                 check=False).stdout
+            return f"{jid}.0" in out
+
+        h.wait_for(jid, "running its srun step", stepping)
+        assert h.client.signal(jid, "USR2", target=SignalTarget.WORKLOAD).done == (jid,)
+        h.wait_for(jid, "ended", lambda j: j is None)
+        facts = h.client.job_facts(jid)[jid]
+        out = (tmp_path / f"{jid}.out").read_text()
+        assert "HAI-SIGNAL USR2" in out and "batch shell survived" in out, out
+        assert facts.state == "COMPLETED"
     finally:
         h.cleanup()

@@ -326,3 +326,16 @@ def test_switch_requests_come_from_json_or_one_compact_squeue() -> None:
          "required_switches": 1, "maximum_switch_wait_time": 300}], "errors": []}))
     snap = CliSlurmClient(ReplayRunner(later)).snapshot()
     assert (snap.job(53).switches, snap.job(53).switch_wait) == (1, 300)  # type: ignore[union-attr]
+
+
+def test_workload_signal_goes_to_srun_steps_else_to_the_batch_shell() -> None:
+    """One ``squeue --steps`` sorts the jobs: those with an srun step (own ids, array tasks
+    included) get the signal in their steps only, the others in their batch shell only."""
+    steps = ("7_1.0|7|\n7_1.batch|7|\n9.batch|9|\n9.extern|9|\n11.3|11|\n")
+    runner = ReplayRunner({("squeue", "--noheader"): ok([], steps)})
+    res = CliSlurmClient(runner).signal([7, 9, 11], "USR2", target=SignalTarget.WORKLOAD)
+    assert runner.calls == [
+        ("squeue", "--noheader", "--steps", "--jobs=7,9,11", "--Format=StepId:|,JobId:|"),
+        ("scancel", "--signal=USR2", "7", "11"),
+        ("scancel", "--signal=USR2", "--batch", "9")]
+    assert set(res.done) == {7, 9, 11} and res.commands == 2
