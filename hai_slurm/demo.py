@@ -20,13 +20,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from hai_slurm.errors import TestbedError
+
+FIRST_TRY_NAME = "priority/examples/first-try.toml"
+FIRST_TRY = Path(str(files("hai_slurm.priority") / "examples" / "first-try.toml"))
+"""The daemon file of the demo and of a first try: the defaults plus two settings, explained."""
 
 if TYPE_CHECKING:
     from hai_slurm.priority.daemon.loop import Daemon
@@ -105,7 +110,8 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
 
     daemon_dir = work / "daemon"
     daemon, thread, repo = start_daemon(state, daemon_dir, slurm)
-    echo(f"daemon running (cycle 1 s, database {daemon_dir / 'hai-slurm.db'}, "
+    echo(f"daemon running with {FIRST_TRY_NAME} (cycle {daemon.interval:g} s, database "
+         f"{daemon_dir / 'hai-slurm.db'}, "
          f"Redis port {state.ports.redis})")
 
     teams = [("a1", "team-a", "LOW"), ("a2", "team-a", "LOW"),
@@ -153,30 +159,21 @@ def start_daemon(state: TestbedState, daemon_dir: Path,
     Its cluster description is the testbed's own (:func:`hai_slurm.testbed.describe.
     cluster_description` of the testbed's shape: the value its slurm.conf, gres.conf and
     topology.conf were generated from), SQLite under ``daemon_dir``, the testbed's Redis for
-    checkpoint messages. Demo planner settings: a job may be preempted after 10 s of running,
-    a restart is assumed to cost 10 s, and a plan needs a benefit above a tenth of the lost work
-    (the victims save on request, so the planner's lost-work model, time since the last
-    checkpoint, is pessimistic).
+    checkpoint messages. Every policy, planner and executor setting is the shipped default or
+    from ``priority/examples/first-try.toml``, the file the README's quick start names.
     """
-    from hai_slurm.priority.config.loader import DaemonConfig, Intervals
-    from hai_slurm.priority.config.preempt import PreemptConfig
+    from hai_slurm.priority.config.loader import load_config
     from hai_slurm.priority.daemon.factory import build_daemon
-    from hai_slurm.priority.executor.types import ExecutorSettings
-    from hai_slurm.priority.planner.types import PlannerConfig
     from hai_slurm.testbed.describe import cluster_description
 
     daemon_dir.mkdir(parents=True, exist_ok=True)
-    cfg = DaemonConfig(state_dir=str(daemon_dir),
-                       database_url=f"sqlite:///{daemon_dir / 'hai-slurm.db'}",
-                       redis_url=f"redis://127.0.0.1:{state.ports.redis}/0", metrics_port=0,
-                       intervals=Intervals(cycle=1.0, lock_ttl=30.0, backoff_max=5.0),
-                       description=cluster_description(state.shape),
-                       preempt=PreemptConfig(
-                           planner=PlannerConfig(min_run_time=10.0, restart_cost=10.0,
-                                                 benefit_threshold=0.1),
-                           executor=ExecutorSettings(start_timeout=60.0)))
+    cfg = replace(load_config(FIRST_TRY),
+                  state_dir=str(daemon_dir),
+                  database_url=f"sqlite:///{daemon_dir / 'hai-slurm.db'}",
+                  redis_url=f"redis://127.0.0.1:{state.ports.redis}/0", metrics_port=0,
+                  description=cluster_description(state.shape))
     daemon = build_daemon(cfg, slurm=slurm,
-                          owner=f"demo@{socket.gethostname()}:{os.getpid()}", interval=1.0)
+                          owner=f"demo@{socket.gethostname()}:{os.getpid()}")
     thread = threading.Thread(target=daemon.run, name="hai-daemon", daemon=True)
     thread.start()
     return daemon, thread, daemon.repository

@@ -69,6 +69,13 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
         f"{format_duration(ex.saving_extension)} while saving; beneficiary start timeout "
         f"{format_duration(ex.start_timeout)}",
         f"on a missed deadline (beneficiary's class): {misses}",
+        "multi-node jobs: " + ("under one leaf switch when one can hold them, else across the "
+                               "spine (as topology/tree; a job's --switches=N limits it)"
+                               if pl.allow_cross_leaf else "under one leaf switch only"),
+        *([f"note: a job that has run less than {format_duration(pl.min_run_time)} is never a "
+           "victim, so a first try with short test jobs shows no preemption; "
+           "priority/examples/first-try.toml sets min_run_time = \"10s\" for that"]
+          if pl.min_run_time > 60 else []),
     ]
 
 
