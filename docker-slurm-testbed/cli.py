@@ -50,7 +50,7 @@ def testbed() -> None:
 @click.option("--nodes", default=4, show_default=True, help="Compute nodes (n1 ... nN).")
 @click.option("--gpus-per-node", default=8, show_default=True, help="Fake GPUs per node.")
 @click.option("--leaf-switches", default=2, show_default=True,
-              help="Leaf switches under the spine (nodes split evenly).")
+              help="Leaf switches under the spine (nodes split evenly; 1 is a single leaf).")
 @click.option("--accounting/--no-accounting", default=True, show_default=True,
               help="MariaDB + slurmdbd, needed for QOS (one per priority class).")
 @click.option("--preemption", type=click.Choice([m.value for m in PreemptionMode]),

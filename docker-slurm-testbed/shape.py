@@ -62,8 +62,8 @@ class ClusterShape:
         _check_range("cores_per_socket", self.cores_per_socket, 1, 512)
         _check_range("memory_mb", self.memory_mb, 100, 1 << 24)
         _check_range("cred_expire", self.cred_expire, 5, 3600)
-        if self.leaf_switch_count < 2:
-            raise ConfigError("needs at least 2 leaf switches under the spine",
+        if self.leaf_switch_count < 1:
+            raise ConfigError("needs at least 1 leaf switch under the spine",
                               source="cluster shape", key="leaf_switch_count",
                               value=self.leaf_switch_count)
         if self.leaf_switch_count > self.nodes:

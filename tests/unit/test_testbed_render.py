@@ -242,7 +242,7 @@ def test_accounting_plan_adds_only_missing_qos():
 
 @pytest.mark.parametrize(("kwargs", "key", "words"), [
     ({"nodes": 0}, "nodes", "from 1 to 256, got 0"),
-    ({"leaf_switch_count": 1}, "leaf_switch_count", "at least 2 leaf switches"),
+    ({"leaf_switch_count": 0}, "leaf_switch_count", "at least 1 leaf switch"),
     ({"nodes": 2, "leaf_switch_count": 3}, "leaf_switch_count", "cannot spread 2 node(s)"),
     ({"accounting": False, "preemption": PreemptionMode.NATIVE}, "preemption",
      "QOS needs accounting"),
