@@ -1,16 +1,19 @@
 """Build the daemon the way ``hai-slurm daemon`` runs it: policy, planner and executor wired.
 
-:func:`build_daemon` is the one place that turns a :class:`~.config.DaemonConfig` into a
-running :class:`~.daemon.Daemon`; the CLI, the demo and the preemption benchmark all use it.
+:func:`build_daemon` is the one place that turns a
+:class:`~hai_slurm.priority.config.loader.DaemonConfig` into a running
+:class:`~hai_slurm.priority.daemon.loop.Daemon`; the CLI, the demo and the preemption benchmark all
+use it.
 
 * ``[planner] enabled`` (default true; ``--no-preempt`` overrides it) adds the
-  :class:`~.plan_hook.SnapshotPlanner` and the two-phase
-  :class:`~.executor.PreemptionExecutor`; without it the daemon only writes priorities, and a
-  plan a killed daemon left open waits for the next daemon that runs with preemption.
+  :class:`~hai_slurm.priority.daemon.planning.SnapshotPlanner` and the two-phase
+  :class:`~hai_slurm.priority.executor.preemption.PreemptionExecutor`; without it the daemon only
+  writes priorities, and a plan a killed daemon left open waits for the next daemon that runs with
+  preemption.
 * Topology: the cluster description's when the config has ``cluster = ...``; otherwise
   derived from each snapshot's nodes and GPU counts, with leaf switches from
-  ``scontrol show topology`` read once here (:mod:`~.topology_derive`; one flat switch when
-  Slurm has no topology plugin).
+  ``scontrol show topology`` read once here (:mod:`~hai_slurm.priority.planner.slurm_topology`; one
+  flat switch when Slurm has no topology plugin).
 * Checkpoint requests also go through Redis when ``redis_url`` is set and ``[executor] redis``
   is not false.
 * The executor renews the daemon's leader lease while a plan waits (``heartbeat``).

@@ -1,10 +1,11 @@
 """Glue between a daemon cycle and the pure planner: a :class:`~.hooks.Planner` for the daemon.
 
-:class:`SnapshotPlanner` builds the planner's :class:`~.plan_types.PlanSnapshot` from the
-cycle's view (GPUs per node from Slurm's snapshot, classes and flags from the policy's
-decisions, via :mod:`~.plan_inputs`) and returns the planner's result when it has plans. The
-topology is either given once (from the cluster description) or a function of each cycle's
-snapshot (:class:`~.topology_derive.DerivedTopology`, when there is no description).
+:class:`SnapshotPlanner` builds the planner's
+:class:`~hai_slurm.priority.planner.types.PlanSnapshot` from the cycle's view (GPUs per node from
+Slurm's snapshot, classes and flags from the policy's decisions, via
+:mod:`~hai_slurm.priority.planner.inputs`) and returns the planner's result when it has plans. The
+topology is either given once (from the cluster description) or a function of each cycle's snapshot
+(:class:`~hai_slurm.priority.planner.slurm_topology.DerivedTopology`, when there is no description).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The preemption executor: two phases, all or nothing, every step in the database.
 
-:meth:`PreemptionExecutor.run` carries out one :class:`~.executor_types.ExecutionRequest`:
-check the jobs afresh, record the plan, put up the :mod:`~.requeue_guard` (competitors held,
-beneficiary pinned); **phase 1** asks every victim to checkpoint (``scancel --signal=USR2
+:meth:`PreemptionExecutor.run` carries out one
+:class:`~hai_slurm.priority.executor.types.ExecutionRequest`: check the jobs afresh, record the
+plan, put up the :mod:`~hai_slurm.priority.executor.guard` (competitors held, beneficiary pinned);
+**phase 1** asks every victim to checkpoint (``scancel --signal=USR2
 --full``, plus Redis when configured) and polls their control directories
 (:func:`~hai_slurm.checkpoint.read_job_report`, trusting only the job owner's files) until each
 acknowledged, ended, or missed its deadline (a victim still ``saving`` gets ``saving_extension``
@@ -83,7 +84,8 @@ class PreemptionExecutor:
     # ------------------------------------------------------------------------ daemon hook
     def execute(self, plan: object | None, view: CycleView) -> CycleExtras:
         """The daemon's hook: settle unfinished plans, then run what the planner proposed
-        (converted with :func:`~.executor_convert.requests_from`), one plan after the other."""
+        (converted with :func:`~hai_slurm.priority.executor.requests.requests_from`), one plan
+        after the other."""
         from hai_slurm.priority.executor.requests import requests_from
 
         self.recover()  # one cheap query when nothing is unfinished

@@ -68,7 +68,8 @@ class ExecutorSettings:
       still accepted (the job's node clock may lag the daemon's);
     * ``signal``: the checkpoint request signal (the job library's default, USR2);
     * ``late_ack_window``: how long victims that missed an aborted plan are still watched, so
-      one that acknowledges and exits late is requeued (:mod:`~.late_acks`).
+      one that acknowledges and exits late is requeued
+      (:mod:`~hai_slurm.priority.executor.late_acks`).
     """
 
     poll: float = 0.1
