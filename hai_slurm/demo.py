@@ -31,7 +31,7 @@ from hai_slurm.errors import TestbedError
 
 FIRST_TRY_NAME = "priority/examples/first-try.toml"
 FIRST_TRY = Path(str(files("hai_slurm.priority") / "examples" / "first-try.toml"))
-"""The daemon file of the demo and of a first try: the defaults plus two settings, explained."""
+"""The daemon file of the demo and of a first try: the defaults plus three settings, explained."""
 
 if TYPE_CHECKING:
     from hai_slurm.priority.daemon.loop import Daemon

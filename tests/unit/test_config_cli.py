@@ -59,5 +59,6 @@ def test_check_prints_the_effective_preemption_settings_and_the_first_try_note()
     assert "note: a job that has run less than 10m is never a victim" in out
     first = CliRunner().invoke(cli, ["config", "check", str(EXAMPLE.with_name("first-try.toml"))])
     assert first.exit_code == 0, first.output
-    assert "victims run >= 10s" in first.output and "cycle every 2s" in first.output
+    assert "victims run >= 10s" in first.output and "cycle every 1s" in first.output
+    assert "restart cost 10s" in first.output
     assert "note:" not in first.output
