@@ -32,3 +32,9 @@ if ! .venv/bin/python -c "import hai_slurm.testbed, click, sqlalchemy, pytest" 2
   .venv/bin/pip install -q --disable-pip-version-check -e '.[all]' 2> >(grep -v "is ignored: it is neither" >&2)
   touch .venv/.hai-installed
 fi
+# torch is a test-only dependency (tests/unit/test_checkpoint_torch.py and the testbed's
+# tests/integration/test_torch_preemption.py): CPU build, pinned; the job side never needs it.
+TORCH_PIN=torch==2.13.0
+if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_PIN#torch==}')" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check "$TORCH_PIN" 2> >(grep -v "is ignored: it is neither" >&2)
+fi
