@@ -43,7 +43,6 @@ class ShardedSaves:
         self._publish = publish
         self._log = log
         self._committed = committed
-        self._count = 0
         self._thread: threading.Thread | None = None
         self._result: ShardedInfo | None = None
         self._error: BaseException | None = None
@@ -56,8 +55,9 @@ class ShardedSaves:
         """Run ``fn`` on this rank; sync: finish and return the commit (rank 0) or None."""
         self.wait()
         env = self._env
-        path = env.checkpoint_dir / sharded.checkpoint_name(step, env.restart_count, self._count)
-        self._count += 1
+        proposal = (sharded.fresh_name(env.checkpoint_dir, step, env.restart_count)
+                    if env.rank == 0 else None)
+        path = env.checkpoint_dir / str(self._ranks.gather("save", proposal)[0])
         part = Part(path, path / sharded.part_dir_name(env.rank), env.rank, env.world_size, step)
         try:
             part.directory.mkdir(parents=True, exist_ok=True)
@@ -129,8 +129,9 @@ class ShardedSaves:
     def load(self, fn: Callable[[Part], object]) -> Part | None:
         """Every rank: ``fn(part)`` on the newest checkpoint that every rank finds intact."""
         env = self._env
-        paths = sharded.candidates(env.checkpoint_dir)
-        for path in paths:
+        listed = [p.name for p in sharded.candidates(env.checkpoint_dir)] if env.rank == 0 else []
+        paths = [env.checkpoint_dir / n for n in self._ranks.gather("list", listed)[0]]
+        for path in paths:  # rank 0's list on every rank: the same number of rounds everywhere
             info, own, reason = sharded.verify(path, env.rank)
             verdicts = self._ranks.gather("load", reason)
             refused = [(r, v) for r, v in enumerate(verdicts) if v]

@@ -2,7 +2,7 @@
 
 Layout (format :data:`SHARDED_FORMAT`), inside the checkpoint directory::
 
-    sharded-step0000001200-run1-0/      one checkpoint: step 1200, run 1 of the job, save #0
+    sharded-step0000001200-run1-0/      one checkpoint: step 1200, run 1 of the job, n = 0
       rank-00003/                       rank 3's own part directory (e.g. torch.save writes here)
       __3_0.distcp  .metadata           files written into the checkpoint itself (e.g. DCP's)
       .hai-part-00003.json              rank 3's part record: its files with size and sha256
@@ -51,8 +51,17 @@ def part_dir_name(rank: int) -> str:
 
 
 def checkpoint_name(step: int, run: int, n: int) -> str:
-    """``sharded-step<step>-run<restart count>-<n-th save of this run>``."""
+    """``sharded-step<step>-run<restart count>-<n>``."""
     return f"sharded-step{step:010d}-run{run}-{n}"
+
+
+def fresh_name(directory: Path, step: int, run: int) -> str:
+    """A name no directory has yet: ``n`` is one more than any other of this run's (rank 0
+    chooses it and the ranks use rank 0's, so a job that reuses the directory never writes into
+    an older checkpoint of the same step and run)."""
+    used = [int(m.group(3)) for p in candidates(directory)
+            if (m := _DIR.match(p.name)) and int(m.group(2)) == run]
+    return checkpoint_name(step, run, max(used, default=-1) + 1)
 
 
 @dataclass(frozen=True)

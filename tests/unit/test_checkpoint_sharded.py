@@ -281,3 +281,19 @@ def test_worker_init_fn_ignores_request_signal_and_sigterm() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=False)
     assert res.returncode == 0 and res.stdout.strip() == "alive", res.stderr
+
+
+def test_a_new_job_in_the_same_directory_never_reuses_a_checkpoint_name(tmp_path: Path) -> None:
+    """Two jobs (both run 0) save step 5 into one directory: two checkpoints, both intact."""
+    names = []
+    for job in ("77", "78"):
+        ck = Checkpointer.from_env(environ={**environ(tmp_path, 0, 1), "SLURM_JOB_ID": job},
+                                   log=lambda _m: None, install_signals=False)
+        info = ck.save_with(write_mine(job), step=5)
+        ck.close()
+        assert info is not None
+        names.append(info.name)
+    assert names == ["sharded-step0000000005-run0-0", "sharded-step0000000005-run0-1"]
+    assert all((tmp_path / "ck" / n / COMMIT).exists() for n in names)
+    assert json.loads((tmp_path / "ck" / names[0] / "rank-00000" / "state.json").read_text())[
+        "value"] == "77"
