@@ -74,7 +74,7 @@ def test_torch_save_recipe(tmp_path: Path) -> None:
 
 
 def test_dcp_recipe(tmp_path: Path) -> None:
-    """dcp.save before exiting, dcp.async_save every 2000 steps."""
+    """dcp.save before exiting, dcp.async_save every 1000 steps."""
     preempt_and_resume("dcp", tmp_path, 2)
 
 
