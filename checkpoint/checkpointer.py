@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, NoReturn
 
-from hai_slurm.checkpoint import protocol, rng
+from hai_slurm.checkpoint import protocol, rng, sharded
 from hai_slurm.checkpoint.atomic import HashingWriter
 from hai_slurm.checkpoint.bring_your_own import ShardedSaves
 from hai_slurm.checkpoint.env import JobEnv, job_env_from
@@ -173,7 +173,11 @@ class Checkpointer:
         """
         entries = self.store.entries()
         if not entries:
-            self._log(f"no checkpoint in {self.env.checkpoint_dir} yet: starting fresh")
+            if sharded.candidates(self.env.checkpoint_dir):
+                self._log(f"no single-state checkpoint in {self.env.checkpoint_dir}: starting "
+                          "fresh (its sharded checkpoints are loaded with load_with(fn))")
+            else:
+                self._log(f"no checkpoint in {self.env.checkpoint_dir} yet: starting fresh")
             return None
         for info in reversed(entries):
             data, reason = self.store.verify(info)

@@ -297,3 +297,14 @@ def test_a_new_job_in_the_same_directory_never_reuses_a_checkpoint_name(tmp_path
     assert all((tmp_path / "ck" / n / COMMIT).exists() for n in names)
     assert json.loads((tmp_path / "ck" / names[0] / "rank-00000" / "state.json").read_text())[
         "value"] == "77"
+
+
+def test_load_latest_points_at_load_with_for_sharded_checkpoints(tmp_path: Path) -> None:
+    """load_latest() (single-state) finds none and says the sharded ones need load_with."""
+    messages: list[str] = []
+    ck = Checkpointer.from_env(environ=environ(tmp_path, 0, 1), log=messages.append,
+                               install_signals=False)
+    ck.save_with(write_mine(1), step=2)
+    assert ck.load_latest() is None
+    ck.close()
+    assert any("sharded checkpoints are loaded with load_with(fn)" in m for m in messages)
