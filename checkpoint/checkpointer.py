@@ -335,8 +335,10 @@ class Checkpointer:
     def wait(self) -> CheckpointInfo | ShardedInfo | None:
         """Wait for a background save; re-raise its error here. Returns its info (None if none)."""
         shard = self._sharded.wait()
-        if shard is not None:
-            return shard
+        single = self._wait_single()
+        return shard if shard is not None else single
+
+    def _wait_single(self) -> CheckpointInfo | None:
         thread, self._thread = self._thread, None
         if thread is None:
             return None
@@ -363,9 +365,10 @@ class Checkpointer:
             if self.is_writer:
                 ack = self._write_ack()
         except CheckpointError as err:
-            error = err
-        self.listener.clear()
-        self._announced = False
+            error = err  # the request stays pending: the next boundary may try again
+        if error is None:
+            self.listener.clear()
+            self._announced = False
         try:
             self._ranks.handled()
         except CheckpointError as err:
