@@ -11,6 +11,9 @@ Typical use (see the package docstring)::
             ck.acknowledge_and_exit()          # exit code 75: safe to requeue
         if ck.due(step + 1):
             ck.save(state, step=step + 1)
+
+Sharded, multi-rank jobs save with their own framework instead: ``ck.save_with(fn, step=...)`` and
+``ck.load_with(fn)`` (see ``bring_your_own.py`` and ``RECIPES.md``).
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, NoReturn
 
-from hai_slurm.checkpoint import protocol, rng
+from hai_slurm.checkpoint import protocol, rng, sharded
 from hai_slurm.checkpoint.atomic import HashingWriter
+from hai_slurm.checkpoint.bring_your_own import ShardedSaves
 from hai_slurm.checkpoint.env import JobEnv, job_env_from, rank_from, restart_count_from
 from hai_slurm.checkpoint.job_record import needs_record, with_job_record
 from hai_slurm.checkpoint.protocol import Ack, LastCheckpoint, Phase
 from hai_slurm.checkpoint.ranks import RankSync
+from hai_slurm.checkpoint.sharded import NONE, Part, ShardedInfo, SharedFiles
 from hai_slurm.checkpoint.signals import RequestListener
 from hai_slurm.checkpoint.store import CheckpointInfo, CheckpointStore, Serializer
 from hai_slurm.errors import CheckpointError
@@ -49,7 +54,8 @@ def _step_of(state: object) -> int | None:
 
 
 class Checkpointer:
-    """Checkpoints of one job. Only rank 0 writes; every rank loads and sees requests.
+    """Checkpoints of one job. :meth:`save` writes one state from rank 0; :meth:`save_with` runs
+    the user's save on every rank and commits when every rank's part is durable.
 
     While it exists (until :meth:`close`), the request signal and SIGTERM no longer stop the
     process by themselves: they set a flag that :meth:`requested` reports, so call it at every
@@ -62,7 +68,7 @@ class Checkpointer:
                  chain_signals: bool = True, trust_other_owners: bool = False,
                  log: Callable[[str], None] = _stderr,
                  clock: Callable[[], float] = time.monotonic,
-                 store: CheckpointStore | None = None) -> None:
+                 store: CheckpointStore | None = None, sync_timeout_s: float = 300.0) -> None:
         self.env = env
         self.serializer = Serializer(serializer)
         self.async_save = async_save
@@ -84,7 +90,11 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._thread_result: CheckpointInfo | None = None
         self._thread_error: BaseException | None = None
-        self._ranks = RankSync(env, log=log, clock=clock)
+        self._ranks = RankSync(env, log=log, clock=clock, timeout_s=sync_timeout_s)
+        self._boundaries = 0
+        self.last_sharded: ShardedInfo | None = None
+        self._sharded = ShardedSaves(env, self._ranks, publish=self._publish, log=log,
+                                     committed=self._on_sharded)
         if self.is_writer:
             removed = self.store.prepare()
             for path in removed:
@@ -125,10 +135,18 @@ class Checkpointer:
     # -- phase reporting -----------------------------------------------------------------------
 
     def _last(self) -> LastCheckpoint | None:
-        info = self.last_checkpoint
+        info, shard = self.last_checkpoint, self.last_sharded
+        if shard is not None and (info is None or shard.time >= info.time):
+            return LastCheckpoint(shard.step, shard.sha256, shard.name, shard.time)
         if info is None:
             return None
         return LastCheckpoint(info.step, info.sha256, info.file, info.time)
+
+    def _on_sharded(self, info: ShardedInfo) -> None:
+        self.last_sharded = info
+        self._saved_this_run = True
+        self._last_save_time = self._clock()
+        self._publish(Phase.SAVED if self.listener.pending() else Phase.COMPUTING, info.step)
 
     def _publish(self, phase: Phase, step: int | None) -> None:
         if not self.is_writer:
@@ -165,7 +183,11 @@ class Checkpointer:
         """
         entries = self.store.entries()
         if not entries:
-            self._log(f"no checkpoint in {self.env.checkpoint_dir} yet: starting fresh")
+            if sharded.candidates(self.env.checkpoint_dir):
+                self._log(f"no single-state checkpoint in {self.env.checkpoint_dir}: starting "
+                          "fresh (its sharded checkpoints are loaded with load_with(fn))")
+            else:
+                self._log(f"no checkpoint in {self.env.checkpoint_dir} yet: starting fresh")
             return None
         for info in reversed(entries):
             data, reason = self.store.verify(info)
@@ -190,29 +212,34 @@ class Checkpointer:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def requested(self) -> bool:
-        """Was a checkpoint requested (on any rank)? Call it at every step boundary.
+    def requested(self, step: int | None = None) -> bool:
+        """Was a checkpoint requested (on any rank)? Call it at every step boundary, on every rank.
 
+        Every rank gets True at the same step boundary (``step``, else the number of calls so far:
+        pass the step if ranks may call this unequally often), so they can save together.
         A request by the checkpoint signal expires after the grace time (the scheduler has given
         up by then, so saving and exiting would only lose the allocation); SIGTERM never expires.
         """
+        self._boundaries += 1
         pending = self.listener.pending()
-        if pending is not None and pending.signal != signal.SIGTERM and (
-                self._clock() - pending.at_monotonic > self.env.grace_s):
+        if pending is not None and pending.signal != signal.SIGTERM and not self._ranks.stopping \
+                and self._clock() - pending.at_monotonic > self.env.grace_s:
             self._log(f"checkpoint request by {pending.signal.name} expired: no step boundary "
                       f"within {self.env.grace_s:g} s; continuing (the scheduler did not wait)")
             self.listener.clear()
             self._ranks.withdraw()
             self._announced = False
             pending = None
-        if self._ranks.exchange(pending is not None) and pending is None:
+        agreed = self._ranks.exchange(pending is not None,
+                                      self._boundaries if step is None else step)
+        if agreed and pending is None:
             self.listener.trigger(self.env.request_signal)
             pending = self.listener.pending()
-        if pending is not None and not self._announced:
+        if agreed and pending is not None and not self._announced:
             self._announced = True
             self._log(f"checkpoint requested by {pending.signal.name} (rank {self.env.rank}); "
                       "saving at this step boundary")
-        return pending is not None
+        return agreed
 
     def due(self, step: int) -> bool:
         """Is a periodic save due (every ``save_every_steps`` steps or ``save_every_s`` seconds)?"""
@@ -292,8 +319,36 @@ class Checkpointer:
             self._thread_error = err
             self._publish(Phase.COMPUTING, step)
 
-    def wait(self) -> CheckpointInfo | None:
+    def save_with(self, fn: Callable[[Part], object], step: int, *,
+                  shared_files: SharedFiles = NONE) -> ShardedInfo | None:
+        """Every rank: run the user's save ``fn(part)``, then sync and commit (see RECIPES.md).
+
+        ``part.directory`` is this rank's own directory, ``part.checkpoint`` the directory of this
+        checkpoint shared by all ranks (give DCP that one, with ``shared_files=DCP_FILES`` so each
+        rank's DCP files count as its part). If ``fn`` returns a future (``dcp.async_save``), this
+        returns at once and a background thread waits for the flush; :meth:`wait`,
+        :meth:`acknowledge` and the next save wait for it. Rank 0 returns the commit of a
+        synchronous save, other ranks None. Raises CheckpointError if a rank's part is not
+        durable within ``sync_timeout_s``: then nothing is committed.
+        """
+        self.wait()
+        return self._sharded.save(fn, step, shared_files)
+
+    def load_with(self, fn: Callable[[Part], object]) -> Part | None:
+        """Every rank: ``fn(part)`` on the newest committed checkpoint all ranks find intact.
+
+        Incomplete or damaged ones are skipped with a note saying why. This rank's RNG states
+        are restored. Returns the part loaded (``part.step``), or None: start fresh.
+        """
+        return self._sharded.load(fn)
+
+    def wait(self) -> CheckpointInfo | ShardedInfo | None:
         """Wait for a background save; re-raise its error here. Returns its info (None if none)."""
+        shard = self._sharded.wait()
+        single = self._wait_single()
+        return shard if shard is not None else single
+
+    def _wait_single(self) -> CheckpointInfo | None:
         thread, self._thread = self._thread, None
         if thread is None:
             return None
@@ -310,40 +365,74 @@ class Checkpointer:
     def acknowledge(self) -> Ack | None:
         """Tell the scheduler the job is saved and may be requeued (rank 0 writes ``ack.json``).
 
-        Waits for a background save first. The request is cleared, so training could go on.
+        Waits for a background save (and, for :meth:`save_with`, its commit) first, so the ack
+        never comes before the checkpoint is complete. The request is cleared, so training could
+        go on. Call it on every rank (with several ranks it is a collective).
         """
-        self.wait()
+        ack, error = None, None
+        try:
+            self.wait()
+            if self.is_writer:
+                ack = self._write_ack()
+        except CheckpointError as err:
+            error = err  # the request stays pending: the next boundary may try again
+        if error is None:
+            self.listener.clear()
+            self._announced = False
+        try:
+            self._ranks.handled()
+        except CheckpointError as err:
+            error = error or err
+        if error is not None:
+            raise error
+        return ack
+
+    def _write_ack(self) -> Ack:
         pending = self.listener.pending()
-        ack = None
-        if self.is_writer:
-            if not self._saved_this_run:
-                self._log("acknowledging without a checkpoint written in this run: work since "
-                          "the last checkpoint will be lost")
-            info = self.last_checkpoint
-            ack = Ack(job_id=self.env.job_id, restart_count=self.env.restart_count,
-                      step=info.step if info else None, sha256=info.sha256 if info else None,
-                      checkpoint=info.file if info else None, time=time.time(),
-                      exit_code=protocol.EXIT_REQUEUE,
-                      request_signal=pending.signal.name if pending else None)
-            try:
-                protocol.write_ack(self.env.control_dir, ack)
-            except OSError as err:
-                raise CheckpointError(
-                    f"cannot write the acknowledgement to {self.env.control_dir}: "
-                    f"{err.strerror or err}; the scheduler will not requeue this job") from err
-            self._publish(Phase.SAVED, ack.step)
-            self._log(f"acknowledged checkpoint at step {ack.step} ({ack.checkpoint})")
-        self.listener.clear()
-        self._ranks.withdraw()
-        self._announced = False
+        if not self._saved_this_run:
+            self._log("acknowledging without a checkpoint written in this run: work since "
+                      "the last checkpoint will be lost")
+        last = self._last()
+        ack = Ack(job_id=self.env.job_id, restart_count=self.env.restart_count,
+                  step=last.step if last else None, sha256=last.sha256 if last else None,
+                  checkpoint=last.file if last else None, time=time.time(),
+                  exit_code=protocol.EXIT_REQUEUE,
+                  request_signal=pending.signal.name if pending else None)
+        try:
+            protocol.write_ack(self.env.control_dir, ack)
+        except OSError as err:
+            raise CheckpointError(
+                f"cannot write the acknowledgement to {self.env.control_dir}: "
+                f"{err.strerror or err}; the scheduler will not requeue this job") from err
+        self._publish(Phase.SAVED, ack.step)
+        self._log(f"acknowledged checkpoint at step {ack.step} ({ack.checkpoint})")
         return ack
 
     def acknowledge_and_exit(self) -> NoReturn:
-        """Acknowledge, publish phase ``exiting``, exit with ``EXIT_REQUEUE`` (75)."""
-        ack = self.acknowledge()
-        self._publish(Phase.EXITING, ack.step if ack else None)
+        """Acknowledge, publish phase ``exiting``, exit with ``EXIT_REQUEUE`` (75).
+
+        With several ranks, every rank calls it: after the ack the ranks meet at a barrier (so
+        none exits while another still saves or sits in a collective), torch's process group is
+        destroyed, and all exit 75 — or all exit 1 if any rank's save failed (no ack then).
+        """
+        if self.env.world_size <= 1:
+            ack = self.acknowledge()
+            self._publish(Phase.EXITING, ack.step if ack else None)
+            self.close()
+            sys.exit(protocol.EXIT_REQUEUE)
+        ack, ok = None, True
+        try:
+            ack = self.acknowledge()
+        except CheckpointError as err:
+            self._log(f"rank {self.env.rank}: {err}")
+            ok = False
+        every = self._ranks.finish(ok)
+        if every:
+            self._publish(Phase.EXITING, ack.step if ack else None)
+        elif ok:
+            self._log(f"rank {self.env.rank}: another rank's save failed; exiting 1, not 75")
         self.close()
-        sys.exit(protocol.EXIT_REQUEUE)
+        sys.exit(protocol.EXIT_REQUEUE if every else 1)
 
     def close(self) -> None:
         """Wait for a pending save and restore the previous signal handlers."""

@@ -7,8 +7,14 @@ signal themselves. As a second path:
   flag (MAX) across ranks — a collective, so every rank must call ``requested()`` equally often
   (once per step, as the training loop does);
 - otherwise a rank that saw the request creates ``<control dir>/request.<restart count>`` and the
-  other ranks look for that file (at most every ``poll_s`` seconds). The control directory must then
-  be on a file system all nodes share (the checkpoint directory usually is).
+  other ranks look for that file (at most every ``poll_s`` seconds). A rank that knows of the
+  request then posts its step to the others (:class:`FileRendezvous`) and waits for theirs; all
+  ranks stop at the highest step posted, so a rank that learned late does not save at another step
+  than the others. The control directory must then be on a file system all nodes share (the
+  checkpoint directory usually is).
+
+:meth:`RankSync.gather` (values of all ranks) and :meth:`RankSync.finish` (the exit barrier, then
+``destroy_process_group``) use torch.distributed when it is initialized and the files otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from typing import Any
 
 from hai_slurm.checkpoint.env import JobEnv
 from hai_slurm.checkpoint.protocol import REQUEST_FLAG_PREFIX
+from hai_slurm.checkpoint.rendezvous import FileRendezvous
+from hai_slurm.errors import CheckpointError
 
 
 def _torch_distributed() -> Any | None:
@@ -37,14 +45,19 @@ class RankSync:
     """Share one boolean ("a checkpoint was requested") among the ranks of a job."""
 
     def __init__(self, env: JobEnv, *, log: Callable[[str], None],
-                 clock: Callable[[], float] = time.monotonic, poll_s: float = 0.2) -> None:
+                 clock: Callable[[], float] = time.monotonic, poll_s: float = 0.2,
+                 timeout_s: float = 300.0) -> None:
         self._env = env
         self._log = log
         self._clock = clock
         self._poll_s = poll_s
+        self.timeout_s = timeout_s
         self._published = False
         self._last_poll = float("-inf")
+        self._stop_at: int | None = None
         self.flag_path: Path = env.control_dir / f"{REQUEST_FLAG_PREFIX}{env.restart_count}"
+        self.files = FileRendezvous(env.control_dir, rank=env.rank, world_size=env.world_size,
+                                    restart_count=env.restart_count, clock=clock)
 
     def clear_stale_flags(self) -> None:
         """Remove flag files of earlier runs of this job (rank 0, at start)."""
@@ -56,23 +69,70 @@ class RankSync:
             if name.startswith(REQUEST_FLAG_PREFIX):
                 with contextlib.suppress(FileNotFoundError):
                     (self._env.control_dir / name).unlink()
+        self.files.clear_stale()
 
-    def exchange(self, local: bool) -> bool:
-        """True if this or any other rank has a pending request."""
+    @property
+    def stopping(self) -> bool:
+        """The ranks have agreed on a step to stop at (file path): the request cannot expire."""
+        return self._stop_at is not None
+
+    def exchange(self, local: bool, step: int) -> bool:
+        """True once this or any other rank has a pending request, at the same step on all ranks.
+
+        ``step`` is this rank's step boundary (the file path compares it across ranks).
+        """
         if self._env.world_size <= 1:
             return local
         dist = _torch_distributed()
         if dist is not None:
             return self._all_reduce(dist, local)
+        if self._stop_at is not None:
+            return step >= self._stop_at
         if local:
             if not self._published:
                 self._publish()
-            return True
-        now = self._clock()
-        if now - self._last_poll < self._poll_s:
-            return False
-        self._last_poll = now
-        return self.flag_path.exists()
+        else:
+            now = self._clock()
+            if now - self._last_poll < self._poll_s:
+                return False
+            self._last_poll = now
+            if not self.flag_path.exists():
+                return False
+        steps = self.files.gather("stop", step, timeout_s=self.timeout_s)
+        self._stop_at = max(int(s) for s in steps)
+        if self._stop_at > step:
+            self._log(f"rank {self._env.rank} learned of the request at step {step}; all ranks "
+                      f"stop at step {self._stop_at} (the highest step a rank had reached)")
+        return step >= self._stop_at
+
+    def gather(self, label: str, value: Any) -> list[Any]:
+        """Every rank's (JSON-able) ``value``, in rank order: a collective, as in torch."""
+        if self._env.world_size <= 1:
+            return [value]
+        dist = _torch_distributed()
+        if dist is not None:
+            out: list[Any] = [None] * self._env.world_size
+            dist.all_gather_object(out, value)
+            return out
+        return self.files.gather(label, value, timeout_s=self.timeout_s)
+
+    def finish(self, ok: bool) -> bool:
+        """The exit barrier: True if every rank is ``ok`` (False if a rank is gone); then destroy
+        torch's process group. Waits up to twice the timeout: a save's commit may take one."""
+        dist = _torch_distributed()
+        try:
+            if dist is not None:
+                every = all(bool(v) for v in self.gather("exit", ok))
+            else:
+                every = all(bool(v) for v in self.files.gather("exit", ok,
+                                                                timeout_s=2 * self.timeout_s))
+        except (CheckpointError, RuntimeError) as err:  # torch raises RuntimeError for a dead peer
+            self._log(f"rank {self._env.rank}: exit barrier failed: {err}")
+            every = False
+        finally:
+            if dist is not None:
+                dist.destroy_process_group()
+        return every
 
     def _all_reduce(self, dist: Any, local: bool) -> bool:
         torch = sys.modules["torch"]
@@ -97,8 +157,15 @@ class RankSync:
         self._published = True
 
     def withdraw(self) -> None:
-        """The request was handled or expired: remove the flag file (if this rank made it)."""
+        """The request expired on this rank: remove the flag file (if this rank made it)."""
         if self._published or (self._env.rank == 0 and self._env.world_size > 1):
             with contextlib.suppress(OSError):
                 self.flag_path.unlink()
         self._published = False
+        self._stop_at = None
+
+    def handled(self) -> None:
+        """The request was handled on every rank (a collective on the file path): forget it."""
+        self.withdraw()
+        if self._env.world_size > 1 and _torch_distributed() is None:
+            self.files.barrier("handled", timeout_s=2 * self.timeout_s)  # flag gone for all

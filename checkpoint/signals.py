@@ -5,16 +5,23 @@ The handler records which signal arrived and when (``time.monotonic()``), sets a
 (``chain=True``). It does no I/O, takes no lock and allocates next to nothing, so it is safe
 whatever the main thread was doing. Handlers can only be installed from the main thread; elsewhere
 :meth:`RequestListener.install` returns False and the caller says so.
+
+A forked child (a DataLoader worker) inherits the handler; it then does nothing there (the pid is
+not the one that installed it), so a worker neither dies of the request nor takes it for its own.
+:func:`ignore_requests_in_worker` is the ``worker_init_fn`` for workers that are spawned instead.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import FrameType
+
+from hai_slurm.checkpoint.env import DEFAULT_SIGNAL, parse_signal
 
 Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
@@ -39,10 +46,13 @@ class RequestListener:
         self._first: Request | None = None
         self._last_signum = 0
         self._previous: dict[signal.Signals, Handler] = {}
+        self._pid = os.getpid()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # Flag only: no I/O, no locks. Keep the first request (its time starts the grace period),
         # but remember a SIGTERM that comes later (it must not expire).
+        if os.getpid() != self._pid:  # a forked worker: the request is for the training process
+            return
         if self._first is None or signum == signal.SIGTERM:
             self._first = Request(signal.Signals(signum), self._clock())
         self._last_signum = signum
@@ -55,6 +65,7 @@ class RequestListener:
         """Install the handlers; False (nothing installed) when not called from the main thread."""
         if threading.current_thread() is not threading.main_thread():
             return False
+        self._pid = os.getpid()
         for sig in self.signals:
             if sig not in self._previous:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -94,3 +105,18 @@ class RequestListener:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a request arrives (for watchdogs and tests)."""
         return self._event.wait(timeout)
+
+
+def ignore_requests_in_worker(worker_id: int = 0) -> None:
+    """``worker_init_fn`` for DataLoader workers: ignore the request signal and SIGTERM.
+
+    ``scancel --signal=USR2 --full`` and Slurm's SIGTERM reach every process of a step, workers
+    included; a worker must neither die of them (the training process would see "DataLoader worker
+    exited unexpectedly" in the middle of its save) nor act on them. The training process stops
+    its workers when it exits. Reads ``HAI_CHECKPOINT_SIGNAL`` (default USR2); call it from your
+    own ``worker_init_fn`` if you have one.
+    """
+    raw = os.environ.get("HAI_CHECKPOINT_SIGNAL", "").strip()
+    request = parse_signal(raw) if raw else DEFAULT_SIGNAL
+    for sig in (request, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)

@@ -32,3 +32,11 @@ if ! .venv/bin/python -c "import hai_slurm.testbed, click, sqlalchemy, pytest" 2
   .venv/bin/pip install -q --disable-pip-version-check -e '.[all]' 2> >(grep -v "is ignored: it is neither" >&2)
   touch .venv/.hai-installed
 fi
+# torch and lightning are test-only dependencies (tests/unit/test_checkpoint_torch.py,
+# test_checkpoint_recipes.py and the testbed's tests/integration/test_torch_preemption.py): CPU
+# build, pinned (about 30 s and 9 s to install); the job side never needs them.
+TORCH_PIN=torch==2.13.0
+LIGHTNING_PIN=lightning==2.6.6
+if ! .venv/bin/python -c "import torch, lightning, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_PIN#torch==}' or lightning.__version__ != '${LIGHTNING_PIN#lightning==}')" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check "$TORCH_PIN" "$LIGHTNING_PIN" 2> >(grep -v "is ignored: it is neither" >&2)
+fi

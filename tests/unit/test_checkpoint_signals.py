@@ -146,26 +146,36 @@ def test_not_in_main_thread_installs_nothing(tmp_path: Path) -> None:
 
 
 def test_other_ranks_learn_of_the_request_and_do_not_write(tmp_path: Path) -> None:
-    """Rank 0 sees USR2; rank 1 learns through the control-dir flag file; only rank 0 writes."""
+    """Rank 0 sees USR2; rank 1 (a thread) learns through the control-dir flag file, both agree
+    on the step; only rank 0 writes the single-state checkpoint and the ack."""
     base = environ(tmp_path, WORLD_SIZE="2")
     rank0 = Checkpointer.from_env(environ={**base, "RANK": "0"})
-    clock1 = FakeClock()
-    rank1 = Checkpointer.from_env(environ={**base, "RANK": "1"}, install_signals=False,
-                                  clock=clock1)
+    rank1 = Checkpointer.from_env(environ={**base, "RANK": "1"}, install_signals=False)
+    seen: dict[str, Any] = {}
+
+    def other_rank() -> None:
+        step = 0
+        while not rank1.requested(step):  # polls the flag file, at most every 0.2 s
+            step += 1
+        seen["step"] = step
+        seen["saved"] = rank1.save({"step": step})
+        seen["ack"] = rank1.acknowledge()
+
     try:
-        assert not rank1.requested()
+        assert not rank0.requested(0)
+        worker = threading.Thread(target=other_rank)
+        worker.start()
         os.kill(os.getpid(), signal.SIGUSR2)
-        assert rank0.requested()
-        assert not rank1.requested()  # the flag file is polled at most every 0.2 s
-        clock1.now += 0.5
-        assert rank1.requested()
-        assert rank1.save({"step": 3}) is None
-        info = rank0.save({"step": 3})
+        step = 1  # the first call waits until rank 1 has posted its step (maybe higher)
+        while not rank0.requested(step):
+            step += 1
+        info = rank0.save({"step": step})
         assert info is not None
-        assert sorted(p.name for p in (tmp_path / "ck").glob("ckpt-*.pkl")) == [info.file]
-        assert rank1.acknowledge() is None
         assert rank0.acknowledge() is not None
-        assert not rank0.requested()
+        worker.join(timeout=30)
+        assert seen["step"] == step and seen["saved"] is None and seen["ack"] is None
+        assert sorted(p.name for p in (tmp_path / "ck").glob("ckpt-*.pkl")) == [info.file]
+        assert not rank0.requested(step + 1)
     finally:
         rank0.close()
         rank1.close()
