@@ -27,7 +27,9 @@ from daemon_support import DaemonProcess, wait_until
 from preempt_support import Bed, bed_for
 
 from hai_slurm.checkpoint import read_job_report
-from hai_slurm.priority.store import PlanState, Repository, VictimState, make_engine
+from hai_slurm.priority.store import PlanState, VictimState
+from hai_slurm.priority.store.engine import make_engine
+from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.runner import check
 
 pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 "

@@ -21,11 +21,15 @@ from slurm_client_contract import Harness, SlurmClientContract
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SlurmClient, make_client
 from hai_slurm.slurm_plugins.runner import DockerExecRunner
 
-# Runs until cancelled; logs each USR2 it gets. `sleep & wait` lets the trap run at once.
+# Runs until cancelled (or until an exit-JOBID file names its exit code); logs each USR2 it
+# gets. `sleep & wait` lets the trap run at once.
 JOB_SCRIPT = """#!/bin/bash
 trap 'echo "HAI-SIGNAL USR2"' USR2
 echo started
-while :; do sleep 1 & wait $!; done
+while :; do
+  [ -f "exit-$SLURM_JOB_ID" ] && exit "$(cat "exit-$SLURM_JOB_ID")"
+  sleep 0.2 & wait $!
+done
 """
 
 
@@ -76,6 +80,11 @@ class DockerHarness:
         res = self.run(["cat", f"{self.workdir}/{job_id}.out"])
         lines = res.stdout.splitlines() if res.returncode == 0 else []
         return [ln.split()[-1] for ln in lines if ln.startswith("HAI-SIGNAL")]
+
+    def make_exit(self, job_id: int, code: int) -> None:
+        """Tell the job (it polls its working directory, shared by the containers) to exit."""
+        res = self.run(["sh", "-c", f"echo {int(code)} > {self.workdir}/exit-{int(job_id)}"])
+        assert res.returncode == 0, res.stderr
 
     def cleanup(self) -> None:
         """Cancel every job this harness submitted."""
