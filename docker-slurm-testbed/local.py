@@ -233,7 +233,8 @@ def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports
 
         health.wait_nodes_idle(ctx.run, shape.node_names, timeout=30, logs=node_logs)
         step(f"{shape.nodes} nodes idle")
-        services.wait_ready(redis, lambda: services.redis_ready(ports.redis), timeout=10,
+        services.wait_ready(redis, lambda: services.redis_ready(
+                                ports.redis, services.redis_password(state_dir)), timeout=10,
                             what="redis PING", logs=[ctx.log("redis")])
         lines = health.run_gpu_smoke_job(ctx.run, shape, f"{layout.log_dir}/smoke-%j.out",
                                          timeout=60, logs=node_logs)
