@@ -305,3 +305,16 @@ def test_squatted_hai_parent_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"control directory parent .*\.hai belongs to uid "
                                               r"12345"):
         ckpt(tmp_path)
+
+
+def test_json_job_never_unpickles_even_when_trusting_other_owners(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The serializer comes from the checkpoint's metadata: a job that saves JSON (and so may
+    have chosen trust_other_owners) does not unpickle a pickle checkpoint found beside its own."""
+    with ckpt(tmp_path, serializer="json") as ck:
+        ck.save({"step": 1})
+    with ckpt(tmp_path) as ck:  # a pickle checkpoint, newer, in the same directory
+        ck.save({"step": 2})
+    with ckpt(tmp_path, serializer="json", trust_other_owners=True) as ck:
+        assert ck.load_latest() == {"step": 1}
+    assert "refusing to unpickle" in capsys.readouterr().err
