@@ -147,9 +147,13 @@ def _prepare(state_dir: Path, shape: ClusterShape, ctx: services.Ctx) -> None:
             link.symlink_to("/dev/null")
     etc = state_dir / "etc"
     for name, text in render_configs(shape, ctx.layout).items():
-        (etc / name).write_text(text)
-        if name in SECRET_FILES:
-            (etc / name).chmod(0o600)
+        if name in SECRET_FILES:  # created 0600, never briefly readable with the password in it
+            fd = os.open(etc / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                os.fchmod(handle.fileno(), 0o600)
+                handle.write(text)
+        else:
+            (etc / name).write_text(text)
     plugins = resources.files("hai_slurm.slurm_plugins")
     for name in ("job_submit.lua", "hai_entitlements.lua"):
         src = plugins / name

@@ -214,7 +214,8 @@ def test_no_testbed_password_in_any_command_line(testbed: Testbed) -> None:
     lines = _cmdlines()
     assert any("redis-server" in ln for ln in lines)
     assert not [ln for ln in lines for s in secrets if s in ln]
-    for name in ("redis/password", "redis/redis.conf", "mariadb/slurm-password"):
+    for name in ("redis/password", "redis/redis.conf", "mariadb/slurm-password",
+                 "etc/slurmdbd.conf"):
         path = testbed.state_dir / name
         if path.exists():
             assert path.stat().st_mode & 0o077 == 0, path
