@@ -142,3 +142,25 @@ def test_non_utf8_cluster_description_is_a_clear_error(tmp_path: Path) -> None:
     daemon.write_text(f'state_dir = "{tmp_path}"\ncluster = "cluster.toml"\n')
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(daemon)
+
+
+def test_a_bad_url_is_reported_without_its_password(tmp_path: Path) -> None:
+    """A wrong scheme is an error that shows the value, masked."""
+    path = _config(tmp_path, 0o600, "postgres://hai:s3cret@db/hai")
+    with pytest.raises(ConfigError, match="unsupported database URL scheme") as err:
+        load_config(path)
+    assert "s3cret" not in str(err.value) and "hai:***@db" in str(err.value)
+
+
+def test_redis_failures_are_logged_without_the_password(caplog: pytest.LogCaptureFixture
+                                                        ) -> None:
+    """The notifier's warning names the Redis URL, masked."""
+    from hai_slurm.priority.executor.notify import RedisNotifier
+
+    class Dead:
+        def publish(self, channel: str, text: str) -> int:
+            raise ConnectionError("refused")
+
+    notifier = RedisNotifier("redis://:s3cret@127.0.0.1:1/0", client=Dead())
+    assert not notifier.notify(1, plan_id=1, signal="USR2", deadline=0.0)
+    assert "redis://:***@127.0.0.1:1/0" in caplog.text and "s3cret" not in caplog.text
