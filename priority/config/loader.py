@@ -96,7 +96,9 @@ def load_config(path: str | Path) -> DaemonConfig:
                                    ("redis_url", cfg.redis_url or "")) if has_password(url)]
     if secret and mode & (stat.S_IROTH | stat.S_IWOTH):
         raise ConfigError(
-            f"{' and '.join(secret)} hold(s) a password, but every local user can read this "
+            f"{' and '.join(secret)} "
+            f"{'holds a password' if len(secret) == 1 else 'hold passwords'}, but every local "
+            "user can read this "
             f"file (mode {stat.filemode(mode)}); run `chmod 600 {file}` (or 640 with a group "
             "only the daemon's admins are in), then start again", source=str(file))
     return cfg
