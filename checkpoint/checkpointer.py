@@ -168,6 +168,9 @@ class Checkpointer:
 
     def _decode(self, info: CheckpointInfo, data: bytes) -> dict[str, Any]:
         if info.serializer == Serializer.PICKLE.value:
+            if self.serializer is not Serializer.PICKLE:  # the metadata says pickle; we don't
+                raise ValueError("it is a pickle, and this job saves with serializer='json': "
+                                 "refusing to unpickle (pass serializer='pickle' to load it)")
             envelope = pickle.loads(data)  # noqa: S301 - own, checksummed, owner-checked file
         else:
             envelope = json.loads(data)

@@ -101,10 +101,64 @@ class JobReport:
 
 # -- job side ----------------------------------------------------------------------------------
 
-def prepare_control_dir(path: Path) -> None:
-    """Create the control directory (mode 0755), or check it is ours and not writable by others."""
+def _who(uid: int) -> str:
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o755)
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def squatted(path: Path, what: str, *, others_may_own: bool = False) -> str | None:
+    """Why the existing directory ``path`` cannot be trusted with this job's files, or None.
+
+    It must be owned by this user (or root, with ``others_may_own``, for a shared parent such as
+    ``/tmp``), and nobody else may write it, except a sticky directory (where others cannot
+    rename or remove our entries). A directory another user created could have its contents
+    replaced or removed behind the job's back: silent loss of work on reload, a refusal to
+    start, or an acknowledgement the daemon will not trust.
+    """
+    st = path.stat()
+    me = os.geteuid()
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{what} {path} is not a directory"
+    if st.st_uid != me and not (others_may_own and st.st_uid == 0):
+        return (f"{what} {path} belongs to {_who(st.st_uid)}, not to you ({_who(me)}): another "
+                "user created it and could replace or remove what this job writes there; remove "
+                "it (ask its owner) or choose another directory")
+    if st.st_mode & 0o022 and not (others_may_own and st.st_mode & stat.S_ISVTX):
+        return (f"{what} {path} is writable by group or others (mode "
+                f"{stat.filemode(st.st_mode)}), so they could replace what this job writes "
+                f"there; run `chmod go-w {path}` or choose another directory")
+    return None
+
+
+def _own_dir(path: Path) -> None:
+    """Create ``path`` (mode 0755) or make sure it is ours; go-w it if it is ours."""
+    path.mkdir(exist_ok=True, mode=0o755)
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o022:
+        path.chmod(stat.S_IMODE(st.st_mode) & ~0o022)  # ours, made under a lax umask
+
+
+def prepare_control_dir(path: Path) -> None:
+    """Create the control directory (mode 0755), or check it is ours and not writable by others.
+
+    Its parent (``<checkpoint dir>/.hai`` by default) is checked too: a ``.hai`` another user
+    created would let them swap the control directory (see :func:`squatted`).
+    """
+    try:
+        path.parent.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent.name == ".hai":
+            _own_dir(path.parent)
+        else:
+            path.parent.mkdir(exist_ok=True)
+        parent_problem = squatted(path.parent, "control directory parent",
+                                  others_may_own=path.parent.name != ".hai")
+        if parent_problem:
+            raise CheckpointError(parent_problem + " (or set HAI_CONTROL_DIR)")
+        path.mkdir(exist_ok=True, mode=0o755)
         st = os.lstat(path)
     except OSError as err:
         raise CheckpointError(

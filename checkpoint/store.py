@@ -35,6 +35,7 @@ from hai_slurm.checkpoint.atomic import (
     clean_stale_temps,
     write_atomic,
 )
+from hai_slurm.checkpoint.protocol import squatted
 from hai_slurm.errors import CheckpointError
 
 FORMAT_VERSION = 1
@@ -49,10 +50,11 @@ Log = Callable[[str], None]
 class Serializer(StrEnum):
     """How the payload is encoded.
 
-    ``pickle`` takes any picklable object; unpickling runs code chosen by whoever wrote the file,
-    so only load checkpoints you wrote yourself (the loader refuses files owned by another user or
-    sitting in a directory others can write). ``json`` is safe to load from anyone but takes only
-    JSON values (dicts, lists, str, int, float, bool, None; tuples come back as lists).
+    ``pickle`` takes any picklable object; unpickling runs code chosen by whoever wrote the file.
+    ``json`` takes only JSON values (dicts, lists, str, int, float, bool, None; tuples come back
+    as lists). Either way the loader refuses payloads owned by another user or sitting in a
+    directory others can write: a planted JSON state is as much an injection as a pickle, and
+    which serializer applies is read from metadata that is just as plantable.
     """
 
     PICKLE = "pickle"
@@ -192,11 +194,12 @@ class CheckpointStore:
             return None
         if st.st_uid != os.geteuid():
             return (f"{what} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}); "
-                    "refusing to unpickle a file someone else may have written "
+                    "refusing to load a checkpoint someone else may have written "
                     "(pass trust_other_owners=True if you trust it)")
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             return (f"{what} is writable by group or others (mode {stat.filemode(st.st_mode)}); "
-                    "refusing to unpickle it (chmod go-w, or trust_other_owners=True)")
+                    "refusing to load a checkpoint others could have replaced "
+                    f"(`chmod go-w {what}`, or trust_other_owners=True)")
         return None
 
     def verify(self, info: CheckpointInfo) -> tuple[bytes | None, str]:
@@ -210,11 +213,12 @@ class CheckpointStore:
             return None, f"cannot open it ({err.strerror})"
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(handle.fileno())
-            if info.serializer == Serializer.PICKLE.value:
-                problem = self._check_owner(st, path) or self._check_owner(
-                    self.directory.stat(), self.directory)
-                if problem:
-                    return None, problem
+            # Every serializer: the metadata naming it is as plantable as the payload, and a
+            # JSON state written by someone else is as much an injection as a pickle.
+            problem = self._check_owner(st, path) or self._check_owner(
+                self.directory.stat(), self.directory)
+            if problem:
+                return None, problem
             if st.st_size != info.size:
                 return None, f"size is {st.st_size} bytes, manifest says {info.size} (truncated?)"
             data = handle.read()
@@ -226,13 +230,21 @@ class CheckpointStore:
     # -- writing -------------------------------------------------------------------------------
 
     def prepare(self) -> list[Path]:
-        """Create the directory if needed; remove stale temp files and orphaned payloads."""
+        """Create the directory if needed (or check that it is yours and nobody else can write it:
+        :func:`~hai_slurm.checkpoint.protocol.squatted`); remove stale temp files and orphaned
+        payloads."""
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.parent.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(exist_ok=True, mode=0o755)  # not group-writable under umask 002
+            problem = None if self._trust_other_owners or not self.directory.is_dir() else (
+                squatted(self.directory, "checkpoint directory"))
         except OSError as err:
             raise CheckpointError(
                 f"cannot create checkpoint directory {self.directory}: {err.strerror or err}; "
                 "choose a directory you can write (HAI_CHECKPOINT_DIR or directory=)") from err
+        if problem:  # checked before anything is written or removed there
+            raise CheckpointError(f"{problem} (HAI_CHECKPOINT_DIR or directory=; "
+                                  "trust_other_owners=True if you trust its owner)")
         names = self._listdir()  # raises a clear CheckpointError if it is not a readable dir
         removed = clean_stale_temps(self.directory)
         known = {e.file for e in self.entries()}

@@ -147,9 +147,13 @@ def _prepare(state_dir: Path, shape: ClusterShape, ctx: services.Ctx) -> None:
             link.symlink_to("/dev/null")
     etc = state_dir / "etc"
     for name, text in render_configs(shape, ctx.layout).items():
-        (etc / name).write_text(text)
-        if name in SECRET_FILES:
-            (etc / name).chmod(0o600)
+        if name in SECRET_FILES:  # created 0600, never briefly readable with the password in it
+            fd = os.open(etc / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                os.fchmod(handle.fileno(), 0o600)
+                handle.write(text)
+        else:
+            (etc / name).write_text(text)
     plugins = resources.files("hai_slurm.slurm_plugins")
     for name in ("job_submit.lua", "hai_entitlements.lua"):
         src = plugins / name
@@ -233,7 +237,8 @@ def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports
 
         health.wait_nodes_idle(ctx.run, shape.node_names, timeout=30, logs=node_logs)
         step(f"{shape.nodes} nodes idle")
-        services.wait_ready(redis, lambda: services.redis_ready(ports.redis), timeout=10,
+        services.wait_ready(redis, lambda: services.redis_ready(
+                                ports.redis, services.redis_password(state_dir)), timeout=10,
                             what="redis PING", logs=[ctx.log("redis")])
         lines = health.run_gpu_smoke_job(ctx.run, shape, f"{layout.log_dir}/smoke-%j.out",
                                          timeout=60, logs=node_logs)

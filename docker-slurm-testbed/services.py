@@ -7,6 +7,7 @@ started once they are ready; failures raise :class:`TestbedError` carrying the r
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 import subprocess
@@ -83,10 +84,12 @@ def wait_ready(rec: procs.ProcRecord, probe: Callable[[], bool], *, timeout: flo
         time.sleep(0.05)
 
 
-def _quiet(argv: Sequence[str], timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
+def _quiet(argv: Sequence[str], timeout: float = 10.0,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              check=False)
+                              check=False, input=stdin,
+                              stdin=subprocess.DEVNULL if stdin is None else None)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(list(argv), 124, "", "timed out")
 
@@ -100,22 +103,64 @@ def slurm_version(slurmctld: str) -> SlurmVersion:
         return DEFAULT_SLURM_VERSION
 
 
+def _secret_file(path: Path) -> str:
+    """A random secret kept in ``path`` (mode 0600, made once), never put on a command line."""
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(16))
+    path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def redis_password(state_dir: Path) -> str:
+    """The testbed Redis's password (``requirepass``): made once per state dir, mode 0600."""
+    return _secret_file(state_dir / "redis" / "password")
+
+
+def redis_url(state_dir: Path, port: int) -> str:
+    """The URL clients (the daemon, tests, the demo) reach the testbed's Redis with."""
+    return f"redis://:{redis_password(state_dir)}@127.0.0.1:{port}/0"
+
+
+def redis_config(ctx: Ctx, password: str) -> str:
+    """redis.conf of the testbed: its port and directory, no persistence, a password.
+
+    The password is in this file (mode 0600), not in argv: any local user can read
+    ``/proc/PID/cmdline``.
+    """
+    return "\n".join([
+        f"port {ctx.ports.redis}", "bind 127.0.0.1", "protected-mode yes",
+        f'dir "{ctx.path("redis")}"', 'save ""', "appendonly no", "daemonize no",
+        f'pidfile "{ctx.path("run", "redis.pid")}"', f"requirepass {password}", ""])
+
+
 def start_redis(ctx: Ctx) -> procs.ProcRecord:
-    """redis-server on 127.0.0.1 with its own port and directory, no persistence."""
+    """redis-server on 127.0.0.1 with its own port, directory and password, no persistence."""
     data = ctx.path("redis")
     data.mkdir(parents=True, exist_ok=True)
-    argv = [ctx.bins["redis-server"], "--port", str(ctx.ports.redis), "--bind", "127.0.0.1",
-            "--dir", str(data), "--save", "", "--appendonly", "no", "--daemonize", "no",
-            "--protected-mode", "yes", "--pidfile", str(ctx.path("run", "redis.pid"))]
+    conf = data / "redis.conf"
+    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(redis_config(ctx, redis_password(ctx.state_dir)))
+    argv = [ctx.bins["redis-server"], str(conf)]
     return procs.start("redis", argv, ctx.log("redis"), env=ctx.env, cwd=ctx.state_dir)
 
 
-def redis_ready(port: int) -> bool:
-    """Whether Redis on 127.0.0.1:``port`` answers PING."""
+def redis_ready(port: int, password: str) -> bool:
+    """Whether Redis on 127.0.0.1:``port`` accepts ``password`` and answers PING."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            sock.sendall(f"AUTH {password}\r\nPING\r\n".encode())
+            answer = b""
+            while answer.count(b"\r\n") < 2:
+                chunk = sock.recv(64)
+                if not chunk:
+                    break
+                answer += chunk
+            return answer.startswith(b"+OK\r\n+PONG")
     except OSError:
         return False
 
@@ -152,12 +197,7 @@ def _mariadb_socket(ctx: Ctx) -> str:
 
 def storage_password(state_dir: Path) -> str:
     """The slurm DB user's password: made once per state dir, kept next to the datadir."""
-    pw = state_dir / "mariadb" / "slurm-password"
-    if not pw.is_file():
-        pw.parent.mkdir(parents=True, exist_ok=True)
-        pw.write_text(secrets.token_hex(16))
-        pw.chmod(0o600)
-    return pw.read_text().strip()
+    return _secret_file(state_dir / "mariadb" / "slurm-password")
 
 
 _MARIADB_SIZES = ("--innodb-buffer-pool-size=64M", "--innodb-log-file-size=8M")
@@ -189,16 +229,22 @@ def mariadb_ready(ctx: Ctx) -> bool:
                    "ping"], timeout=5).returncode == 0
 
 
-def setup_database(ctx: Ctx) -> None:
-    """Create the accounting database and the slurm user (idempotent, every `up`)."""
+def database_setup(ctx: Ctx) -> tuple[list[str], str]:
+    """The ``mariadb`` command and the SQL it reads on stdin (the password is in the SQL only:
+    any local user can read a process's argv in ``/proc/PID/cmdline``)."""
     lay = ctx.layout
     sql = (f"CREATE DATABASE IF NOT EXISTS `{lay.storage_db}`; "
            f"CREATE USER IF NOT EXISTS '{lay.storage_user}'@'127.0.0.1' "
            f"IDENTIFIED BY '{lay.storage_pass}'; "
            f"ALTER USER '{lay.storage_user}'@'127.0.0.1' IDENTIFIED BY '{lay.storage_pass}'; "
-           f"GRANT ALL ON `{lay.storage_db}`.* TO '{lay.storage_user}'@'127.0.0.1';")
-    res = _quiet([ctx.bins["mariadb"], "--no-defaults", f"--socket={_mariadb_socket(ctx)}",
-                  "-e", sql], timeout=30)
+           f"GRANT ALL ON `{lay.storage_db}`.* TO '{lay.storage_user}'@'127.0.0.1';\n")
+    return [ctx.bins["mariadb"], "--no-defaults", f"--socket={_mariadb_socket(ctx)}"], sql
+
+
+def setup_database(ctx: Ctx) -> None:
+    """Create the accounting database and the slurm user (idempotent, every `up`)."""
+    argv, sql = database_setup(ctx)
+    res = _quiet(argv, timeout=30, stdin=sql)
     if res.returncode != 0:
         raise TestbedError("could not create the accounting database and user",
                            log_lines=res.stderr.strip().splitlines()[-8:])

@@ -56,7 +56,8 @@ def local_status(state_dir: Path) -> Status:
                f"  shape: {state.shape.nodes} nodes x {state.shape.gpus_per_node} GPUs, "
                f"preemption {state.shape.preemption.value}, "
                f"accounting {'on' if state.shape.accounting else 'off'}",
-               f"  redis: 127.0.0.1:{state.ports.redis}"]
+               f"  redis: 127.0.0.1:{state.ports.redis} (password in "
+               f"{state_dir / 'redis' / 'password'}, mode 0600)"]
     if not state.ready:
         details.append("  (start-up did not finish)")
     if any(c.name == "slurmctld" and c.running for c in comps):

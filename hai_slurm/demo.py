@@ -109,7 +109,10 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
                            "first, so the demo's figures are its own")
 
     daemon_dir = work / "daemon"
-    daemon, thread, repo = start_daemon(state, daemon_dir, slurm)
+    from hai_slurm.testbed.services import redis_url
+
+    daemon, thread, repo = start_daemon(state, daemon_dir, slurm,
+                                        redis_url(state_dir.resolve(), state.ports.redis))
     echo(f"daemon running with {FIRST_TRY_NAME} (cycle {daemon.interval:g} s, database "
          f"{daemon_dir / 'hai-slurm.db'}, "
          f"Redis port {state.ports.redis})")
@@ -151,16 +154,17 @@ def demo(state_dir: Path, steps: int, step_seconds: float, warmup: float,
     echo(f"files: {work}\nplans: hai-slurm preempt history --state-dir {daemon_dir}")
 
 
-def start_daemon(state: TestbedState, daemon_dir: Path,
-                 slurm: SlurmClient) -> tuple[Daemon, threading.Thread, Repository]:
+def start_daemon(state: TestbedState, daemon_dir: Path, slurm: SlurmClient,
+                 redis: str) -> tuple[Daemon, threading.Thread, Repository]:
     """The priority daemon as ``hai-slurm daemon`` builds it (planner and executor included,
     :func:`~hai_slurm.priority.daemon.factory.build_daemon`), cycling every second in a thread.
 
     Its cluster description is the testbed's own (:func:`hai_slurm.testbed.describe.
     cluster_description` of the testbed's shape: the value its slurm.conf, gres.conf and
     topology.conf were generated from), SQLite under ``daemon_dir``, the testbed's Redis for
-    checkpoint messages. Every policy, planner and executor setting is the shipped default or
-    from ``priority/examples/first-try.toml``, the file the README's quick start names.
+    checkpoint messages (``redis``: its URL, password included). Every policy, planner and
+    executor setting is the shipped default or from ``priority/examples/first-try.toml``, the
+    file the README's quick start names.
     """
     from hai_slurm.priority.config.loader import load_config
     from hai_slurm.priority.daemon.factory import build_daemon
@@ -170,7 +174,7 @@ def start_daemon(state: TestbedState, daemon_dir: Path,
     cfg = replace(load_config(FIRST_TRY),
                   state_dir=str(daemon_dir),
                   database_url=f"sqlite:///{daemon_dir / 'hai-slurm.db'}",
-                  redis_url=f"redis://127.0.0.1:{state.ports.redis}/0", metrics_port=0,
+                  redis_url=redis, metrics_port=0,
                   description=cluster_description(state.shape))
     daemon = build_daemon(cfg, slurm=slurm,
                           owner=f"demo@{socket.gethostname()}:{os.getpid()}")

@@ -19,8 +19,9 @@ Grammar (sbatch's own ``#SBATCH`` placement rule):
 - ``--checkpoint-dir=PATH``: an absolute path.
 - ``--preemptible=yes|no``: any letter case.
 - ``--grace=SECONDS``: a whole number from 1 to 999999999.
-- Each option at most once. ``#hai`` (wrong case) and ``#HAI--x`` (no blank) are errors rather than
-  silently ignored comments.
+- Each option at most once. ``#hai`` (wrong case), ``#HAI--x`` (no blank) and ``#HAI`` followed
+  by a non-ASCII character (a non-breaking space pasted from a web page looks like a blank) are
+  errors rather than silently ignored comments.
 
 All text handling is ASCII-only (upper/lower case, blanks) and edit distances count UTF-8 bytes,
 because that is what Lua 5.1 does.
@@ -231,6 +232,12 @@ _EXAMPLES = {"priority": "HIGH", "team": "my-team", "checkpoint-dir": "/path/to/
              "preemptible": "yes", "grace": "60"}
 
 
+def _non_ascii_after_prefix(rest: str) -> str:
+    what = ("a non-breaking space (U+00A0, often pasted from a web page or a word processor)"
+            if rest[0] == "\u00a0" else "a non-ASCII character")
+    return f"put a plain space after {PREFIX}, not {what}"
+
+
 def parse_script(text: str) -> Directives:
     """Read the ``#HAI`` directives of a batch script (grammar in the module docstring).
 
@@ -245,7 +252,8 @@ def parse_script(text: str) -> Directives:
         if stripped == "":
             continue
         head, rest = stripped[:4], stripped[4:]
-        is_directive = ascii_upper(head) == PREFIX and (rest == "" or rest[0] in _BLANKS + "-")
+        is_directive = ascii_upper(head) == PREFIX and (
+            rest == "" or rest[0] in _BLANKS + "-" or ord(rest[0]) >= 0x80)
         if first_command is not None:
             if is_directive:
                 warnings.append(f"hai-slurm: line {number} ({stripped}): ignored, it comes after "
@@ -263,6 +271,8 @@ def parse_script(text: str) -> Directives:
                                        f"not {head}"))
         elif rest.startswith("-"):
             problems.append(problem_at(line, f"put a blank between {PREFIX} and the option"))
+        elif rest and ord(rest[0]) >= 0x80:
+            problems.append(problem_at(line, _non_ascii_after_prefix(rest)))
         else:
             _parse_options(rest, line, found, problems)
     if problems:

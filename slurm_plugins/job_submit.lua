@@ -245,11 +245,23 @@ local function parse_options(rest, line, found, problems)
   end
 end
 
+local NBSP = "\194\160" -- U+00A0 in UTF-8
+
+-- #HAI followed by a blank, "-" or a non-ASCII byte (a pasted non-breaking space, say: an error
+-- rather than a silently ignored comment), or nothing.
 local function directive_parts(stripped)
   local head, rest = stripped:sub(1, 4), stripped:sub(5)
   local is_directive = head:upper() == PREFIX
-    and (rest == "" or (BLANKS .. "-"):find(rest:sub(1, 1), 1, true) ~= nil)
+    and (rest == "" or (BLANKS .. "-"):find(rest:sub(1, 1), 1, true) ~= nil
+         or rest:byte(1) >= 128)
   return is_directive, head, rest
+end
+
+local function non_ascii_after_prefix(rest)
+  local what = (rest:sub(1, 2) == NBSP)
+    and "a non-breaking space (U+00A0, often pasted from a web page or a word processor)"
+    or "a non-ASCII character"
+  return "put a plain space after " .. PREFIX .. ", not " .. what
 end
 
 -- Warn about every #HAI line after byte `pos` (the end of line `number`, the first command). Jumps
@@ -303,6 +315,8 @@ local function parse_script(text)
         elseif starts_with(rest, "-") then
           problems[#problems + 1] = problem_at(line, "put a blank between " .. PREFIX
             .. " and the option")
+        elseif rest ~= "" and rest:byte(1) >= 128 then
+          problems[#problems + 1] = problem_at(line, non_ascii_after_prefix(rest))
         else
           parse_options(rest, line, found, problems)
         end
@@ -535,6 +549,14 @@ end
 
 -- Slurm entry points ----------------------------------------------------------------------------
 
+-- The account a submission is checked against: --account, or the user's default account when it
+-- is absent or empty (an empty --account= is no account, as for Slurm; in Lua "" is true, so a
+-- plain `or` would check "" against the '*' rule instead).
+local function submission_account(account, default_account)
+  if account == nil or account == "" then return default_account end
+  return account
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local ent, err = load_entitlements()
   if not ent then
@@ -543,7 +565,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       .. "be loaded; ask an administrator (slurmctld log has the details)")
     return slurm.ERROR
   end
-  local account = job_desc.account or job_desc.default_account
+  local account = submission_account(job_desc.account, job_desc.default_account)
   local environment = (job_desc.script ~= nil) and job_desc.environment or nil
   local ok, info, qos, admin_comment, message, added = evaluate(job_desc.script, account,
     job_desc.qos, job_desc.admin_comment, ent, environment)

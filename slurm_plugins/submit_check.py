@@ -6,8 +6,9 @@ the same messages (the unit tests compare the two on a shared list of cases). It
 
 Decisions, in order:
 
-1. The account is ``--account`` or the user's default account (Slurm fills the latter in
-   ``job_desc.default_account``), lower case; its rule is its own entry, else the ``*`` entry.
+1. The account is ``--account`` or, when that is absent or empty, the user's default account
+   (Slurm fills the latter in ``job_desc.default_account``; :func:`submission_account`), lower
+   case; its rule is its own entry, else the ``*`` entry.
 2. Team: ``--team`` must be the account itself or one of the rule's ``teams`` (``*``: any);
    without ``--team`` the team is the account (or the table's ``default_team`` if there is none).
 3. Class: ``--priority`` must be one of the account's classes (``AUTO``: the rule must have an
@@ -101,6 +102,13 @@ def _allowed_classes(rule: AccountRule) -> str:
     if rule.auto:
         names.append(AUTO)
     return ", ".join(names)
+
+
+def submission_account(account: str | None, default_account: str | None) -> str | None:
+    """The account a submission is checked against: ``--account``, or the user's default account
+    when it is absent or empty (an empty ``--account=`` is no account, as for Slurm), as
+    job_submit.lua's ``submission_account`` does."""
+    return default_account if account is None or account == "" else account
 
 
 def evaluate_submission(script: str | None, *, account: str | None, qos: str | None,

@@ -12,6 +12,7 @@ from hai_slurm.priority.policy.ladder import LADDER
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.snapshot_json import Snapshot, parse_snapshot
 from hai_slurm.priority.policy.units import format_duration
+from hai_slurm.urls import mask_password
 
 
 @click.group()
@@ -41,7 +42,8 @@ def summary(cfg: DaemonConfig) -> list[str]:
         f"teams: {len(p.teams)} with quotas ({sum(t.gpus for t in p.teams.values())} GPUs); "
         f"others get {p.team_default.gpus} GPUs",
         f"teams and class facts (grace caps, preemptible-optional): {_origin(cfg)}",
-        f"database {cfg.database_url}; redis {cfg.redis_url or 'off'}; metrics port "
+        f"database {mask_password(cfg.database_url)}; redis "
+        f"{mask_password(cfg.redis_url) if cfg.redis_url else 'off'}; metrics port "
         f"{cfg.metrics_port or 'off'}; cycle every {format_duration(cfg.intervals.cycle)}",
         *_preempt_summary(cfg),
     ]

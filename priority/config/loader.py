@@ -9,12 +9,14 @@ see :mod:`hai_slurm.priority.config.cluster`), teams and class facts come from t
 
 from __future__ import annotations
 
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from hai_slurm.classes import PriorityClass
+from hai_slurm.conf.description import decode_utf8
 from hai_slurm.conf.model import ClusterDescription
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.config.cluster import (
@@ -39,6 +41,7 @@ from hai_slurm.priority.policy.settings import (
     TeamQuota,
 )
 from hai_slurm.priority.policy.units import parse_duration, parse_size_mb
+from hai_slurm.urls import has_password
 
 _ROOT_KEYS = ("cluster", "default_class", "state_dir", "database_url", "redis_url", "metrics_port",
               "intervals", "classes", "aging", "decay", "fairness", "fair_share", "compensation",
@@ -73,14 +76,32 @@ class DaemonConfig:
 
 
 def load_config(path: str | Path) -> DaemonConfig:
-    """Read and validate the TOML file at ``path``."""
+    """Read and validate the TOML file at ``path``.
+
+    A file that holds a password (in ``database_url`` or ``redis_url``) and that every local
+    user may read is refused, as ssh refuses a private key others can read: a warning in a
+    daemon's log is easily missed while the password is already exposed, and the fix is one
+    ``chmod``.
+    """
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        raw = file.read_bytes()
+        mode = file.stat().st_mode
     except OSError as err:
         raise ConfigError(f"cannot read the configuration: {err.strerror}", source=str(file),
                           ) from None
-    return parse_config(text, source=str(file), base_dir=file.parent)
+    text = decode_utf8(raw, str(file))
+    cfg = parse_config(text, source=str(file), base_dir=file.parent)
+    secret = [key for key, url in (("database_url", cfg.database_url),
+                                   ("redis_url", cfg.redis_url or "")) if has_password(url)]
+    if secret and mode & (stat.S_IROTH | stat.S_IWOTH):
+        raise ConfigError(
+            f"{' and '.join(secret)} "
+            f"{'holds a password' if len(secret) == 1 else 'hold passwords'}, but every local "
+            "user can read this "
+            f"file (mode {stat.filemode(mode)}); run `chmod 600 {file}` (or 640 with a group "
+            "only the daemon's admins are in), then start again", source=str(file))
+    return cfg
 
 
 def parse_config(text: str, *, source: str = "<string>",

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.policy.ladder import suggest
+from hai_slurm.urls import mask_password
 
 T = TypeVar("T")
 _HEADER = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]\s*(?:#.*)?$")
@@ -65,6 +66,8 @@ class Table:
         dotted = self.key(name)
         line = self.source.line_of(dotted)
         where = f"{self.source.name}, line {line}" if line else self.source.name
+        if isinstance(value, str):
+            value = mask_password(value)  # a bad database or Redis URL: never print its password
         shown = f" = {value!r}" if value is not None else ""
         err = ConfigError(message, source=where, key=f"{dotted}{shown}", value=value)
         err.key = dotted  # the message shows "key = value"; the attribute is the key alone

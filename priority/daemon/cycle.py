@@ -94,6 +94,28 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
                         frozenset(held))
 
 
+def requeue_candidates(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob]
+                       ) -> dict[int, float]:
+    """Jobs Slurm says were requeued that the daemon tracks, with when it first saw each: the
+    ones whose requeues by the daemon's own plans must be counted (``Repository.
+    daemon_requeues``) before :func:`decide` compensates them."""
+    return {j.job_id: tracked[j.job_id].first_seen_at for j in snap.jobs
+            if j.restart_count > 0 and j.job_id in tracked}
+
+
+def with_preemptions(tracked: Mapping[int, TrackedJob], candidates: Iterable[int],
+                     counts: Mapping[int, int]) -> dict[int, TrackedJob]:
+    """``tracked`` with ``preemptions`` of each candidate set to the requeues the daemon's plans
+    caused (``counts``; absent: none). Only those are compensated: a job its owner requeued
+    (``scontrol requeue``, or an exit code Slurm requeues) does not buy itself age."""
+    out = dict(tracked)
+    for job_id in candidates:
+        t = out[job_id]
+        if t.preemptions != counts.get(job_id, 0):
+            out[job_id] = replace(t, preemptions=counts.get(job_id, 0))
+    return out
+
+
 def state_to_json(state: PolicyState) -> JsonValue:
     """The policy state as a JSON value for the store."""
     tags: dict[str, JsonValue] = {str(j): [c.value, t] for j, (c, t) in state.rr_tags.items()}

@@ -10,7 +10,9 @@ without a record (submitted before the plugin was installed, or by a cluster wit
 configured default class and its Slurm account as team.
 
 What Slurm forgets on a requeue comes from the tracked job: the original submit time, the seconds
-waited and run before. ``run_seconds`` in the store counts running time up to ``updated_at`` (the
+waited and run before. That is compensation, given only to jobs the daemon's plans requeued
+(``TrackedJob.preemptions``): a job requeued by its owner, an admin or Slurm starts again as
+Slurm restarts it. ``run_seconds`` in the store counts running time up to ``updated_at`` (the
 last cycle that saw the job), so each cycle adds only the time since then.
 
 Resources are the job's GPUs, CPUs and memory as the adapter read them (allocated while running,
@@ -87,7 +89,10 @@ def pending_job(job: Job, tracked: TrackedJob | None, default_class: PriorityCla
     """The policy's view of a pending job."""
     cls = job_class(job, default_class)
     submit = float(job.submit_time) if job.submit_time is not None else now
-    requeued = job.restart_count > 0 and tracked is not None
+    # Compensation (original submit time, earlier waits, a boost) only for requeues the daemon's
+    # own plans caused; the loop counts them (``TrackedJob.preemptions``) from the store.
+    preempted = tracked.preemptions if tracked is not None and job.restart_count > 0 else 0
+    requeued = preempted > 0
     return PendingJob(
         job_id=job.job_id, user=job.user, team=cls.team, requested=cls.requested,
         submit_time=submit, resources=Resources(job.gpus_requested, job.cpus, job.memory_mb),
@@ -96,7 +101,8 @@ def pending_job(job: Job, tracked: TrackedJob | None, default_class: PriorityCla
         eligible_time=float(job.eligible_time) if job.eligible_time is not None else None,
         prior_wait=tracked.wait_seconds if requeued and tracked else 0.0,
         run_time=tracked.run_seconds if tracked is not None else 0.0,
-        restarts=job.restart_count, preemptible=cls.preemptible, slurm_reason=job.reason,
+        restarts=job.restart_count, preemptions=preempted, preemptible=cls.preemptible,
+        slurm_reason=job.reason,
     )
 
 

@@ -15,7 +15,14 @@ from collections.abc import Mapping
 
 from hai_slurm.errors import ConfigError, StateError
 from hai_slurm.priority.config.loader import DaemonConfig
-from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY, Decision, decide, state_from_json
+from hai_slurm.priority.daemon.cycle import (
+    POLICY_STATE_KEY,
+    Decision,
+    decide,
+    requeue_candidates,
+    state_from_json,
+    with_preemptions,
+)
 from hai_slurm.priority.daemon.factory import read_switches, topology_source
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.hooks import CycleView
@@ -49,7 +56,9 @@ def live_decision(slurm: SlurmClient, repo: Repository, config: PolicyConfig,
                   now: float) -> tuple[ClusterSnapshot, Mapping[int, TrackedJob], Decision]:
     """What the daemon would decide now (read-only): the snapshot, stored jobs and decision."""
     snap = slurm.snapshot()
-    tracked = repo.load_jobs()
+    loaded = repo.load_jobs()
+    candidates = requeue_candidates(snap, loaded)
+    tracked = with_preemptions(loaded, candidates, repo.daemon_requeues(candidates))
     decision = decide(snap, tracked=tracked,
                       events=repo.events_since(now - config.fairness.window),
                       state=state_from_json(repo.get_value(POLICY_STATE_KEY)),

@@ -42,9 +42,11 @@ from hai_slurm.priority.daemon.cycle import (
     POLICY_STATE_KEY,
     Decision,
     decide,
+    requeue_candidates,
     snapshot_problem,
     state_from_json,
     state_to_json,
+    with_preemptions,
 )
 from hai_slurm.priority.daemon.metrics import TOTALS_KEY, DaemonMetrics, Totals
 from hai_slurm.priority.hooks import CycleExtras, CycleView, Executor, Planner
@@ -211,7 +213,9 @@ class Daemon:
 
     def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
         repo, policy = self.repository, self.config.policy
-        tracked = repo.load_jobs()
+        loaded = repo.load_jobs()
+        candidates = requeue_candidates(snap, loaded)
+        tracked = with_preemptions(loaded, candidates, repo.daemon_requeues(candidates))
         stored_state = repo.get_value(POLICY_STATE_KEY)
         decision = decide(
             snap, tracked=tracked, events=repo.events_since(now - policy.fairness.window),

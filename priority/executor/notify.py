@@ -18,6 +18,7 @@ import logging
 from typing import Any, Protocol
 
 from hai_slurm.errors import ConfigError
+from hai_slurm.urls import mask_password
 
 log = logging.getLogger("hai_slurm.priority.executor.notify")
 
@@ -62,10 +63,10 @@ class RedisNotifier:
             except ImportError as err:
                 raise ConfigError("redis_url is set but the Python package 'redis' is missing; "
                                   "pip install redis (or remove redis_url)",
-                                  key="redis_url", value=url) from err
+                                  key="redis_url", value=mask_password(url)) from err
             client = redis.Redis.from_url(url, socket_timeout=timeout,
                                           socket_connect_timeout=timeout)
-        self.url = url
+        self.url = mask_password(url)  # for messages: the password never reaches a log
         self._client = client
         self.sent: list[tuple[str, str]] = []
 

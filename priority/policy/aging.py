@@ -13,13 +13,15 @@ a deep queue one class is not enough to get an overdue job started, so it moves 
 **Decay.** A job of class ``decay.from`` (ABOVE_NORMAL) that has run ``decay.after`` seconds in
 total, across requeues, counts as ``decay.to`` (NORMAL), both running and pending again.
 
-**Compensation.** A requeued job is ordered by its original submit time (the age Slurm reset is
-restored) and, on top, gets a boost of extra age::
+**Compensation.** A job the daemon preempted (requeued by one of its plans) is ordered by its
+original submit time (the age Slurm reset is restored) and, on top, gets a boost of extra age::
 
-    raw   = restarts * per_restart + per_wait * waited_since_requeue
+    raw   = preemptions * per_restart + per_wait * waited_since_requeue
     boost = min(cap, floor(raw / step) * step)
 
-counted in whole steps so the priority changes only every ``step`` seconds. The boost only moves
+counted in whole steps so the priority changes only every ``step`` seconds. Requeues the daemon
+did not cause (``scontrol requeue`` by the owner, an exit code Slurm requeues) earn nothing:
+otherwise a user could buy up to ``cap`` of age by requeueing their own job. The boost only moves
 the job inside its class band: it never crosses into another class (only aging does that).
 The GPU-hours a preempted job spent saving are credited to its team by the executor
 (:func:`hai_slurm.priority.executor.records.settle_records`).
@@ -76,10 +78,11 @@ def decays(cls: PriorityClass, run_time: float, cfg: DecayConfig) -> bool:
     return cls is cfg.source and cfg.after > 0 and run_time >= cfg.after
 
 
-def compensation_boost(restarts: int, waited: float, cfg: CompensationConfig) -> int:
-    """Seconds of extra age for a job requeued ``restarts`` times, waiting ``waited`` since."""
-    if restarts <= 0:
+def compensation_boost(preemptions: int, waited: float, cfg: CompensationConfig) -> int:
+    """Seconds of extra age for a job the daemon requeued ``preemptions`` times, waiting
+    ``waited`` since."""
+    if preemptions <= 0:
         return 0
-    raw = restarts * cfg.per_restart + cfg.per_wait * max(0.0, waited)
+    raw = preemptions * cfg.per_restart + cfg.per_wait * max(0.0, waited)
     steps = int(raw // cfg.step)
     return int(min(cfg.cap, steps * cfg.step))

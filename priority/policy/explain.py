@@ -121,11 +121,16 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
         order += (f"; each team's jobs take turns (round-robin tag {r.rr_tag}); a team's own "
                   "jobs keep their submit order.")
     lines.append(order)
-    if job.restarts:
-        lines.append(f"Compensation: requeued {_times(job.restarts)}; its original submit time "
-                     f"counts ({dur(r.age_restored)} of age restored) and it gets "
-                     f"{dur(r.boost)} of extra age (grows with requeues and waiting, capped at "
-                     f"{dur(config.compensation.cap)}, never crosses into another class).")
+    if job.preemptions:
+        lines.append(f"Compensation: preempted (requeued by the daemon) {_times(job.preemptions)}; "
+                     f"its original submit time counts ({dur(r.age_restored)} of age restored) "
+                     f"and it gets {dur(r.boost)} of extra age (grows with preemptions and "
+                     f"waiting, capped at {dur(config.compensation.cap)}, never crosses into "
+                     "another class).")
+    other = job.restarts - job.preemptions
+    if other > 0:
+        lines.append(f"Requeued {_times(other)} not by the daemon (by its owner, an admin or "
+                     "Slurm): no compensation for those; the job waits as Slurm restarted it.")
     lines.extend(_team_lines(team, config))
     waits = f"Waiting for: {job.slurm_reason}" if job.slurm_reason else "Waiting for: its turn"
     if jobs_ahead is not None:

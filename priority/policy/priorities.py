@@ -240,8 +240,8 @@ def compute_priorities(
             demotions.append(job_id)
         if dec:
             decays_out.append(job_id)
-        boost = compensation_boost(job.restarts, waited, config.compensation) \
-            if job.restarts else 0
+        boost = compensation_boost(job.preemptions, waited, config.compensation) \
+            if job.preemptions else 0
         first = job.first_submit_time
         original = job.submit_time if first is None else first
         rule = RULES[eff]

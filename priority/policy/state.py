@@ -58,6 +58,8 @@ class PendingJob:
     ``submit_time`` is Slurm's (reset by a requeue); ``first_submit_time`` is the original one
     the daemon remembers, ``prior_wait`` the seconds waited before earlier requeues and
     ``run_time`` the seconds run before them. A job never requeued leaves them at None and 0.
+    ``restarts`` is Slurm's count of requeues, ``preemptions`` how many of them the daemon's
+    plans caused: only those are compensated (a user cannot buy age with ``scontrol requeue``).
     """
 
     job_id: int
@@ -72,6 +74,7 @@ class PendingJob:
     prior_wait: float = 0.0
     run_time: float = 0.0
     restarts: int = 0
+    preemptions: int = 0
     preemptible: bool = True
     slurm_reason: str = ""
 

@@ -87,7 +87,7 @@ def synthetic_cluster(seed: int = 1, *, pending: int = 10_000, running: int = 2_
             100_000 + j, requested, team=rng.choice(names), user=f"u{rng.randrange(400)}",
             submit=submit, gpus=gpus, first_submit_time=submit - 7200 if requeued else None,
             prior_wait=3000.0 if requeued else 0.0, run_time=1200.0 if requeued else 0.0,
-            restarts=1 if requeued else 0))
+            restarts=1 if requeued else 0, preemptions=1 if requeued else 0))
     evs = [FairnessEvent(rng.choice(list(EventKind)), rng.choice(names),
                          f"u{rng.randrange(400)}", NOW - rng.uniform(0, 2 * 86400))
            for _ in range(events)]

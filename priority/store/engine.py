@@ -8,7 +8,6 @@ through PyMySQL (``mysql+pymysql://user:pass@host:port/db``).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 from hai_slurm.errors import StateError
+from hai_slurm.urls import mask_password
 
 DB_FILE_NAME = "hai-slurm.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -37,12 +37,10 @@ def default_sqlite_url(state_dir: Path) -> str:
 
 
 def masked(url: str | URL) -> str:
-    """The URL with its password replaced by ``***``, fit for messages and logs."""
-    try:
-        parsed = make_url(url) if isinstance(url, str) else url
-    except ArgumentError:
-        return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", str(url))  # best effort
-    return parsed.render_as_string(hide_password=True)
+    """The URL with its password replaced by ``***``, fit for messages and logs
+    (:func:`hai_slurm.urls.mask_password`, the suite's one masking function)."""
+    return mask_password(url if isinstance(url, str) else url.render_as_string(
+        hide_password=False))
 
 
 def _hint(url: URL, reason: str) -> str:

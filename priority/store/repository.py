@@ -8,7 +8,7 @@ the counters and credits it changes, so a daemon killed at any point leaves a co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from sqlalchemy import Engine, delete, func, insert, select, update
@@ -25,6 +25,7 @@ from hai_slurm.priority.store.models import (
     CreditRow,
     FairnessEventRow,
     PlanRow,
+    PlanVictimRow,
     ProtectionRow,
     TrackedJobRow,
     ValueRow,
@@ -310,6 +311,25 @@ class Repository:
             return convert.plan_from_row(
                 plans.update_victims(s, plan_id, job_ids, target, at=at, ack_step=ack_step)
             )
+
+    def daemon_requeues(self, since: Mapping[int, float]) -> dict[int, int]:
+        """How often the daemon's plans requeued each job (victims in state ``requeued``), counting
+        only requeues at or after ``since[job]`` (when the daemon first saw this job, so a
+        reused job id does not inherit the requeues of an older job). Jobs never requeued by a
+        plan are left out. Requeues by the job's owner, an admin or Slurm are never counted."""
+        ids = list(since)
+        counts: dict[int, int] = {}
+        if not ids:
+            return counts
+        with self._tx("counting the daemon's requeues", read_only=True) as s:
+            for chunk in _chunks(ids):
+                rows = s.execute(select(PlanVictimRow.job_id, PlanVictimRow.requeued_at).where(
+                    PlanVictimRow.job_id.in_(chunk),
+                    PlanVictimRow.state == VictimState.REQUEUED))
+                for job_id, at in rows:
+                    if at is not None and at >= since[job_id]:
+                        counts[job_id] = counts.get(job_id, 0) + 1
+        return counts
 
     def get_plan(self, plan_id: int) -> Plan:
         """One plan with its jobs and steps; :class:`StateError` if it does not exist."""

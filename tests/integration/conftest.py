@@ -96,6 +96,13 @@ class Testbed:
         """Runs Slurm client commands against this testbed (returns a Result, never raises)."""
         return LocalRunner(self.slurm_conf)
 
+    @property
+    def redis_url(self) -> str:
+        """The testbed Redis's URL, password included (the file holding it must be 0600)."""
+        from hai_slurm.testbed.services import redis_url
+
+        return redis_url(self.state_dir, self.ports.redis)
+
 
 def bring_up(state_dir: Path, shape: ClusterShape, ports: Ports) -> Testbed:
     """Start (or find running) a testbed; ``started_here`` says whether teardown should stop it."""

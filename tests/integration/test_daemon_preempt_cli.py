@@ -37,7 +37,7 @@ def _config(tmp: Path, bed: Testbed, extra: str = "") -> Path:
     path.write_text(f"""
 state_dir = "{tmp}"
 database_url = "sqlite:///{tmp}/hai-slurm.db"
-redis_url = "redis://127.0.0.1:{bed.ports.redis}/0"
+redis_url = "{bed.redis_url}"
 metrics_port = 0
 [intervals]
 cycle = "1s"
@@ -53,6 +53,7 @@ restart_cost = "10s"
 benefit_threshold = 0.1
 {extra}
 """)
+    path.chmod(0o600)  # it holds the Redis password
     return path
 
 

@@ -185,6 +185,7 @@ REJECTED = [
     ("grace-over-cap", SH + "#HAI --priority=LOW --grace=500\n" + BODY, "team-a", None),
     ("qos-contradicts", SH + "#HAI --priority=HIGH\n" + BODY, "team-a", "low"),
     ("qos-not-a-class", SH + BODY, "team-a", "extreme_high_not"),
+    ("nbsp-after-prefix", SH + "#HAI\u00a0--priority=HIGH\n" + BODY, "team-a", None),
 ]
 
 
@@ -263,6 +264,23 @@ def test_owner_rewriting_comment_gains_nothing(cluster: Cluster, other_user: str
     assert (after["AdminComment"], after["QOS"]) == (before["AdminComment"], "high")
     info = parse_admin_comment(after["AdminComment"])
     assert info is not None and info.job_class == "HIGH" and info.preemptible
+
+
+def test_empty_account_is_the_users_default_account(cluster: Cluster, other_user: str) -> None:
+    """`--account=` (empty) is checked as the submitter's default account (team-b, up to HIGH),
+    not as the '*' rule (every class): VERY_HIGH is rejected naming team-b. (Slurm 22.05 itself
+    then refuses an empty account that got past us: "Invalid account".)"""
+    deadline = time.monotonic() + 20  # slurmctld learns the new association from slurmdbd
+    while True:
+        res = cluster.sbatch(SH + "#HAI --priority=VERY_HIGH\n" + BODY, "--account=",
+                             user=other_user)
+        if "may not use" in res.stderr or res.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert res.returncode != 0, f"sbatch accepted the job: {res.stdout}"
+    assert "account 'team-b' may not use class VERY_HIGH" in res.stderr, res.stderr
+    res = cluster.sbatch(SH + "#HAI --priority=HIGH\n" + BODY, "--account=", user=other_user)
+    assert res.returncode != 0 and "Invalid account" in res.stderr, res.stderr
 
 
 def test_auto_is_recorded_with_a_provisional_class(cluster: Cluster) -> None:

@@ -43,8 +43,9 @@ def _daemon_config(tmp: Path, bed: Testbed) -> Path:
     """The first-try file, plus only where this testbed's database and Redis are."""
     path = tmp / "daemon.toml"
     path.write_text(f'state_dir = "{tmp}"\ndatabase_url = "sqlite:///{tmp}/hai-slurm.db"\n'
-                    f'redis_url = "redis://127.0.0.1:{bed.ports.redis}/0"\nmetrics_port = 0\n'
+                    f'redis_url = "{bed.redis_url}"\nmetrics_port = 0\n'
                     + FIRST_TRY.read_text())
+    path.chmod(0o600)  # it holds the Redis password
     return path
 
 

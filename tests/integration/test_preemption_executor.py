@@ -170,7 +170,7 @@ def test_redis_message_reaches_a_subscriber(bed: Bed) -> None:
 
     from hai_slurm.priority.executor.notify import RedisNotifier, channel
 
-    url = f"redis://127.0.0.1:{bed.testbed.ports.redis}/0"
+    url = bed.testbed.redis_url
     victim = bed.toy("victim", sbatch=["-N4", "--gres=gpu:8"])
     bed.wait(victim, "RUNNING")
     bed.wait_progress(victim, 10)

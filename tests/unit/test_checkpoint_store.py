@@ -232,3 +232,89 @@ def test_unserializable_state_is_a_clear_error(tmp_path: Path) -> None:
     assert payloads(tmp_path / "ck") == ["ckpt-00000001-step1.pkl"]
     phase = json.loads((tmp_path / "ck" / ".hai" / "42" / "phase.json").read_text())
     assert phase["phase"] == "computing"
+
+
+def test_json_written_by_another_user_is_refused(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The owner check covers every serializer: a JSON state owned by another uid is skipped."""
+    with ckpt(tmp_path, serializer="json") as ck:
+        ck.save({"step": 1})
+        newest = ck.save({"step": 2})
+    assert newest is not None
+    os.chown(tmp_path / "ck" / newest.file, 12345, -1)
+    with ckpt(tmp_path, serializer="json") as ck:
+        assert ck.load_latest() == {"step": 1}
+    assert "owned by uid 12345" in capsys.readouterr().err
+
+
+def test_json_in_a_group_writable_directory_is_refused(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory others can write lets them plant JSON as much as pickle: nothing is loaded
+    from it (the metadata saying "json" is as plantable as the payload)."""
+    with ckpt(tmp_path, serializer="json") as ck:
+        ck.save({"step": 1})
+    (tmp_path / "ck").chmod(0o775)
+    ck = Checkpointer(Checkpointer.from_env(environ=env_for(tmp_path, SLURM_PROCID="1"),
+                                            install_signals=False).env, install_signals=False)
+    with ck:
+        assert ck.load_latest() is None
+    assert "writable by group or others" in capsys.readouterr().err
+
+
+def test_checkpoint_dir_of_another_user_is_refused_before_writing(tmp_path: Path) -> None:
+    """A squatted checkpoint dir: a CheckpointError naming it and its owner, nothing written."""
+    squat = tmp_path / "ck"
+    squat.mkdir(mode=0o777)
+    squat.chmod(0o777)
+    os.chown(squat, 12345, 12345)
+    with pytest.raises(CheckpointError, match=r"checkpoint directory .*ck belongs to uid 12345"):
+        ckpt(tmp_path)
+    assert list(squat.iterdir()) == []
+
+
+def test_group_writable_checkpoint_dir_is_refused_with_the_chmod(tmp_path: Path) -> None:
+    """Our own directory that others may write: refused, with the command that fixes it."""
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck").chmod(0o777)
+    with pytest.raises(CheckpointError, match=r"writable by group or others .*chmod go-w"):
+        ckpt(tmp_path)
+    (tmp_path / "ck").chmod(0o755)
+    with ckpt(tmp_path) as ck:
+        assert ck.save({"step": 1}) is not None
+
+
+def test_checkpoint_dir_made_under_a_lax_umask_is_not_group_writable(tmp_path: Path) -> None:
+    """umask 002 (common on shared clusters) does not leave the library's own dirs writable."""
+    old = os.umask(0o002)
+    try:
+        with ckpt(tmp_path) as ck:
+            ck.save({"step": 1})
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "ck", tmp_path / "ck" / ".hai", tmp_path / "ck" / ".hai" / "42"):
+        assert directory.stat().st_mode & 0o022 == 0, directory
+
+
+def test_squatted_hai_parent_is_refused(tmp_path: Path) -> None:
+    """A `.hai` another user created in the checkpoint dir: refused, naming `.hai` and owner."""
+    (tmp_path / "ck").mkdir()
+    hai = tmp_path / "ck" / ".hai"
+    hai.mkdir()
+    hai.chmod(0o777)
+    os.chown(hai, 12345, 12345)
+    with pytest.raises(CheckpointError, match=r"control directory parent .*\.hai belongs to uid "
+                                              r"12345"):
+        ckpt(tmp_path)
+
+
+def test_json_job_never_unpickles_even_when_trusting_other_owners(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The serializer comes from the checkpoint's metadata: a job that saves JSON (and so may
+    have chosen trust_other_owners) does not unpickle a pickle checkpoint found beside its own."""
+    with ckpt(tmp_path, serializer="json") as ck:
+        ck.save({"step": 1})
+    with ckpt(tmp_path) as ck:  # a pickle checkpoint, newer, in the same directory
+        ck.save({"step": 2})
+    with ckpt(tmp_path, serializer="json", trust_other_owners=True) as ck:
+        assert ck.load_latest() == {"step": 1}
+    assert "refusing to unpickle" in capsys.readouterr().err

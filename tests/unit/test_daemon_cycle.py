@@ -6,17 +6,23 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
-from daemon_helpers import T0, Broken, record, rig
+from daemon_helpers import T0, Broken, Rig, record, rig
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import SlurmError
-from hai_slurm.priority.daemon.loop import Outcome
+from hai_slurm.priority.daemon.loop import Daemon, Outcome
 from hai_slurm.priority.daemon.metrics import sample
 from hai_slurm.priority.hooks import CycleExtras, CycleView
 from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.scoring import BAND, BASE
-from hai_slurm.priority.policy.settings import ClassPolicy, FairnessConfig, PolicyConfig
+from hai_slurm.priority.policy.settings import (
+    ClassPolicy,
+    DeadlineAction,
+    FairnessConfig,
+    PolicyConfig,
+)
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
+from hai_slurm.priority.store import PlanJob, PlanState, VictimState
 from hai_slurm.slurm_plugins.fake import FakeSlurm
 from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot
 
@@ -152,8 +158,22 @@ def test_low_job_past_its_bound_is_promoted_and_counted_once(tmp_path: Path) -> 
     assert tracked is not None and tracked.class_origin == "aging"
 
 
-def test_requeued_job_keeps_its_original_submit_time(tmp_path: Path) -> None:
-    """Slurm resets the submit time on requeue; the daemon restores it from the store."""
+def _requeued_by_a_plan(d: Daemon, job: int, at: float) -> None:
+    """What the executor writes when its plan requeues ``job`` (the store's plan victims)."""
+    repo = d.repository
+    plan = repo.create_plan(at=at, beneficiaries=[PlanJob(999, "ops", "bob", 8)],
+                            victims=[PlanJob(job, "vision", "alice", 8)], reason="test",
+                            on_miss=DeadlineAction.ABORT, deadline_at=at + 60)
+    repo.update_victims(plan.plan_id, [job], VictimState.ASKED, at=at)
+    repo.transition_plan(plan.plan_id, PlanState.SIGNALLED, at=at)
+    repo.update_victims(plan.plan_id, [job], VictimState.ACKED, at=at)
+    repo.transition_plan(plan.plan_id, PlanState.ALL_ACKED, at=at)
+    repo.update_victims(plan.plan_id, [job], VictimState.REQUEUED, at=at)
+    repo.transition_plan(plan.plan_id, PlanState.REQUEUED, at=at)
+    repo.transition_plan(plan.plan_id, PlanState.DONE, at=at)
+
+
+def _first_runs_then_requeued(tmp_path: Path, by_plan: bool) -> tuple[Rig, Daemon, int, int]:
     r = rig(tmp_path)
     first = r.submit(PriorityClass.HIGH, gpus=8, nodes=4)
     d = r.daemon()
@@ -164,12 +184,44 @@ def test_requeued_job_keeps_its_original_submit_time(tmp_path: Path) -> None:
     r.tick(30)
     d.run_once()
     r.slurm.requeue(first)
+    if by_plan:
+        _requeued_by_a_plan(d, first, r.clock.now)
     r.tick(30)
     d.run_once()
+    return r, d, first, later
+
+
+def test_requeued_job_keeps_its_original_submit_time(tmp_path: Path) -> None:
+    """Slurm resets the submit time on requeue; after a requeue by the daemon's own plan, the
+    daemon restores it from the store and compensates the job."""
+    r, d, first, later = _first_runs_then_requeued(tmp_path, by_plan=True)
     assert r.slurm.jobs[first].priority > r.slurm.jobs[later].priority
     tracked = d.repository.get_job(first)
     assert tracked is not None and tracked.original_submit_at == T0
     assert tracked.run_seconds >= 100
+    assert tracked.preemptions == 1
+
+
+def test_requeue_by_the_owner_buys_no_priority(tmp_path: Path) -> None:
+    """`scontrol requeue` of one's own job (no plan of the daemon's): no age restored and no
+    boost, so it does not overtake a job submitted after it (before the fix: +10 min per
+    requeue, up to 2 h, and its original age back)."""
+    r, d, first, later = _first_runs_then_requeued(tmp_path, by_plan=False)
+    assert r.slurm.jobs[first].restart_count == 1
+    assert r.slurm.jobs[first].priority < r.slurm.jobs[later].priority
+    tracked = d.repository.get_job(first)
+    assert tracked is not None and tracked.preemptions == 0
+
+
+def test_plan_requeues_of_an_older_job_with_the_same_id_do_not_count(tmp_path: Path) -> None:
+    """Requeues recorded before the daemon first saw this job belong to an earlier job."""
+    _, d, first, _ = _first_runs_then_requeued(tmp_path, by_plan=False)
+    tracked = d.repository.get_job(first)
+    assert tracked is not None
+    _requeued_by_a_plan(d, first, tracked.first_seen_at - 1)
+    assert d.repository.daemon_requeues({first: tracked.first_seen_at}) == {}
+    _requeued_by_a_plan(d, first, tracked.first_seen_at + 1)
+    assert d.repository.daemon_requeues({first: tracked.first_seen_at}) == {first: 1}
 
 
 class Recorder:

@@ -24,7 +24,7 @@ from hai_slurm.slurm_plugins.entitlements import (
     demo_entitlements,
     render_entitlements,
 )
-from hai_slurm.slurm_plugins.submit_check import evaluate_submission
+from hai_slurm.slurm_plugins.submit_check import evaluate_submission, submission_account
 
 PLUGINS = Path(ent_mod.__file__).parent
 HARNESS = Path(__file__).with_name("lua_job_submit_harness.lua")
@@ -105,7 +105,9 @@ def env_lines(environment: dict[str, str] | None) -> str | None:
 def python_outcome(case: Case) -> Outcome:
     given = dict(case.environment) if case.environment is not None else None
     try:
-        accepted = evaluate_submission(case.script, account=case.account or case.default_account,
+        accepted = evaluate_submission(case.script,
+                                       account=submission_account(case.account,
+                                                                  case.default_account),
                                        qos=case.qos, admin_comment=case.admin_comment,
                                        table=demo_entitlements(), environment=given)
     except DirectiveError as err:

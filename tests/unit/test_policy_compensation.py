@@ -28,7 +28,7 @@ def run(jobs: list[PendingJob]) -> PolicyResult:
 def test_requeued_job_regains_its_original_age() -> None:
     """Slurm reset the submit time at requeue; the job still goes before later submissions."""
     requeued = pending_job(1, P.HIGH, submit=NOW - 10, first_submit_time=NOW - 5000,
-                           restarts=1, prior_wait=1000)
+                           restarts=1, preemptions=1, prior_wait=1000)
     newer = pending_job(2, P.HIGH, submit=NOW - 3000)
     result = run([requeued, newer])
     assert result.priorities[1] > result.priorities[2]
@@ -47,18 +47,31 @@ def test_boost_grows_with_restarts_and_waiting_in_whole_steps() -> None:
 
 def test_boost_orders_requeued_job_before_equally_old_job() -> None:
     """Two jobs with the same original submit time: the requeued one goes first."""
-    requeued = pending_job(1, P.HIGH, submit=NOW - 10, first_submit_time=NOW - 5000, restarts=2)
+    requeued = pending_job(1, P.HIGH, submit=NOW - 10, first_submit_time=NOW - 5000, restarts=2,
+                           preemptions=2)
     plain = pending_job(2, P.HIGH, submit=NOW - 5000)
     result = run([requeued, plain])
     assert result.pending[1].reason.boost == 1200
     assert result.priorities[1] > result.priorities[2]
 
 
+def test_requeues_the_daemon_did_not_cause_earn_no_boost() -> None:
+    """`scontrol requeue` of one's own job, 12 times: Slurm counts them, the boost stays 0 (it
+    would be the 2 h cap if restarts counted), and only a preemption's requeue earns one."""
+    self_requeued = pending_job(1, P.HIGH, submit=NOW - 10, restarts=12)
+    plain = pending_job(2, P.HIGH, submit=NOW - 5000)
+    result = run([self_requeued, plain])
+    assert result.pending[1].reason.boost == 0
+    assert result.priorities[1] < result.priorities[2]
+    once = replace(self_requeued, restarts=13, preemptions=1)
+    assert run([once]).pending[1].reason.boost == CFG.per_restart
+
+
 @given(st.integers(0, 100), st.floats(0, 10 * 86400), st.sampled_from(list(P)))
 def test_boost_never_crosses_a_class_band(restarts: int, waited: float, cls: P) -> None:
     """However large the boost, the job stays in its effective class's band."""
     job = pending_job(1, cls, submit=NOW - waited, first_submit_time=NOW - waited - 60,
-                      restarts=restarts)
+                      restarts=restarts, preemptions=restarts)
     decision = run([job]).pending[1]
     low = BASE + RANK[decision.effective] * BAND
     assert low <= decision.priority < low + BAND

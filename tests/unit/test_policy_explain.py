@@ -23,7 +23,7 @@ CONFIG = PolicyConfig(teams={"vision": TeamQuota(gpus=8, class_gpus={P.HIGH: 4})
 def test_explain_names_class_origin_aging_order_compensation_quota_and_wait() -> None:
     """An aged, requeued LOW job: every part of its story is in the text."""
     job = pending_job(42, P.LOW, team="vision", user="ana", submit=NOW - 600,
-                      first_submit_time=NOW - 90_000, prior_wait=86_000, restarts=2,
+                      first_submit_time=NOW - 90_000, prior_wait=86_000, restarts=3, preemptions=2,
                       slurm_reason="Resources")
     running = [running_job(1, P.NORMAL, team="vision", gpus=10)]
     events = [FairnessEvent(EventKind.PREEMPTED, "vision", "ana", NOW - 60)]
@@ -34,7 +34,8 @@ def test_explain_names_class_origin_aging_order_compensation_quota_and_wait() ->
     assert "requested LOW with #HAI --priority" in text
     assert "promoted 1 class to BELOW_NORMAL" in text
     assert "round robin between teams" in text
-    assert "requeued 2 times" in text and "age restored" in text
+    assert "requeued by the daemon) 2 times" in text and "age restored" in text
+    assert "Requeued 1 time not by the daemon" in text
     assert "runs 10 of its 8 GPU quota (2 GPUs borrowed" in text
     assert "was preempted 1 time and preempted others 0 times" in text
     assert "Waiting for: Resources; 3 pending jobs ahead of it." in text

@@ -83,7 +83,7 @@ def test_requeue_with_restored_age_is_one_write(cluster: Workload) -> None:
     first = cycle(cluster, cluster.pending, None)
     job = next(j for j in cluster.pending if j.requested is P.HIGH and not j.restarts)
     requeued = replace(job, submit_time=NOW - 1, first_submit_time=job.submit_time, restarts=1,
-                       prior_wait=NOW - job.submit_time)
+                       preemptions=1, prior_wait=NOW - job.submit_time)
     pending = [requeued if j is job else j for j in cluster.pending]
     changed = diff_priorities(first.priorities, cycle(cluster, pending, first).priorities)
     assert set(changed) == {job.job_id}
@@ -102,7 +102,7 @@ def test_any_new_job_is_exactly_one_write(specs: list[tuple[P, str, float, int]]
                                           team: str, age: float) -> None:
     """Whatever the queue and whatever the newcomer (class, team, age), only it is written."""
     w = synthetic_cluster(seed=3, pending=0, running=40, nodes=8, teams=3, events=20)
-    pending = [pending_job(i + 1, c, team=t, submit=NOW - a, restarts=r,
+    pending = [pending_job(i + 1, c, team=t, submit=NOW - a, restarts=r, preemptions=r,
                            first_submit_time=NOW - a - 600 if r else None)
                for i, (c, t, a, r) in enumerate(specs)]
     first = cycle(w, pending, None)
