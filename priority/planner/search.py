@@ -63,14 +63,22 @@ def _gs(value: float) -> str:
 
 
 def lost_seconds(holder: Holder, config: PlannerConfig, now: float) -> float:
-    """Seconds of work ``holder`` would lose: since its last checkpoint (or start) + restart."""
-    since = holder.start_time
-    if holder.last_checkpoint is not None and holder.last_checkpoint > since:
-        since = holder.last_checkpoint
+    """Seconds of work ``holder`` would lose, restart included.
+
+    A job that saves on request (``can_ack``) loses its save time (its own estimate, else
+    ``config.save_cost``) plus its restart; one that cannot loses everything since its last
+    checkpoint (or its start) plus its restart.
+    """
     restart = holder.restart_cost
     if restart is None:
         nodes = len({g.node for g in holder.gpus})
         restart = config.restart_cost + config.restart_cost_per_node * nodes
+    if holder.can_ack:
+        save = holder.save_cost if holder.save_cost is not None else config.save_cost
+        return max(0.0, save) + max(0.0, restart)
+    since = holder.start_time
+    if holder.last_checkpoint is not None and holder.last_checkpoint > since:
+        since = holder.last_checkpoint
     return max(0.0, now - since) + max(0.0, restart)
 
 
@@ -174,7 +182,8 @@ class _Pass:
     def victim(self, jid: int) -> Victim:
         h, c = self.holders[jid], self.cands[jid]
         secs = c.lost_work / len(h.gpus)
-        ckpt = ("no checkpoint this run" if h.last_checkpoint is None
+        ckpt = ("saves on request" if h.can_ack
+                else "no checkpoint this run" if h.last_checkpoint is None
                 or h.last_checkpoint <= h.start_time
                 else f"last checkpoint {_dur(self.now - h.last_checkpoint)} ago")
         tag = "borrowed (over quota)" if h.borrowed else "within quota"

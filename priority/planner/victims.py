@@ -6,7 +6,8 @@ by a key, lowest first:
 
 1. lost work of *non-borrowed* victims (so a set of borrowed jobs only always wins: borrowed
    jobs give way first);
-2. total lost work (time since last checkpoint + restart cost, times GPUs);
+2. total lost work (save time for a job that saves on request, else time since its last
+   checkpoint; plus restart cost; times GPUs);
 3. the highest victim class (lower classes give way first);
 4. the number of victims;
 5. the in-node level of the placement (one PCIe switch beats one socket beats the whole node);
