@@ -18,6 +18,10 @@ and placement are then reserved: no later beneficiary counts them again, and GPU
 the placement stay unavailable for the pass (each plan stands on its own if the executor aborts
 another).
 
+The searches are incremental (:mod:`~hai_slurm.priority.planner.index`): candidates per node,
+per-node best sets and per-shape rankings are kept across the pass and recomputed only for the
+nodes a placement or plan changed; the results are those of the plain search.
+
 A snapshot older than ``max_staleness`` (or that far in the future), a GPU held twice or a GPU
 the topology does not have: no plan, and ``refused`` says why. Ties are broken by job id; the
 same inputs always give the same plans.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from hai_slurm.priority.planner.index import VictimIndex
 from hai_slurm.priority.planner.placement import (
     ClusterView,
     Placement,
@@ -45,7 +50,7 @@ from hai_slurm.priority.planner.types import (
     Victim,
     Waiting,
 )
-from hai_slurm.priority.planner.victims import Candidate, Option, search
+from hai_slurm.priority.planner.victims import Candidate, Option
 from hai_slurm.priority.policy.ladder import RANK
 
 
@@ -138,8 +143,8 @@ class _Pass:
         self.holders = {h.job_id: h for h in snap.running}
         self.claimed: dict[int, int] = {}
         self.cands: dict[int, Candidate] = {}
+        self.on_node: dict[str, list[int]] = {}   # running jobs with GPUs on a node, id order
         self.problem: str | None = None
-        owner: dict[tuple[str, int], int] = {}
         for h in sorted(snap.running, key=lambda h: h.job_id):
             masks = self.view.masks(h.gpus)
             if not isinstance(masks, dict):
@@ -149,18 +154,63 @@ class _Pass:
             for node, mask in masks.items():
                 clash = self.view.busy[node] & mask
                 if clash:
-                    other = owner[node, (clash & -clash).bit_length() - 1]
+                    other = min(j for j, c in self.cands.items()
+                                if c.masks.get(node, 0) & clash & -clash)
                     self.problem = (f"jobs {other} and {h.job_id} both hold a GPU on {node}; "
                                     "the snapshot is inconsistent")
                     return
-                for i in range(mask.bit_length()):
-                    if mask >> i & 1:
-                        owner[node, i] = h.job_id
                 self.view.occupy(node, mask)
             if masks:
                 lost = lost_seconds(h, config, now) * len(h.gpus)
                 self.cands[h.job_id] = Candidate(h.job_id, RANK[h.effective], h.borrowed,
                                                  lost, masks)
+                for node in masks:
+                    self.on_node.setdefault(node, []).append(h.job_id)
+        # why each candidate may not give way, leaving class and claims aside (None: it may)
+        top = max(RANK.values()) + 1
+        self.base: dict[int, str | None] = {}
+        for jid in self.cands:
+            no = _why_not(self.holders[jid], top, {}, config, now)
+            self.base[jid] = None if no is None else no[0]
+        self.left_out: dict[tuple[int, str | None], int] = {}
+        for jid, cat in self.base.items():
+            key = (self.cands[jid].rank, cat)
+            self.left_out[key] = self.left_out.get(key, 0) + 1
+        self.index = VictimIndex(self.view, self.cands,
+                                 [j for j, cat in self.base.items() if cat is None],
+                                 config.max_candidates_per_node)
+
+    def occupy(self, node: str, mask: int) -> None:
+        """Take ``mask`` on ``node`` for the rest of the pass."""
+        self.view.occupy(node, mask)
+        self.index.touch(node)
+
+    def claim(self, victim: int, beneficiary: int) -> None:
+        """``victim`` gives way to ``beneficiary``: later plans may not count it."""
+        self.claimed[victim] = beneficiary
+        key = (self.cands[victim].rank, self.base[victim])
+        self.left_out[key] -= 1
+        self.index.claim(victim)
+
+    def excluded(self, rank: int) -> dict[str, int]:
+        """How many running jobs may not give way to a job of ``rank``, per reason (what
+        :meth:`eligible` counts, from running counts)."""
+        out: dict[str, int] = {}
+        if self.claimed:
+            out["given to other plans"] = len(self.claimed)
+        for (r, why), n in self.left_out.items():
+            if n <= 0:
+                continue
+            cat = "not of a lower class" if r >= rank else why
+            if cat is not None:
+                out[cat] = out.get(cat, 0) + n
+        return out
+
+    def options(self, nodes: int, per: int, rank: int, *,
+                cross: bool) -> tuple[list[Option], dict[str, int]]:
+        """Victim sets for a job of ``rank`` needing ``nodes`` x ``per`` GPUs, best first (at
+        most 4), and the running jobs left out per reason."""
+        return (self.index.search(nodes, per, rank, cross_leaf=cross), self.excluded(rank))
 
     def eligible(self, rank: int) -> tuple[dict[str, list[Candidate]], dict[int, Candidate],
                                            dict[str, int]]:
@@ -208,9 +258,10 @@ class _Pass:
         out.append(f"running jobs that may not give way to it: {_summary(excluded)}")
         rank = RANK[job.effective]
         nodes = set(best.placement.nodes)
-        for jid in sorted(self.holders):
+        near = sorted({j for n in nodes for j in self.on_node.get(n, ())})
+        for jid in near:
             h = self.holders[jid]
-            if jid in best.victims or not nodes & {g.node for g in h.gpus}:
+            if jid in best.victims:
                 continue
             no = _why_not(h, rank, self.claimed, self.config, self.now)
             why = "not needed" if no is None else no[1]
@@ -238,6 +289,12 @@ def _refused(reason: str, pending: tuple[Waiting, ...]) -> PlanningResult:
 def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                      now: float) -> PlanningResult:
     """Plans that let waiting jobs of higher classes start (see the module doc)."""
+    return _plan(snapshot, config, now, _Pass)
+
+
+def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
+          kind: type[_Pass]) -> PlanningResult:
+    """:func:`plan_preemptions` with the pass state ``kind`` (tests compare the plain search)."""
     age = now - snapshot.taken_at
     if not math.isfinite(age) or age > config.max_staleness:
         return _refused(f"snapshot is {_dur(age) if math.isfinite(age) else 'of unknown age'} "
@@ -246,7 +303,7 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
     if age < -config.max_staleness:
         return _refused(f"snapshot is {_dur(-age)} in the future: check the clocks",
                         snapshot.pending)
-    st = _Pass(snapshot, config, now)
+    st = kind(snapshot, config, now)
     if st.problem is not None:
         return _refused(st.problem, snapshot.pending)
     view = st.view
@@ -287,7 +344,7 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                 free = None
             if free is not None:
                 for node, mask in free.masks:
-                    view.occupy(node, mask)
+                    st.occupy(node, mask)
                 version += 1
                 decisions[jid] = Decision(jid, Outcome.FITS, (
                     f"{what} fit on free GPUs of {','.join(free.nodes)} "
@@ -318,10 +375,8 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                                       f"{lead}; this cycle's limit of {limit} was reached")
             continue
         searches += 1
-        by_node, by_id, excluded = st.eligible(rank)
-        options = [o for o in search(view, nodes, per, by_node, by_id,
-                                     config.max_candidates_per_node, cross_leaf=cross)
-                   if _within(view, o.placement, leaves)]
+        found, excluded = st.options(nodes, per, rank, cross=cross)
+        options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
             no_victims[(*shape_key, per)] = max(rank, no_victims.get((*shape_key, per), -1))
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
@@ -342,10 +397,10 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
             continue
         victims = tuple(st.victim(v) for v in sorted(best.victims))
         not_chosen = st.passed_over(job, best, options[1:], excluded)
-        for v in best.victims:
-            st.claimed[v] = jid
+        for v in sorted(best.victims):
+            st.claim(v, jid)
         for node, mask in best.placement.masks:
-            view.occupy(node, mask)
+            st.occupy(node, mask)
         version += 1
         borrowed = sum(v.borrowed for v in victims)
         reason = (f"job {jid} ({job.effective.name}, team {job.team}, {what}) preempts "

@@ -91,7 +91,7 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
         nonlocal best
         have = free.bit_count()
         if have >= per_node:
-            got = layout.pick(free, per_node)
+            got = view.pick(node, free, per_node)
             if got is not None:
                 level, mask = got
                 key = (*_set_key(chosen), int(level), have - per_node, layout.order,
