@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from hai_slurm.priority.planner.index import VictimIndex
 from hai_slurm.priority.planner.placement import (
@@ -318,26 +319,24 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     not_worth: dict[tuple[int, int, int, int], tuple[int, float]] = {}
     version = searches = 0
     max_plans, max_searches = config.limits(len(snapshot.pending))
+    shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
+    leads: dict[str, str] = {}                  # texts shared by jobs of one shape
+    texts: dict[tuple[str, str], str] = {}
     for i in order:
         job = snapshot.pending[i]
         jid, rank = job.job_id, RANK[job.effective]
         if job.gpus <= 0:
             decisions[jid] = Decision(jid, Outcome.NO_GPUS, "needs no GPUs: not planned")
             continue
-        nodes, per = shape(job, view.max_node_gpus)
-        what = f"{nodes} x {per} GPUs" if nodes > 1 else f"{per} GPUs on one node"
         leaves = job.max_leaves
-        cross = nodes > 1 and config.allow_cross_leaf and (leaves is None or leaves > 1)
-        if leaves is not None and nodes > 1:
-            what += f" on at most {leaves} leaf switch{'es' if leaves > 1 else ''} (--switches)"
-        if group_capacity(view, per, cross_leaf=cross) < nodes:
-            where = ("one node" if nodes == 1 else "the cluster" if cross
-                     else "one leaf switch")
-            decisions[jid] = Decision(jid, Outcome.IMPOSSIBLE,
-                                      f"needs {what}; {where} of this cluster has not that many "
-                                      "nodes with enough GPUs")
+        asked = (job.gpus, job.nodes, leaves)
+        known = shapes.get(asked)
+        if known is None:
+            known = shapes[asked] = _Shape.of(job, view, config)
+        nodes, per, what, cross, shape_key, impossible = known
+        if impossible is not None:
+            decisions[jid] = Decision(jid, Outcome.IMPOSSIBLE, impossible)
             continue
-        shape_key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross)
             if free is not None and not _within(view, free, leaves):
@@ -351,15 +350,20 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                     f"(in-node level {free.level.name}); expected to start without preemption"))
                 continue
             no_free[shape_key] = per
-        lead = f"needs {what}, none free"
+        lead = leads.get(what)
+        if lead is None:
+            lead = leads[what] = f"needs {what}, none free"
         if rank == 0:
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS,
                                       f"{lead}; no class is lower than {job.effective.name}")
             continue
         if no_victims.get((*shape_key, per), -1) >= rank:
-            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
-                f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
-                f"{_dur(config.min_run_time)} frees such a placement"))
+            text = texts.get((lead, ""))
+            if text is None:
+                text = texts[lead, ""] = (
+                    f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
+                    f"{_dur(config.min_run_time)} frees such a placement")
+            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, text)
             continue
         benefit = config.class_weights.get(job.effective, 0.0) * max(0.0, job.wait) * job.gpus
         seen = not_worth.get((rank, *shape_key, per))
@@ -371,8 +375,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             continue
         if len(plans) >= max_plans or searches >= max_searches:
             limit = "plans" if len(plans) >= max_plans else "victim searches"
-            decisions[jid] = Decision(jid, Outcome.SKIPPED,
-                                      f"{lead}; this cycle's limit of {limit} was reached")
+            text = texts.get((lead, limit))
+            if text is None:
+                text = texts[lead, limit] = f"{lead}; this cycle's limit of {limit} was reached"
+            decisions[jid] = Decision(jid, Outcome.SKIPPED, text)
             continue
         searches += 1
         found, excluded = st.options(nodes, per, rank, cross=cross)
@@ -415,6 +421,34 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, Outcome.PREEMPT, reason)
     return PlanningResult(tuple(plans), decisions, None)
+
+
+class _Shape(NamedTuple):
+    """What a pass derives from a job's asked shape (GPUs, nodes, --switches), once per shape."""
+
+    nodes: int
+    per: int
+    what: str
+    cross: bool
+    key: tuple[int, int]
+    impossible: str | None
+
+    @classmethod
+    def of(cls, job: Waiting, view: ClusterView, config: PlannerConfig) -> _Shape:
+        nodes, per = shape(job, view.max_node_gpus)
+        what = f"{nodes} x {per} GPUs" if nodes > 1 else f"{per} GPUs on one node"
+        leaves = job.max_leaves
+        cross = nodes > 1 and config.allow_cross_leaf and (leaves is None or leaves > 1)
+        if leaves is not None and nodes > 1:
+            what += f" on at most {leaves} leaf switch{'es' if leaves > 1 else ''} (--switches)"
+        impossible = None
+        if group_capacity(view, per, cross_leaf=cross) < nodes:
+            where = ("one node" if nodes == 1 else "the cluster" if cross
+                     else "one leaf switch")
+            impossible = (f"needs {what}; {where} of this cluster has not that many nodes with "
+                          "enough GPUs")
+        key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
+        return cls(nodes, per, what, cross, key, impossible)
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:
