@@ -12,7 +12,11 @@ nodes a plan or a free placement touched change. So the index keeps, across the 
   the highest class below the beneficiary's that has a candidate on the node, so classes that
   see the same candidates share the result;
 * per (GPUs per node, beneficiary class), a heap of every node's best single-node option, of
-  which only the nodes changed since the last search are recomputed;
+  which only the nodes changed since the last search are recomputed; a node enters the heap
+  with a cheap lower bound of its cost (the missing GPUs covered fractionally by the cheapest
+  candidates) and its exact best set is searched only when that bound reaches the top;
+* the multi-node greedy looks at nodes by the same bound and stops once no node left can
+  beat the best found;
 * the number of running jobs left out per reason and class, so the reasons need no walk over
   every running job.
 
@@ -34,13 +38,29 @@ from hai_slurm.priority.planner.victims import Candidate, Option, _set_key, best
 _Best = tuple[tuple[float, ...], int, int, frozenset[int]] | None
 
 
+def _cover(need: int, parts: list[tuple[float, int]]) -> float:
+    """The least cost of ``need`` GPUs when parts (cost, GPUs) may be taken in fractions: a
+    lower bound of any whole set's cost (kept a hair low so rounding never lifts it above)."""
+    total = 0.0
+    for cost, gpus in sorted(parts, key=lambda p: p[0] / p[1] if p[1] else float("inf")):
+        if gpus <= 0:
+            continue
+        take = min(gpus, need)
+        total += cost * take / gpus
+        need -= take
+        if need <= 0:
+            break
+    return max(0.0, total * (1 - 1e-9) - 1e-6)
+
+
 class _Ranking:
     """Single-node options of every node for one (GPUs per node, class), best first (lazy)."""
 
     __slots__ = ("cursor", "heap", "seen")
 
     def __init__(self) -> None:
-        self.heap: list[tuple[tuple[float, ...], str, int, Option]] = []
+        # (key, node, node version, option); option None: key is a lower bound of 2 items
+        self.heap: list[tuple[tuple[float, ...], str, int, Option | None]] = []
         self.seen: dict[str, int] = {}
         self.cursor = 0
 
@@ -60,6 +80,7 @@ class VictimIndex:
         self.changes: list[str] = []
         self.cache: dict[tuple[str, int, int], tuple[int, _Best]] = {}   # per class bucket
         self.by_rank: dict[tuple[str, int, int], tuple[int, _Best]] = {}  # per class
+        self.lows: dict[tuple[str, int, int], tuple[int, tuple[float, float] | None]] = {}
         self.rankings: dict[tuple[int, int], _Ranking] = {}
         self.elig: dict[tuple[str, int], tuple[int, tuple[int, list[Candidate], int]]] = {}
         self.group_version: dict[str, int] = dict.fromkeys(view.groups, 0)
@@ -144,6 +165,25 @@ class VictimIndex:
         key, level, mask, victims = got
         return Option(key, victims, Placement(((node, mask),), Level(level)))
 
+    def lower(self, node: str, per: int, rank: int) -> tuple[float, float] | None:
+        """A lower bound of the (non-borrowed loss, loss) that opens the node's best set for
+        ``per`` GPUs (fractional cover of the GPUs missing); None: the node has no option
+        (it cannot hold ``per`` GPUs, or they are free). Cached per node version."""
+        ver = self.version[node]
+        hit = self.lows.get((node, per, rank))
+        if hit is not None and hit[0] == ver:
+            return hit[1]
+        _, cands, reach = self.eligible(node, rank)
+        need = per - self.view.free(node).bit_count()
+        got: tuple[float, float] | None = None
+        if reach.bit_count() >= per and need > 0:
+            parts = [(c.lost_work, (0.0 if c.borrowed else c.lost_work),
+                      c.masks[node].bit_count()) for c in cands]
+            got = (_cover(need, [(nb, g) for _, nb, g in parts]),
+                   _cover(need, [(lw, g) for lw, _, g in parts]))
+        self.lows[node, per, rank] = (ver, got)
+        return got
+
     def _single(self, per: int, rank: int, keep: int) -> list[Option]:
         r = self.rankings.get((per, rank))
         if r is None:
@@ -151,9 +191,9 @@ class VictimIndex:
             for node in self.view.nodes:
                 ver = self.version[node]
                 r.seen[node] = ver
-                o = self._option(node, per, rank)
-                if o is not None:
-                    r.heap.append((o.key, node, ver, o))
+                lb = self.lower(node, per, rank)
+                if lb is not None:
+                    r.heap.append((lb, node, ver, None))
             heapq.heapify(r.heap)
             r.cursor = len(self.changes)
         else:
@@ -162,21 +202,27 @@ class VictimIndex:
                 if r.seen[node] == ver:
                     continue
                 r.seen[node] = ver
-                o = self._option(node, per, rank)
-                if o is not None:
-                    heapq.heappush(r.heap, (o.key, node, ver, o))
+                lb = self.lower(node, per, rank)
+                if lb is not None:
+                    heapq.heappush(r.heap, (lb, node, ver, None))
             r.cursor = len(self.changes)
-        taken: list[tuple[tuple[float, ...], str, int, Option]] = []
+        taken: list[tuple[tuple[float, ...], str, int, Option | None]] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
         while r.heap and len(out) < keep:
             entry = heapq.heappop(r.heap)
-            if entry[2] != self.version[entry[1]]:
+            _, node, ver, option = entry
+            if ver != self.version[node]:
                 continue  # stale: the node changed since
+            if option is None:  # a bound: the exact option now (never below the bound)
+                exact = self._option(node, per, rank)
+                if exact is not None:
+                    heapq.heappush(r.heap, (exact.key, node, ver, exact))
+                continue
             taken.append(entry)
-            if entry[3].victims not in sets:
-                sets.add(entry[3].victims)
-                out.append(entry[3])
+            if option.victims not in sets:
+                sets.add(option.victims)
+                out.append(option)
         for entry in taken:
             heapq.heappush(r.heap, entry)
         return out
@@ -206,20 +252,38 @@ class VictimIndex:
         paid: frozenset[int] = frozenset()
         picked: list[tuple[str, int, int]] = []
         left = list(members)
+        bounds: dict[str, tuple[float, float] | None] = {}
+        near: set[str] = set()   # nodes where a chosen victim holds GPUs
         for _ in range(nodes):
             best: tuple[tuple[float, ...], str, int, int, frozenset[int]] | None = None
+            later: list[tuple[tuple[float, float], str]] = []
             for name in left:
-                if paid and any(c.job_id in paid for c in self.on_node[name]):
+                if name in near:  # shares a victim already chosen: search it again
                     got = best_on_node(view, name, per, self.eligible(name, rank)[1], paid,
                                        self.limit)
                 else:
-                    got = self.best(name, per, rank)
+                    if name not in bounds:
+                        bounds[name] = self.lower(name, per, rank)
+                    lb = bounds[name]
+                    if lb is not None:  # exact key >= lb: looked at below, cheapest first
+                        later.append((lb, name))
+                        continue
+                    got = self.best(name, per, rank)  # fits on free GPUs, or cannot
+                if got is not None and (best is None or got[0] < best[0]):
+                    best = (got[0], name, got[1], got[2], got[3])
+            later.sort()
+            for lb, name in later:
+                if best is not None and lb > best[0]:
+                    break  # this node and the rest cannot beat the best so far
+                got = self.best(name, per, rank)
                 if got is not None and (best is None or got[0] < best[0]):
                     best = (got[0], name, got[1], got[2], got[3])
             if best is None:
                 return None
             _, name, level, mask, new = best
             paid |= new
+            for j in new:
+                near.update(self.cands[j].masks)
             picked.append((name, level, mask))
             left.remove(name)
         if not paid:
