@@ -80,6 +80,7 @@ class VictimIndex:
         self.changes: list[str] = []
         self.cache: dict[tuple[str, int, int], tuple[int, _Best]] = {}   # per class bucket
         self.by_rank: dict[tuple[str, int, int], tuple[int, _Best]] = {}  # per class
+        # per class (key >= 0) and per class bucket b (key -2 - b)
         self.lows: dict[tuple[str, int, int], tuple[int, tuple[float, float] | None]] = {}
         self.rankings: dict[tuple[int, int], _Ranking] = {}
         self.elig: dict[tuple[str, int], tuple[int, tuple[int, list[Candidate], int]]] = {}
@@ -173,7 +174,11 @@ class VictimIndex:
         hit = self.lows.get((node, per, rank))
         if hit is not None and hit[0] == ver:
             return hit[1]
-        _, cands, reach = self.eligible(node, rank)
+        bucket, cands, reach = self.eligible(node, rank)
+        shared = self.lows.get((node, per, -2 - bucket))  # classes that see the same jobs
+        if shared is not None and shared[0] == ver:
+            self.lows[node, per, rank] = shared
+            return shared[1]
         need = per - self.view.free(node).bit_count()
         got: tuple[float, float] | None = None
         if reach.bit_count() >= per and need > 0:
@@ -181,7 +186,7 @@ class VictimIndex:
                       c.masks[node].bit_count()) for c in cands]
             got = (_cover(need, [(nb, g) for _, nb, g in parts]),
                    _cover(need, [(lw, g) for lw, _, g in parts]))
-        self.lows[node, per, rank] = (ver, got)
+        self.lows[node, per, rank] = self.lows[node, per, -2 - bucket] = (ver, got)
         return got
 
     def _single(self, per: int, rank: int, keep: int) -> list[Option]:
