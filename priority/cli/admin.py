@@ -63,7 +63,8 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
     via = f"SIG{ex.signal}" + (" + Redis" if cfg.redis_url and pre.redis else "")
     return [
         f"preemption: on; planner: victims run >= {format_duration(pl.min_run_time)}, restart "
-        f"cost {format_duration(pl.restart_cost)}, preempt when benefit > "
+        f"cost {format_duration(pl.restart_cost)}, save cost (jobs with a checkpoint dir and "
+        f"no --grace) {format_duration(pl.save_cost)}, preempt when benefit > "
         f"{pl.benefit_threshold:g} x lost work, <= {pl.max_plans} plans per cycle, snapshot "
         f"<= {format_duration(pl.max_staleness)} old; topology {topo}",
         f"executor: checkpoint request by {via}; deadline = the job's --grace (default "

@@ -60,6 +60,7 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
         restart_cost=pl.get("restart_cost", d.restart_cost, _duration, _DURATION),
         restart_cost_per_node=pl.get("restart_cost_per_node", d.restart_cost_per_node,
                                      _duration, _DURATION),
+        save_cost=pl.get("save_cost", d.save_cost, _duration, _DURATION),
         max_staleness=pl.get("max_staleness", d.max_staleness, _duration, _DURATION),
         max_plans=pl.get("max_plans", d.max_plans, integer(0), "an integer >= 0"),
         max_searches=pl.get("max_searches", d.max_searches, integer(0), "an integer >= 0"),

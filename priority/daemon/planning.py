@@ -19,10 +19,12 @@ from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.inputs import (
     gpus_from_counts,
     holders_from_policy,
+    save_estimates,
     waiting_from_policy,
 )
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
+from hai_slurm.slurm_plugins.job_record import job_record
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
 
 TopologySource = Topology | Callable[[ClusterSnapshot], Topology]
@@ -53,7 +55,10 @@ class SnapshotPlanner:
         counts = {j.job_id: dict(j.gpus_per_node) for j in snap.running
                   if j.job_id in running_ids and j.gpus_per_node}
         gpus = gpus_from_counts(topology, counts)
-        holders = holders_from_policy(view.running, view.result.running, gpus)
+        records = {j.job_id: (r.checkpoint_dir, r.grace) for j in snap.running
+                   if j.job_id in running_ids for r in (job_record(j),)}
+        holders = holders_from_policy(view.running, view.result.running, gpus,
+                                      saves=save_estimates(records))
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}

@@ -54,9 +54,14 @@ def gpus_from_counts(topology: Topology, counts: Mapping[int, Mapping[str, int]]
 
 def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, RunningDecision],
                         gpus: Mapping[int, tuple[GpuRef, ...]], *,
-                        restart_costs: Mapping[int, float] | None = None) -> tuple[Holder, ...]:
-    """One :class:`Holder` per running job the policy decided on, in job id order."""
+                        restart_costs: Mapping[int, float] | None = None,
+                        saves: Mapping[int, float | None] | None = None) -> tuple[Holder, ...]:
+    """One :class:`Holder` per running job the policy decided on, in job id order.
+
+    ``saves`` holds the jobs that save on request (``Holder.can_ack``) and their save-time
+    estimates (None: the planner's ``save_cost``); see :func:`save_estimates`."""
     costs = restart_costs or {}
+    acks = saves or {}
     out = []
     for job in sorted(running, key=lambda j: j.job_id):
         d = decisions.get(job.job_id)
@@ -67,8 +72,21 @@ def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, R
             gpus=gpus.get(job.job_id, ()), start_time=job.start_time,
             last_checkpoint=job.last_checkpoint, restart_cost=costs.get(job.job_id),
             borrowed=d.borrowed, protected=d.protected, preemptible=d.preemptible,
-            user=job.user))
+            user=job.user, can_ack=job.job_id in acks, save_cost=acks.get(job.job_id)))
     return tuple(out)
+
+
+def save_estimates(records: Mapping[int, tuple[str | None, int | None]]
+                   ) -> dict[int, float | None]:
+    """Jobs that save on request and their save-time estimate, from each job's ``#HAI``
+    (checkpoint directory, grace) record.
+
+    A job with a checkpoint directory saves when asked (its ``hai-run`` acknowledges the
+    request). Its grace is what it said it needs to save, so it is the estimate (an upper
+    bound: a job done early stops early); None without a grace (the planner's ``save_cost``).
+    A job without a checkpoint directory is left out: it cannot acknowledge."""
+    return {jid: (float(grace) if grace is not None else None)
+            for jid, (ckpt, grace) in records.items() if ckpt}
 
 
 def max_leaves(switches: int, switch_wait: float, waited: float) -> int | None:

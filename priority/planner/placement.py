@@ -15,8 +15,10 @@ Placement follows the topology module's rules, made incremental for 10,000 jobs 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from weakref import WeakKeyDictionary
 
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 
@@ -106,24 +108,71 @@ def _layout(topo: Topology, node: str, order: int) -> NodeLayout:
     return NodeLayout(node, root.parent or topo.root, order, refs, (1 << len(refs)) - 1, cells)
 
 
+@dataclass(frozen=True, slots=True)
+class _Static:
+    """What a view derives from its topology alone (shared by the views of one topology)."""
+
+    nodes: dict[str, NodeLayout]
+    groups: dict[str, tuple[str, ...]]
+    group_gpus: dict[str, int]
+    max_node_gpus: int
+    bits: dict[GpuRef, tuple[str, int]]
+    shape: dict[str, int]   # nodes with equal cells share an id (and their picks)
+    picks: dict[tuple[int, int, int], tuple[Level, int] | None]
+
+
+_STATIC: WeakKeyDictionary[Topology, _Static] = WeakKeyDictionary()
+"""Layouts per topology: a topology is immutable, so its layouts are built once, not once per
+planning pass (read only; each view has its own busy GPUs)."""
+
+
+def _static(topo: Topology) -> _Static:
+    got = _STATIC.get(topo)
+    if got is None:
+        nodes = {c.id: _layout(topo, c.id, i) for i, c in enumerate(topo.cells_at(Level.NODE))}
+        groups: dict[str, list[str]] = {}
+        for layout in nodes.values():
+            groups.setdefault(layout.group, []).append(layout.name)
+        got = _Static(
+            nodes, {g: tuple(n) for g, n in groups.items()},
+            {g: sum(nodes[n].full.bit_count() for n in ns) for g, ns in groups.items()},
+            max((n.full.bit_count() for n in nodes.values()), default=0),
+            {r: (n.name, i) for n in nodes.values() for i, r in enumerate(n.refs)},
+            _shapes(nodes), {})
+        _STATIC[topo] = got
+    return got
+
+
+def _shapes(nodes: Mapping[str, NodeLayout]) -> dict[str, int]:
+    ids: dict[tuple[_CellMask, ...], int] = {}
+    return {name: ids.setdefault(layout.cells, len(ids)) for name, layout in nodes.items()}
+
+
 class ClusterView:
     """Busy GPUs per node during one planning pass (mutable; never shared between passes)."""
 
     def __init__(self, topo: Topology) -> None:
-        nodes = topo.cells_at(Level.NODE)
-        self.nodes: dict[str, NodeLayout] = {
-            c.id: _layout(topo, c.id, i) for i, c in enumerate(nodes)}
+        static = _static(topo)
+        self.nodes: Mapping[str, NodeLayout] = MappingProxyType(static.nodes)
         self.busy: dict[str, int] = dict.fromkeys(self.nodes, 0)
-        groups: dict[str, list[str]] = {}
-        for layout in self.nodes.values():
-            groups.setdefault(layout.group, []).append(layout.name)
-        self.groups: dict[str, tuple[str, ...]] = {g: tuple(n) for g, n in groups.items()}
+        self.groups: Mapping[str, tuple[str, ...]] = MappingProxyType(static.groups)
         self.group_order = {g: i for i, g in enumerate(self.groups)}
-        self.group_free = {g: sum(self.nodes[n].full.bit_count() for n in ns)
-                           for g, ns in self.groups.items()}
-        self.max_node_gpus = max((n.full.bit_count() for n in self.nodes.values()), default=0)
+        self.group_free = dict(static.group_gpus)
+        self.max_node_gpus = static.max_node_gpus
         self.capacity: dict[tuple[int, bool], int] = {}
-        self._bit = {r: (n.name, i) for n in self.nodes.values() for i, r in enumerate(n.refs)}
+        self._bit = static.bits
+        self._shape = static.shape
+        self._picks = static.picks
+
+    def pick(self, node: str, free: int, count: int) -> tuple[Level, int] | None:
+        """``self.nodes[node].pick(free, count)``, remembered per node shape (a pure function
+        of the node's cells, ``free`` and ``count``)."""
+        key = (self._shape[node], free, count)
+        try:
+            return self._picks[key]
+        except KeyError:
+            got = self._picks[key] = self.nodes[node].pick(free, count)
+            return got
 
     def masks(self, gpus: Iterable[GpuRef]) -> dict[str, int] | GpuRef:
         """Per-node masks of ``gpus``; the first unknown GPU instead when one is not in the tree."""
@@ -196,7 +245,7 @@ def _place_free(view: ClusterView, groups: tuple[tuple[str, tuple[str, ...]], ..
             have = free.bit_count()
             if have < per_node:
                 continue
-            got = layout.pick(free, per_node)
+            got = view.pick(name, free, per_node)
             if got is None:
                 continue
             level, mask = got

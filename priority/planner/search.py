@@ -18,6 +18,10 @@ and placement are then reserved: no later beneficiary counts them again, and GPU
 the placement stay unavailable for the pass (each plan stands on its own if the executor aborts
 another).
 
+The searches are incremental (:mod:`~hai_slurm.priority.planner.index`): candidates per node,
+per-node best sets and per-shape rankings are kept across the pass and recomputed only for the
+nodes a placement or plan changed; the results are those of the plain search.
+
 A snapshot older than ``max_staleness`` (or that far in the future), a GPU held twice or a GPU
 the topology does not have: no plan, and ``refused`` says why. Ties are broken by job id; the
 same inputs always give the same plans.
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import NamedTuple
 
+from hai_slurm.priority.planner.index import VictimIndex
 from hai_slurm.priority.planner.placement import (
     ClusterView,
     Placement,
@@ -45,7 +51,7 @@ from hai_slurm.priority.planner.types import (
     Victim,
     Waiting,
 )
-from hai_slurm.priority.planner.victims import Candidate, Option, search
+from hai_slurm.priority.planner.victims import Candidate, Option
 from hai_slurm.priority.policy.ladder import RANK
 
 
@@ -63,14 +69,22 @@ def _gs(value: float) -> str:
 
 
 def lost_seconds(holder: Holder, config: PlannerConfig, now: float) -> float:
-    """Seconds of work ``holder`` would lose: since its last checkpoint (or start) + restart."""
-    since = holder.start_time
-    if holder.last_checkpoint is not None and holder.last_checkpoint > since:
-        since = holder.last_checkpoint
+    """Seconds of work ``holder`` would lose, restart included.
+
+    A job that saves on request (``can_ack``) loses its save time (its own estimate, else
+    ``config.save_cost``) plus its restart; one that cannot loses everything since its last
+    checkpoint (or its start) plus its restart.
+    """
     restart = holder.restart_cost
     if restart is None:
         nodes = len({g.node for g in holder.gpus})
         restart = config.restart_cost + config.restart_cost_per_node * nodes
+    if holder.can_ack:
+        save = holder.save_cost if holder.save_cost is not None else config.save_cost
+        return max(0.0, save) + max(0.0, restart)
+    since = holder.start_time
+    if holder.last_checkpoint is not None and holder.last_checkpoint > since:
+        since = holder.last_checkpoint
     return max(0.0, now - since) + max(0.0, restart)
 
 
@@ -130,8 +144,8 @@ class _Pass:
         self.holders = {h.job_id: h for h in snap.running}
         self.claimed: dict[int, int] = {}
         self.cands: dict[int, Candidate] = {}
+        self.on_node: dict[str, list[int]] = {}   # running jobs with GPUs on a node, id order
         self.problem: str | None = None
-        owner: dict[tuple[str, int], int] = {}
         for h in sorted(snap.running, key=lambda h: h.job_id):
             masks = self.view.masks(h.gpus)
             if not isinstance(masks, dict):
@@ -141,18 +155,63 @@ class _Pass:
             for node, mask in masks.items():
                 clash = self.view.busy[node] & mask
                 if clash:
-                    other = owner[node, (clash & -clash).bit_length() - 1]
+                    other = min(j for j, c in self.cands.items()
+                                if c.masks.get(node, 0) & clash & -clash)
                     self.problem = (f"jobs {other} and {h.job_id} both hold a GPU on {node}; "
                                     "the snapshot is inconsistent")
                     return
-                for i in range(mask.bit_length()):
-                    if mask >> i & 1:
-                        owner[node, i] = h.job_id
                 self.view.occupy(node, mask)
             if masks:
                 lost = lost_seconds(h, config, now) * len(h.gpus)
                 self.cands[h.job_id] = Candidate(h.job_id, RANK[h.effective], h.borrowed,
                                                  lost, masks)
+                for node in masks:
+                    self.on_node.setdefault(node, []).append(h.job_id)
+        # why each candidate may not give way, leaving class and claims aside (None: it may)
+        top = max(RANK.values()) + 1
+        self.base: dict[int, str | None] = {}
+        for jid in self.cands:
+            no = _why_not(self.holders[jid], top, {}, config, now)
+            self.base[jid] = None if no is None else no[0]
+        self.left_out: dict[tuple[int, str | None], int] = {}
+        for jid, cat in self.base.items():
+            key = (self.cands[jid].rank, cat)
+            self.left_out[key] = self.left_out.get(key, 0) + 1
+        self.index = VictimIndex(self.view, self.cands,
+                                 [j for j, cat in self.base.items() if cat is None],
+                                 config.max_candidates_per_node)
+
+    def occupy(self, node: str, mask: int) -> None:
+        """Take ``mask`` on ``node`` for the rest of the pass."""
+        self.view.occupy(node, mask)
+        self.index.touch(node)
+
+    def claim(self, victim: int, beneficiary: int) -> None:
+        """``victim`` gives way to ``beneficiary``: later plans may not count it."""
+        self.claimed[victim] = beneficiary
+        key = (self.cands[victim].rank, self.base[victim])
+        self.left_out[key] -= 1
+        self.index.claim(victim)
+
+    def excluded(self, rank: int) -> dict[str, int]:
+        """How many running jobs may not give way to a job of ``rank``, per reason (what
+        :meth:`eligible` counts, from running counts)."""
+        out: dict[str, int] = {}
+        if self.claimed:
+            out["given to other plans"] = len(self.claimed)
+        for (r, why), n in self.left_out.items():
+            if n <= 0:
+                continue
+            cat = "not of a lower class" if r >= rank else why
+            if cat is not None:
+                out[cat] = out.get(cat, 0) + n
+        return out
+
+    def options(self, nodes: int, per: int, rank: int, *,
+                cross: bool) -> tuple[list[Option], dict[str, int]]:
+        """Victim sets for a job of ``rank`` needing ``nodes`` x ``per`` GPUs, best first (at
+        most 4), and the running jobs left out per reason."""
+        return (self.index.search(nodes, per, rank, cross_leaf=cross), self.excluded(rank))
 
     def eligible(self, rank: int) -> tuple[dict[str, list[Candidate]], dict[int, Candidate],
                                            dict[str, int]]:
@@ -174,7 +233,8 @@ class _Pass:
     def victim(self, jid: int) -> Victim:
         h, c = self.holders[jid], self.cands[jid]
         secs = c.lost_work / len(h.gpus)
-        ckpt = ("no checkpoint this run" if h.last_checkpoint is None
+        ckpt = ("saves on request" if h.can_ack
+                else "no checkpoint this run" if h.last_checkpoint is None
                 or h.last_checkpoint <= h.start_time
                 else f"last checkpoint {_dur(self.now - h.last_checkpoint)} ago")
         tag = "borrowed (over quota)" if h.borrowed else "within quota"
@@ -199,9 +259,10 @@ class _Pass:
         out.append(f"running jobs that may not give way to it: {_summary(excluded)}")
         rank = RANK[job.effective]
         nodes = set(best.placement.nodes)
-        for jid in sorted(self.holders):
+        near = sorted({j for n in nodes for j in self.on_node.get(n, ())})
+        for jid in near:
             h = self.holders[jid]
-            if jid in best.victims or not nodes & {g.node for g in h.gpus}:
+            if jid in best.victims:
                 continue
             no = _why_not(h, rank, self.claimed, self.config, self.now)
             why = "not needed" if no is None else no[1]
@@ -229,6 +290,12 @@ def _refused(reason: str, pending: tuple[Waiting, ...]) -> PlanningResult:
 def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                      now: float) -> PlanningResult:
     """Plans that let waiting jobs of higher classes start (see the module doc)."""
+    return _plan(snapshot, config, now, _Pass)
+
+
+def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
+          kind: type[_Pass]) -> PlanningResult:
+    """:func:`plan_preemptions` with the pass state ``kind`` (tests compare the plain search)."""
     age = now - snapshot.taken_at
     if not math.isfinite(age) or age > config.max_staleness:
         return _refused(f"snapshot is {_dur(age) if math.isfinite(age) else 'of unknown age'} "
@@ -237,7 +304,7 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
     if age < -config.max_staleness:
         return _refused(f"snapshot is {_dur(-age)} in the future: check the clocks",
                         snapshot.pending)
-    st = _Pass(snapshot, config, now)
+    st = kind(snapshot, config, now)
     if st.problem is not None:
         return _refused(st.problem, snapshot.pending)
     view = st.view
@@ -252,48 +319,51 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
     not_worth: dict[tuple[int, int, int, int], tuple[int, float]] = {}
     version = searches = 0
     max_plans, max_searches = config.limits(len(snapshot.pending))
+    shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
+    leads: dict[str, str] = {}                  # texts shared by jobs of one shape
+    texts: dict[tuple[str, str], str] = {}
     for i in order:
         job = snapshot.pending[i]
         jid, rank = job.job_id, RANK[job.effective]
         if job.gpus <= 0:
             decisions[jid] = Decision(jid, Outcome.NO_GPUS, "needs no GPUs: not planned")
             continue
-        nodes, per = shape(job, view.max_node_gpus)
-        what = f"{nodes} x {per} GPUs" if nodes > 1 else f"{per} GPUs on one node"
         leaves = job.max_leaves
-        cross = nodes > 1 and config.allow_cross_leaf and (leaves is None or leaves > 1)
-        if leaves is not None and nodes > 1:
-            what += f" on at most {leaves} leaf switch{'es' if leaves > 1 else ''} (--switches)"
-        if group_capacity(view, per, cross_leaf=cross) < nodes:
-            where = ("one node" if nodes == 1 else "the cluster" if cross
-                     else "one leaf switch")
-            decisions[jid] = Decision(jid, Outcome.IMPOSSIBLE,
-                                      f"needs {what}; {where} of this cluster has not that many "
-                                      "nodes with enough GPUs")
+        asked = (job.gpus, job.nodes, leaves)
+        known = shapes.get(asked)
+        if known is None:
+            known = shapes[asked] = _Shape.of(job, view, config)
+        nodes, per, what, cross, shape_key, impossible = known
+        if impossible is not None:
+            decisions[jid] = Decision(jid, Outcome.IMPOSSIBLE, impossible)
             continue
-        shape_key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross)
             if free is not None and not _within(view, free, leaves):
                 free = None
             if free is not None:
                 for node, mask in free.masks:
-                    view.occupy(node, mask)
+                    st.occupy(node, mask)
                 version += 1
                 decisions[jid] = Decision(jid, Outcome.FITS, (
                     f"{what} fit on free GPUs of {','.join(free.nodes)} "
                     f"(in-node level {free.level.name}); expected to start without preemption"))
                 continue
             no_free[shape_key] = per
-        lead = f"needs {what}, none free"
+        lead = leads.get(what)
+        if lead is None:
+            lead = leads[what] = f"needs {what}, none free"
         if rank == 0:
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS,
                                       f"{lead}; no class is lower than {job.effective.name}")
             continue
         if no_victims.get((*shape_key, per), -1) >= rank:
-            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
-                f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
-                f"{_dur(config.min_run_time)} frees such a placement"))
+            text = texts.get((lead, ""))
+            if text is None:
+                text = texts[lead, ""] = (
+                    f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
+                    f"{_dur(config.min_run_time)} frees such a placement")
+            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, text)
             continue
         benefit = config.class_weights.get(job.effective, 0.0) * max(0.0, job.wait) * job.gpus
         seen = not_worth.get((rank, *shape_key, per))
@@ -305,14 +375,14 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
             continue
         if len(plans) >= max_plans or searches >= max_searches:
             limit = "plans" if len(plans) >= max_plans else "victim searches"
-            decisions[jid] = Decision(jid, Outcome.SKIPPED,
-                                      f"{lead}; this cycle's limit of {limit} was reached")
+            text = texts.get((lead, limit))
+            if text is None:
+                text = texts[lead, limit] = f"{lead}; this cycle's limit of {limit} was reached"
+            decisions[jid] = Decision(jid, Outcome.SKIPPED, text)
             continue
         searches += 1
-        by_node, by_id, excluded = st.eligible(rank)
-        options = [o for o in search(view, nodes, per, by_node, by_id,
-                                     config.max_candidates_per_node, cross_leaf=cross)
-                   if _within(view, o.placement, leaves)]
+        found, excluded = st.options(nodes, per, rank, cross=cross)
+        options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
             no_victims[(*shape_key, per)] = max(rank, no_victims.get((*shape_key, per), -1))
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
@@ -333,10 +403,10 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
             continue
         victims = tuple(st.victim(v) for v in sorted(best.victims))
         not_chosen = st.passed_over(job, best, options[1:], excluded)
-        for v in best.victims:
-            st.claimed[v] = jid
+        for v in sorted(best.victims):
+            st.claim(v, jid)
         for node, mask in best.placement.masks:
-            view.occupy(node, mask)
+            st.occupy(node, mask)
         version += 1
         borrowed = sum(v.borrowed for v in victims)
         reason = (f"job {jid} ({job.effective.name}, team {job.team}, {what}) preempts "
@@ -351,6 +421,34 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, Outcome.PREEMPT, reason)
     return PlanningResult(tuple(plans), decisions, None)
+
+
+class _Shape(NamedTuple):
+    """What a pass derives from a job's asked shape (GPUs, nodes, --switches), once per shape."""
+
+    nodes: int
+    per: int
+    what: str
+    cross: bool
+    key: tuple[int, int]
+    impossible: str | None
+
+    @classmethod
+    def of(cls, job: Waiting, view: ClusterView, config: PlannerConfig) -> _Shape:
+        nodes, per = shape(job, view.max_node_gpus)
+        what = f"{nodes} x {per} GPUs" if nodes > 1 else f"{per} GPUs on one node"
+        leaves = job.max_leaves
+        cross = nodes > 1 and config.allow_cross_leaf and (leaves is None or leaves > 1)
+        if leaves is not None and nodes > 1:
+            what += f" on at most {leaves} leaf switch{'es' if leaves > 1 else ''} (--switches)"
+        impossible = None
+        if group_capacity(view, per, cross_leaf=cross) < nodes:
+            where = ("one node" if nodes == 1 else "the cluster" if cross
+                     else "one leaf switch")
+            impossible = (f"needs {what}; {where} of this cluster has not that many nodes with "
+                          "enough GPUs")
+        key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
+        return cls(nodes, per, what, cross, key, impossible)
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:

@@ -33,6 +33,10 @@ class Holder:
 
     ``restart_cost`` (seconds to get back to where it was, e.g. loading a checkpoint) overrides
     the configured model when known. ``last_checkpoint`` None means no checkpoint this run.
+    ``can_ack``: the job saves when asked (it has ``#HAI --checkpoint-dir``), so preempting it
+    costs its save time (``save_cost`` seconds, or the configured ``save_cost`` when None) plus
+    its restart, not the work since its last checkpoint; a job that cannot acknowledge loses
+    everything since its last periodic save (or its start).
     """
 
     job_id: int
@@ -46,6 +50,8 @@ class Holder:
     protected: bool = False
     preemptible: bool = True
     user: str = ""
+    can_ack: bool = False
+    save_cost: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,9 @@ class PlannerConfig:
     * ``benefit_threshold``: preempt only when benefit > threshold x lost work.
     * ``restart_cost`` + ``restart_cost_per_node`` x nodes: a victim's restart cost in seconds
       when its :class:`Holder` has no estimate of its own.
+    * ``save_cost``: seconds a victim that saves on request (``Holder.can_ack``) needs to save
+      when its :class:`Holder` has no estimate of its own. Such a victim loses save + restart;
+      one that cannot acknowledge loses the time since its last checkpoint + restart.
     * ``max_staleness``: refuse to plan from a snapshot older than this (seconds).
     * ``max_plans``: plans per cycle; ``max_searches``: victim searches per cycle (bounds the
       cycle's time); ``max_candidates_per_node``: victims considered per node (cheapest first).
@@ -95,6 +104,7 @@ class PlannerConfig:
     benefit_threshold: float = 1.0
     restart_cost: float = 120.0
     restart_cost_per_node: float = 0.0
+    save_cost: float = 60.0
     max_staleness: float = 60.0
     max_plans: int = 4
     max_searches: int = 64
@@ -111,7 +121,7 @@ class PlannerConfig:
 
     def __post_init__(self) -> None:
         for key in ("min_run_time", "benefit_threshold", "restart_cost",
-                    "restart_cost_per_node", "max_staleness", "plans_per_pending"):
+                    "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending"):
             _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
         for key in ("max_plans", "max_searches"):
             _check(key, getattr(self, key), "an integer >= 0",
@@ -171,7 +181,8 @@ class Victim:
     effective: PriorityClass
     gpus: int
     borrowed: bool
-    lost_seconds: float      # time since its last checkpoint plus its restart cost
+    lost_seconds: float      # save time (saves on request) or time since its last checkpoint,
+    #                          plus its restart cost
     lost_work: float         # lost_seconds x GPUs
     reason: str
 

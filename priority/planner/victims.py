@@ -6,7 +6,8 @@ by a key, lowest first:
 
 1. lost work of *non-borrowed* victims (so a set of borrowed jobs only always wins: borrowed
    jobs give way first);
-2. total lost work (time since last checkpoint + restart cost, times GPUs);
+2. total lost work (save time for a job that saves on request, else time since its last
+   checkpoint; plus restart cost; times GPUs);
 3. the highest victim class (lower classes give way first);
 4. the number of victims;
 5. the in-node level of the placement (one PCIe switch beats one socket beats the whole node);
@@ -90,7 +91,7 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
         nonlocal best
         have = free.bit_count()
         if have >= per_node:
-            got = layout.pick(free, per_node)
+            got = view.pick(node, free, per_node)
             if got is not None:
                 level, mask = got
                 key = (*_set_key(chosen), int(level), have - per_node, layout.order,

@@ -111,7 +111,8 @@ class HaiSlurm:
         gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
         holders = tuple(
             replace(h, last_checkpoint=eng.periodic_checkpoint(job, now),
-                    preemptible=h.preemptible and job.signalled is None)
+                    preemptible=h.preemptible and job.signalled is None,
+                    can_ack=True, save_cost=float(eng.costs.checkpoint_time(job.gpus)))
             for h in holders_from_policy(running, result.running, gpus)
             for job in (eng.by_slurm[h.job_id],))
         waiting_jobs = [p for p in pending if p.job_id not in self.inflight]

@@ -127,3 +127,11 @@ def test_config_check_summary_mentions_planner_and_executor() -> None:
     assert "HIGH force" in on and "LOW abort" in on
     off = summary(parse_config("[planner]\nenabled = false\n"))
     assert off[-1].startswith("preemption: off")
+
+
+def test_save_cost_is_read_and_checked() -> None:
+    """``[planner] save_cost`` takes a duration (the save time of a victim that saves on
+    request without a grace of its own); a negative one is refused with the key named."""
+    assert parse_config('[planner]\nsave_cost = "2m"\n').preempt.planner.save_cost == 120
+    with pytest.raises(ConfigError, match="save_cost"):
+        parse_config("[planner]\nsave_cost = -5\n")

@@ -66,13 +66,24 @@ PREEMPT = [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 1000, 100, 8, "t2", P.HIGH)]
 
 
 def test_hai_slurm_preempts_once_the_benefit_beats_the_lost_work() -> None:
-    """Cycle at 1020: benefit 30 x 20 s x 8 < lost (1020 + 70) x 8: no plan. At 1050: 30 x 50
-    x 8 = 12000 > 8960: A checkpoints (70 s), B runs 1120-1220, A restarts at 1220 with
-    5000 - 1050 s left after 70 s of restart: ends 5240."""
-    engine = run("hai-slurm", PREEMPT)
+    """B asks for 1 GPU. A saves on request, so it loses its checkpoint time (70 s) plus its
+    restart (70 s) x 8 GPUs = 1120. Cycle at 1020: benefit 30 x 20 s x 1 = 600: no plan. At
+    1050: 30 x 50 = 1500 > 1120: A checkpoints (70 s), B runs 1120-1220, A restarts at 1220
+    with 5000 - 1050 s left after 70 s of restart: ends 5240."""
+    engine = run("hai-slurm", [PREEMPT[0], job(2, 1000, 100, 1, "t2", P.HIGH)])
     assert runs(engine) == {1: (0, 5240, 1), 2: (1120, 1220, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
         (1050, 1, 2)]
+
+
+def test_hai_slurm_counts_a_checkpointing_victims_save_not_its_age() -> None:
+    """B asks for 8 GPUs: at 1020 its benefit 30 x 20 x 8 = 4800 beats A's save + restart
+    (70 + 70) x 8 = 1120 although A has not saved for 1020 s: A checkpoints, B runs 1090-1190,
+    A restarts at 1190 and ends 1190 + 70 + (5000 - 1020) = 5240."""
+    engine = run("hai-slurm", PREEMPT)
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1090, 1190, 0)}
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1020, 1, 2)]
 
 
 def test_hai_slurm_never_preempts_a_job_younger_than_the_minimum_run_time() -> None:
@@ -128,29 +139,30 @@ PROTECT = [*PREEMPT[:1], PREEMPT[1], job(3, 2000, 100, 8, "t2", P.HIGH)]
 
 
 def test_hai_slurm_preempts_the_same_team_again_when_unprotected() -> None:
-    """Default protection (after more than 3 preemptions): job 3 preempts job 1 again at 2040
-    (job 1 has run 820 s since its restart at 1220; 30 x 40 x 8 > (820 + 70) x 8)."""
+    """Default protection (after more than 3 preemptions): job 3 preempts job 1 again at its
+    first cycle, 2010 (job 1 has run 820 s since its restart at 1190, but saves on request:
+    30 x 10 x 8 > (70 + 70) x 8)."""
     engine = run("hai-slurm", PROTECT)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1050, 1, 2), (2040, 1, 3)]
-    assert runs(engine)[3] == (2110, 2210, 0)
+        (1020, 1, 2), (2010, 1, 3)]
+    assert runs(engine)[3] == (2080, 2180, 0)
 
 
 def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
-    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1050, so job 3
-    waits until 4650, then preempts: job 3 runs 4720-4820; job 1 kept its progress (3360 s
-    of this run, 590 s left) and ends 4820 + 70 + 590.
+    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1020, so job 3
+    waits until 4620, then preempts: job 3 runs 4690-4790; job 1 kept its progress (1020 s,
+    then 3360 s of this run, 620 s left) and ends 4790 + 70 + 620.
 
     Job 1 holds all 8 GPUs, so 4 of them are borrowed (quota 4 per team): protection covers it
-    only with protect_borrowed; by default (second run) the borrowed job is reclaimed at 2040
+    only with protect_borrowed; by default (second run) the borrowed job is reclaimed at 2010
     exactly as when unprotected."""
     toml = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
     engine = run("hai-slurm", PROTECT, toml + "protect_borrowed = true\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1050, 1, 2), (4650, 1, 3)]
-    assert runs(engine) == {1: (0, 5480, 2), 2: (1120, 1220, 0), 3: (4720, 4820, 0)}
+        (1020, 1, 2), (4620, 1, 3)]
+    assert runs(engine) == {1: (0, 5480, 2), 2: (1090, 1190, 0), 3: (4690, 4790, 0)}
     assert engine.policy.counts["protections"] >= 1
     default = run("hai-slurm", PROTECT, toml)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
-        (1050, 1, 2), (2040, 1, 3)]
+        (1020, 1, 2), (2010, 1, 3)]
     assert default.policy.counts["protections"] >= 1

@@ -1,0 +1,128 @@
+"""Lost work as it really is: a victim that saves on request loses its save time plus its
+restart; one that cannot acknowledge loses everything since its last save (hand-made schedules,
+then the daemon's path from a job's ``#HAI`` record)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import replace
+from pathlib import Path
+
+from executor_world import Behaviour, make_world
+
+from hai_slurm.classes import ClassOrigin, PriorityClass
+from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.daemon.loop import Daemon
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.planner.inputs import save_estimates
+from hai_slurm.priority.planner.search import lost_seconds, plan_preemptions
+from hai_slurm.priority.planner.testing import (
+    NOW,
+    gpu_cluster,
+    gpus,
+    holder,
+    snapshot,
+    waiting,
+)
+from hai_slurm.priority.planner.types import Outcome, PlannerConfig
+from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.lock import LeaderLock
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
+
+NORMAL, HIGH = PriorityClass.NORMAL, PriorityClass.HIGH
+ALL8 = tuple(range(8))
+CFG = PlannerConfig(restart_cost=120.0, save_cost=60.0)
+
+
+def test_a_job_that_saves_on_request_loses_save_plus_restart() -> None:
+    """Its last checkpoint does not matter; its own estimate wins over the configured one."""
+    old = holder(1, NORMAL, gpus("n1", 0), checkpoint=NOW - 7200, can_ack=True)
+    assert lost_seconds(old, CFG, NOW) == 60 + 120
+    never = replace(old, last_checkpoint=None)
+    assert lost_seconds(never, CFG, NOW) == 60 + 120
+    own = replace(old, save_cost=15.0, restart_cost=5.0)
+    assert lost_seconds(own, CFG, NOW) == 20
+    assert lost_seconds(old, replace(CFG, save_cost=300.0), NOW) == 300 + 120
+
+
+def test_a_job_that_cannot_acknowledge_loses_all_since_its_last_save() -> None:
+    """Without can_ack: the time since its last checkpoint (else its start) plus restart."""
+    saved = holder(1, NORMAL, gpus("n1", 0), checkpoint=NOW - 1800)
+    assert lost_seconds(saved, CFG, NOW) == 1800 + 120
+    never = replace(saved, last_checkpoint=None, start_time=NOW - 5000)
+    assert lost_seconds(never, CFG, NOW) == 5000 + 120
+
+
+def test_the_checkpointing_victim_is_chosen_over_one_that_saved_long_ago() -> None:
+    """Two full nodes: n1's job saves on request but last saved 2 h ago, n2's cannot and saved
+    30 min ago. Counting time since the last save would pick n2; the real loss picks n1."""
+    topo = gpu_cluster(1, 2)
+    acker = holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 7200, can_ack=True)
+    killed = holder(2, NORMAL, gpus("n2", *ALL8), checkpoint=NOW - 1800)
+    result = plan_preemptions(snapshot(topo, [acker, killed], [waiting(10, HIGH, 8)]),
+                              config=CFG, now=NOW)
+    (plan,) = result.plans
+    assert plan.victim_ids == (1,) and plan.nodes == ("n1",)
+    assert plan.victims[0].lost_seconds == 180 and plan.lost_work == 180 * 8
+    assert "saves on request" in plan.victims[0].reason
+    as_before = replace(acker, can_ack=False)
+    (old,) = plan_preemptions(snapshot(topo, [as_before, killed], [waiting(10, HIGH, 8)]),
+                              config=CFG, now=NOW).plans
+    assert old.victim_ids == (2,)
+
+
+def test_a_recent_periodic_save_can_beat_a_slow_save_on_request() -> None:
+    """A job that cannot acknowledge but saved 10 s ago loses less than one whose save on
+    request takes 10 min: the planner takes the one that really loses less."""
+    topo = gpu_cluster(1, 2)
+    slow = holder(1, NORMAL, gpus("n1", *ALL8), can_ack=True, save_cost=600.0)
+    fresh = holder(2, NORMAL, gpus("n2", *ALL8), checkpoint=NOW - 10)
+    (plan,) = plan_preemptions(snapshot(topo, [slow, fresh], [waiting(10, HIGH, 8)]),
+                               config=CFG, now=NOW).plans
+    assert plan.victim_ids == (2,) and plan.victims[0].lost_seconds == 130
+
+
+def test_saving_on_request_makes_a_preemption_worth_it() -> None:
+    """The benefit (30 x 60 s x 8 GPUs = 14,400) is below a 2 h loss but above save + restart
+    (180 s x 8 GPUs = 1,440): NOT_WORTH without acknowledgement, PREEMPT with it."""
+    topo = gpu_cluster(1, 1)
+    job = waiting(10, HIGH, 8, wait=60.0)
+    lost = holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 7200)
+    no = plan_preemptions(snapshot(topo, [lost], [job]), config=CFG, now=NOW)
+    assert no.decisions[10].outcome is Outcome.NOT_WORTH and not no.plans
+    yes = plan_preemptions(snapshot(topo, [replace(lost, can_ack=True)], [job]), config=CFG,
+                           now=NOW)
+    assert yes.decisions[10].outcome is Outcome.PREEMPT and yes.plans[0].lost_work == 1440
+
+
+def test_save_estimates_read_checkpoint_dir_and_grace() -> None:
+    """A checkpoint directory means the job saves on request, its grace the estimate; without
+    a grace the planner's default applies; without a directory it cannot acknowledge."""
+    got = save_estimates({1: ("/ck/a", 45), 2: ("/ck/b", None), 3: (None, 30), 4: ("", 10)})
+    assert got == {1: 45.0, 2: None}
+
+
+def test_daemon_reads_the_record_and_picks_the_checkpointing_victim(tmp_path: Path) -> None:
+    """Four LOW jobs of equal age fill 4 x 8 GPUs, only v3 has a checkpoint directory (grace
+    30 s); the daemon's planner takes v3 for the HIGH 8-GPU job, losing 30 s + restart."""
+    world = make_world(tmp_path)
+    victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
+               for i in range(4)]
+    world.fake.advance(world.fake.now + 3600)
+    world.clock.now = float(world.fake.now)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=1,
+                      gpus_per_node=8, admin_comment=format_admin_comment(info),
+                      now=world.fake.now - 600)
+    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
+    planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=planner, executor=world.executor(), interval=1.0)
+    report = daemon.run_once()
+    assert report.outcome.value == "ok", report.reason
+    assert planner.last is not None
+    (plan,) = planner.last.plans
+    assert plan.victim_ids == (victims[3],)
+    assert plan.victims[0].lost_seconds == 30 + PlannerConfig().restart_cost
