@@ -7,9 +7,11 @@ plan, put up the :mod:`~hai_slurm.priority.executor.guard` (competitors held, be
 --full``, plus Redis when configured) and polls their control directories
 (:func:`~hai_slurm.checkpoint.read_job_report`, trusting only the job owner's files) until each
 acknowledged, ended, or missed its deadline (a victim still ``saving`` gets ``saving_extension``
-more); **phase 2**, only if all acknowledged (or policy ``force``), requeues them held, waits for
-the beneficiary to start, releases the guard and commits ``done`` with the fairness events and
-credits. Policy ``abort`` requeues nobody but the victims that already saved and exited.
+more); **phase 2**, unless one missed (policy ``abort``), requeues them held — acknowledged ones
+and ones that ended without an ack alike (a victim is never lost: only a completed, cancelled or
+forgotten one is not requeued) — waits for the beneficiary to start, releases the guard and
+commits ``done`` with the fairness events and credits (save times from the jobs' own acks).
+Policy ``abort`` requeues nobody but the victims that already saved or ended.
 :meth:`PreemptionExecutor.recover` finishes or rolls back what a killed daemon left. The full
 description, with the state table, is ``PREEMPTION.md`` next to this module.
 """
