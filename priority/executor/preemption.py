@@ -230,9 +230,11 @@ class PreemptionExecutor:
         if f is not None and f.state not in _NOT_REQUEUED:
             self.repo.update_victims(plan_id, [jid], VictimState.ENDED, at=now)
             w.ended[jid] = f.state.value
-            self._audit(plan_id, f"plan {plan_id}: victim {jid} ended ({f.state}) without an "
-                        "acknowledgement; it is requeued and resumes from its newest valid "
-                        "checkpoint", job_id=jid, state=f.state.value)
+            how = ("was requeued by Slurm (RequeueExit) before an acknowledgement was read"
+                   if f.pending else f"ended ({f.state}) without an acknowledgement")
+            self._audit(plan_id, f"plan {plan_id}: victim {jid} {how}; it is requeued (held) "
+                        "and resumes from its newest valid checkpoint", job_id=jid,
+                        state=f.state.value)
             return
         self.repo.update_victims(plan_id, [jid], VictimState.GONE, at=now)
         why = ("is no longer known to slurmctld (MinJobAge passed?): it cannot be requeued "
@@ -287,7 +289,7 @@ class PreemptionExecutor:
                     facts = None
                 for jid in sorted(waiting) if facts is not None else ():
                     f = facts.get(jid) if facts is not None else None
-                    if f is None or f.finished:
+                    if f is None or not f.running:  # pending: Slurm requeued it (RequeueExit)
                         last[jid] = f
                         seen_end.setdefault(jid, now)
             if waiting:
@@ -419,7 +421,7 @@ class PreemptionExecutor:
             except SlurmError as err:
                 log.warning("plan %d: cannot read the victims' states (%s)", plan_id, err)
                 facts = {}
-            exited = [j for j in acked if j in facts and facts[j].finished]
+            exited = [j for j in acked if j in facts and not facts[j].running]
             if len(exited) == len(acked) or self._now() >= end:
                 break
             self._sleep(self.settings.poll)

@@ -53,6 +53,8 @@ class Behaviour:
     """Write the ack this long *after* the job ended (its state flips at ``ack_after``)."""
     exit_lag: float = 0.0
     """Slurm sees the job end this long after the ack (slurmctld slow, e.g. restarting)."""
+    slurm_requeues: bool = False
+    """Slurm requeues the job the moment it ends (``RequeueExit=75``), not held."""
 
 
 @dataclass
@@ -122,6 +124,8 @@ class World:
                 continue
             if b.dies_after is not None and since >= b.dies_after:
                 self.fake.finish(jid, b.dies_as)
+                if b.slurm_requeues:
+                    self.fake.requeue_any([jid], hold=False)
                 continue
             if b.ack_after is not None and since >= b.ack_after and b.ack_lag:
                 self.fake.finish(jid, JobState.FAILED)  # the ack lands after the job's end

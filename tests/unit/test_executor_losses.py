@@ -243,3 +243,24 @@ def test_force_policy_requeues_the_ended_and_the_missed(world: World) -> None:
     result = world.executor(saving_extension=0.0).run(req, world.fake.snapshot())
     assert result.state is PlanState.DONE, result.note
     assert states(world, result.plan_id) == dict.fromkeys(victims[:2], VictimState.REQUEUED)
+
+
+def test_victim_slurm_requeued_before_its_ack_was_read_is_held(world: World) -> None:
+    """``RequeueExit=75`` requeues a victim (pending, not held) before the executor read its
+    ack: it is taken as ended, held until the beneficiary runs, requeued once only.
+    (Before: a pending victim was neither acked nor ended: it missed, the plan aborted.)"""
+    victims, bene, req = two_victims(world, Behaviour(ack_after=None, dies_after=0.5,
+                                                      slurm_requeues=True))
+    ex = world.executor()
+    seen: list[bool] = []
+    ex.hook = lambda point, _p: seen.append(world.fake.jobs[victims[0]].held) \
+        if point == "requeued" else None
+    result = ex.run(req, world.fake.snapshot())
+    assert result.state is PlanState.DONE, result.note
+    assert seen == [True]
+    assert states(world, result.plan_id)[victims[0]] is VictimState.REQUEUED
+    job = world.fake.jobs[victims[0]]
+    assert job.restart_count == 1 and not job.held
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    audit = [a.message for a in world.repo.audit_entries(plan_id=result.plan_id)]
+    assert any("requeued by Slurm (RequeueExit)" in m for m in audit), audit
