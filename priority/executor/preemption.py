@@ -66,6 +66,8 @@ is still running then is handed to :mod:`.late_acks`, which requeues it once it 
 _ACK_SETTLE = 1.0
 """Seconds a victim seen ended is still watched for its acknowledgement before it counts as
 ended without one (it is requeued either way; this only makes the record true)."""
+_REQUEUE_RETRY = 10.0
+"""Seconds a requeue refused by a victim in transition is retried."""
 _NOT_REQUEUED = frozenset({JobState.COMPLETED, JobState.CANCELLED})
 """End states of a victim that are not requeued: a real completion (exit 0), or a cancel."""
 
@@ -363,7 +365,7 @@ class PreemptionExecutor:
                 if v.state in (VictimState.ACKED, VictimState.MISSED, VictimState.ENDED)]
         now = self._now()
         guard.save(replace(guard.context, victims_held=tuple(todo)), now)
-        done = set(self.slurm.requeue_any(todo, hold=True)) if todo else set()
+        done = self._requeue_all(todo, hold=True)
         now = self._now()
         if done:
             self.repo.update_victims(plan.plan_id, sorted(done), VictimState.REQUEUED, at=now)
@@ -376,6 +378,24 @@ class PreemptionExecutor:
                                   note=f"requeued (held) {sorted(done)}")
         self.hook("requeued", plan.plan_id)
         return self.repo.get_plan(plan.plan_id)
+
+    def _requeue_all(self, job_ids: list[int], *, hold: bool) -> set[int]:
+        """``requeue_any``, retried for up to ``_REQUEUE_RETRY`` s for the victims it skipped
+        but slurmctld still knows: a job in transition (COMPLETING, or being requeued by
+        ``RequeueExit=75``) refuses the requeue and the hold for a moment."""
+        done = set(self.slurm.requeue_any(job_ids, hold=hold)) if job_ids else set()
+        end = self._now() + _REQUEUE_RETRY
+        left = [j for j in job_ids if j not in done]
+        while left and self._now() < end:
+            self._sleep(self.settings.poll)
+            try:
+                known = self.slurm.job_facts(left)
+                left = [j for j in left if j in known]
+                done |= set(self.slurm.requeue_any(left, hold=hold)) if left else set()
+            except SlurmError as err:
+                log.warning("requeue of %s failed (%s); retrying", left, err)
+            left = [j for j in left if j not in done]
+        return done
 
     def _wait_beneficiary(self, job_id: int) -> bool:
         end = self._now() + self.settings.start_timeout
@@ -426,7 +446,7 @@ class PreemptionExecutor:
                 break
             self._sleep(self.settings.poll)
         todo = [*exited, *ended]
-        requeued = self.slurm.requeue_any(todo, hold=False) if todo else ()
+        requeued = tuple(j for j in todo if j in self._requeue_all(todo, hold=False))
         if requeued:
             self.repo.update_victims(plan_id, list(requeued), VictimState.REQUEUED,
                                      at=self._now())
