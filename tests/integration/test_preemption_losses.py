@@ -152,10 +152,12 @@ def test_victim_that_saves_while_no_daemon_watches_is_requeued_by_slurm(bed: Bed
 
 
 def test_slurmctld_restarted_during_the_save(bed: Bed) -> None:
-    """slurmctld is stopped 2 s into an 8-s save and started again 6 s later: the executor keeps
-    waiting (it does not roll back on the failed queries), the victim's ack is read, it is
-    requeued and resumes from its save; nobody is left held. (Before: rolled back, the 3-s exit
-    wait gave up, the victim was left FAILED 75.)"""
+    """slurmctld is stopped 2 s into an 8-s save and started again 6 s later: the plan ends done
+    (directly, or through the next cycle's recover() if the requeue hit the outage), the victim
+    resumes from its save, nobody is left held. A regression guard only: it passes on the old
+    executor too (Slurm's clients wait out an outage shorter than MessageTimeout, and so did a
+    25-s one here); the failing-today cases are the unit tests with slurmctld unreachable
+    (tests/unit/test_executor_losses.py)."""
     if not bed.testbed.started_here:
         pytest.skip("restarts slurmctld: only on a testbed this session started")
     fill_others(bed)
