@@ -12,7 +12,7 @@ first fill it and ``HAI_CHECKPOINT_GRACE`` in from the job's own record, see
 ``HAI_CHECKPOINT_SIGNAL``   checkpoint request signal, ``USR2`` (default), ``SIGUSR2`` or a number
 ``HAI_CHECKPOINT_GRACE``    seconds a request stays valid without a step boundary (default 60)
 ``HAI_CHECKPOINT_KEEP``     how many checkpoints to keep (default 3)
-``SLURM_JOB_ID``            job id (``SLURM_ARRAY_JOB_ID``/``SLURM_ARRAY_TASK_ID`` for arrays)
+``SLURM_JOB_ID``            job id (an array task's own id too, not ``<array>_<task>``)
 ``SLURM_RESTART_COUNT``     how often Slurm requeued the job (0 when unset)
 ``RANK`` / ``SLURM_PROCID`` global rank (``RANK`` wins: torchrun sets it)
 ``WORLD_SIZE`` / ``SLURM_NTASKS``  number of ranks
@@ -97,10 +97,12 @@ def restart_count_from(environ: Mapping[str, str]) -> int:
 
 
 def job_id_from(environ: Mapping[str, str]) -> str:
-    """Slurm's job id (``<array job>_<task>`` for array tasks), ``local`` outside Slurm."""
-    array_job, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
-    if array_job and task:
-        return f"{array_job}_{task}"
+    """Slurm's own id of the job (``SLURM_JOB_ID``), ``local`` outside Slurm.
+
+    An array task has its own id too (``SLURM_JOB_ID``; ``SLURM_ARRAY_JOB_ID``_
+    ``SLURM_ARRAY_TASK_ID`` is only its display name): that is the id the daemon reads from
+    ``squeue --json`` and addresses, and it stays the same across requeues, so the control
+    directory ``.hai/<id>`` and the ``job_id`` in phase.json/ack.json use it for every job."""
     return environ.get("SLURM_JOB_ID", "").strip() or LOCAL_JOB_ID
 
 

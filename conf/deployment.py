@@ -80,6 +80,10 @@ class Deployment:
     log_dir: str = "/var/log/slurm"
     run_dir: str = "/run/slurm"
     cred_expire_s: int = 10
+    min_job_age_s: int = 3900
+    """Daemon mode's ``MinJobAge``: how long slurmctld keeps an ended job, and so how long the
+    daemon can still requeue a victim that ended without exit code 75 (priority/PREEMPTION.md,
+    "The safety net"): an hour of daemon downtime plus margin."""
     proctrack_type: str = "proctrack/cgroup"
     task_plugin: str = "task/affinity,task/cgroup"
     multiple_slurmd: bool = False
@@ -103,6 +107,15 @@ class Deployment:
                 "native preemption (preempt/qos) needs accounting (slurmdbd); set "
                 "accounting = true or preemption = \"daemon\"",
                 key="deployment.preemption", value=self.preemption.value)
+        if self.min_job_age_s < 2:  # Slurm: 0 keeps jobs forever, 1 is refused
+            raise ConfigError("must be at least 2 seconds (priority/PREEMPTION.md: an hour or "
+                              "more keeps ended victims requeueable while the daemon is down)",
+                              key="deployment.min_job_age", value=self.min_job_age_s)
+        if any(k.lower() == "minjobage" for k, _v in self.extra_settings) \
+                and self.preemption is PreemptionMode.DAEMON:
+            raise ConfigError("daemon mode writes MinJobAge itself; set deployment.min_job_age "
+                              "instead of an extra MinJobAge line", key="deployment.extra",
+                              value="MinJobAge")
         if self.cred_expire_s < 1:
             raise ConfigError("must be at least 1 second", key="deployment.cred_expire",
                               value=self.cred_expire_s)

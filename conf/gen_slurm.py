@@ -100,7 +100,7 @@ def _scheduling(desc: ClusterDescription, dep: Deployment) -> list[str]:
             "# batch shell: run training as a step (`exec srun python train.py`) or it cannot",
             "# save. The job library saves on SIGTERM and exits 75 (checkpoint/PROTOCOL.md);",
             "# preempt/qos leaves a job that ended by itself within its GraceTime FAILED, so",
-            "# exit code 75 is requeued (daemon mode needs none of this: the executor requeues).",
+            "# exit code 75 is requeued.",
             "RequeueExit=75",
         ]
         if dep.slurm_version.has_preempt_parameters:
@@ -112,9 +112,15 @@ def _scheduling(desc: ClusterDescription, dep: Deployment) -> list[str]:
     else:
         lines += [
             "# Slurm never preempts: the hai-slurm daemon asks a job to checkpoint (USR2), then",
-            "# requeues it with scontrol requeue.",
+            "# requeues it (held until the urgent job runs) with scontrol requeuehold.",
             "PreemptType=preempt/none",
             "PreemptMode=OFF",
+            "# The safety net while the daemon is down (priority/PREEMPTION.md): a job that",
+            "# saved exits 75 (\"saved, requeue me\") and Slurm requeues it; a victim that ended",
+            "# otherwise is requeued by the daemon once it is back, while slurmctld still knows",
+            "# it: keep ended jobs this long (raise MaxJobCount if more jobs end per MinJobAge).",
+            "RequeueExit=75",
+            f"MinJobAge={dep.min_job_age_s}",
         ]
     comment = ("  # --signal is sent at preemption, not only near the time limit"
                if "preempt_send_user_signal" in sched else "")

@@ -18,7 +18,8 @@ _VICTIM_WORDS = {
     VictimState.ACKED: "saved",
     VictimState.MISSED: "missed its deadline",
     VictimState.REQUEUED: "requeued",
-    VictimState.GONE: "ended on its own",
+    VictimState.ENDED: "ended without an acknowledgement, to be requeued",
+    VictimState.GONE: "not requeued (completed, cancelled, or forgotten by Slurm)",
 }
 
 

@@ -20,7 +20,9 @@ boundary and either acknowledges and exits 75 (``--on-request exit``, the defaul
 acknowledges and keeps training until Slurm actually requeues it (``--on-request continue``:
 the requeue's SIGTERM then saves again and exits 75). ``--ignore-requests`` simulates a job that
 never answers USR2; ``--save-seconds`` makes each save take that long (the phase shows
-``saving`` meanwhile); ``--save-every K`` adds periodic saves. With ``--ignore-requests`` SIGTERM
+``saving`` meanwhile); ``--save-every K`` adds periodic saves; ``--fail-save-on-run N`` makes
+the requested save of run N fail in the kernel (a file size limit: EFBIG, as a full disk) so the
+job exits 1. With ``--ignore-requests`` SIGTERM
 kills the job at once (its default action), as it would a job without the library.
 """
 
@@ -88,10 +90,36 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--save-every", type=int, default=0, help="periodic save every K steps")
     p.add_argument("--save-seconds", type=float, default=0.0, help="artificial save duration")
     p.add_argument("--on-request", choices=("exit", "continue"), default="exit")
+    p.add_argument("--fail-save-on-run", type=int, default=None, metavar="N",
+                   help="in run N, the requested save hits a file size limit (the kernel's "
+                   "EFBIG, like a full disk: the library says older checkpoints are untouched) "
+                   "and the job exits 1")
     p.add_argument("--ignore-requests", action="store_true",
                    help="never answer USR2; SIGTERM kills at once (no save)")
     p.add_argument("--reference", action="store_true", help="uninterrupted run, no library")
     return p
+
+
+def _failing_save(ck: Any, state: dict[str, Any]) -> int:
+    """Save under a 64-byte file size limit (SIGXFSZ ignored, so the write fails with EFBIG as
+    a full disk fails with ENOSPC); report the library's error and exit 1, as a training
+    script whose save fails would."""
+    import resource
+
+    from hai_slurm.errors import CheckpointError
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, before[1]))
+    try:
+        ck.save(state)
+    except CheckpointError as err:
+        resource.setrlimit(resource.RLIMIT_FSIZE, before)
+        print(f"save failed: {err}", flush=True)
+        return 1
+    resource.setrlimit(resource.RLIMIT_FSIZE, before)
+    print("save did not fail under the file size limit", flush=True)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         elif ck.requested():
             pending = ck.listener.pending()
             by_term = pending is not None and pending.signal == signal.SIGTERM
+            if args.fail_save_on_run == run:
+                return _failing_save(ck, state)
             if acked_at != state["step"]:
                 ck.save(state)
             if args.on_request == "continue" and not by_term:

@@ -4,8 +4,10 @@ A job's own request validity (``HAI_CHECKPOINT_GRACE``) can be longer than the e
 deadline (its ``#HAI --grace`` capped by the class's ``grace_cap``). Such a victim may save,
 acknowledge and exit 75 after the plan was aborted; without help it would stay FAILED. The
 executor therefore remembers the missed victims of an aborted plan for ``window`` seconds (one
-named value, ``executor.late_acks``) and :func:`sweep` — called every daemon cycle — requeues any
-of them that has acknowledged and exited since (not held: the plan is over). ``RequeueExit=75``
+named value, ``executor.late_acks``), and the acknowledged ones slurmctld had not yet seen exit
+when the plan ended (a slurmctld restart delays that), and :func:`sweep` — called every daemon
+cycle — requeues any of them that has acknowledged and exited since (not held: the plan is
+over). ``RequeueExit=75``
 in slurm.conf is the other safety net.
 """
 
@@ -18,9 +20,12 @@ from hai_slurm.priority.executor.types import VictimContext
 from hai_slurm.priority.store import AuditEntry
 from hai_slurm.priority.store.records import JsonValue
 from hai_slurm.priority.store.repository import Repository
-from hai_slurm.slurm_plugins.types import SlurmClient
+from hai_slurm.slurm_plugins.types import JobState, SlurmClient
 
 KEY = "executor.late_acks"
+_NOT_REQUEUED = frozenset({JobState.COMPLETED, JobState.CANCELLED})
+"""A watched job that then completed (it acknowledged, kept running and finished) or was
+cancelled is left alone."""
 
 
 def _entries(repo: Repository) -> list[dict[str, JsonValue]]:
@@ -62,7 +67,7 @@ def sweep(repo: Repository, slurm: SlurmClient, reader: Callable[..., JobReport]
                 continue  # gone for good, or cannot acknowledge
             report = reader(v.control_dir, str(v.job_id), v.uid, restart_count=v.restart_count,
                             not_before=float(asked) - skew)
-            if report.ack is not None and f.finished:
+            if report.ack is not None and f.finished and f.state not in _NOT_REQUEUED:
                 slurm.requeue_any([v.job_id], hold=False)
                 audit.append(AuditEntry(
                     at=now, kind="late-ack", job_id=v.job_id, plan_id=int(str(entry["plan_id"])),

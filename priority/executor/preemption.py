@@ -7,9 +7,11 @@ plan, put up the :mod:`~hai_slurm.priority.executor.guard` (competitors held, be
 --full``, plus Redis when configured) and polls their control directories
 (:func:`~hai_slurm.checkpoint.read_job_report`, trusting only the job owner's files) until each
 acknowledged, ended, or missed its deadline (a victim still ``saving`` gets ``saving_extension``
-more); **phase 2**, only if all acknowledged (or policy ``force``), requeues them held, waits for
-the beneficiary to start, releases the guard and commits ``done`` with the fairness events and
-credits. Policy ``abort`` requeues nobody but the victims that already saved and exited.
+more); **phase 2**, unless one missed (policy ``abort``), requeues them held — acknowledged ones
+and ones that ended without an ack alike (a victim is never lost: only a completed, cancelled or
+forgotten one is not requeued) — waits for the beneficiary to start, releases the guard and
+commits ``done`` with the fairness events and credits (save times from the jobs' own acks).
+Policy ``abort`` requeues nobody but the victims that already saved or ended.
 :meth:`PreemptionExecutor.recover` finishes or rolls back what a killed daemon left. The full
 description, with the state table, is ``PREEMPTION.md`` next to this module.
 """
@@ -22,13 +24,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from hai_slurm.checkpoint import JobReport, read_job_report
+from hai_slurm.checkpoint import Ack, JobReport, read_job_report
 from hai_slurm.errors import SlurmError, StateError
 from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.executor import late_acks
 from hai_slurm.priority.executor.guard import Guard, PlanContext, context_key
 from hai_slurm.priority.executor.notify import CheckpointNotifier, NoNotifier
-from hai_slurm.priority.executor.records import plan_jobs, settle_records, victim_contexts
+from hai_slurm.priority.executor.records import (
+    plan_jobs,
+    settle_records,
+    victim_contexts,
+    victim_summary,
+)
 from hai_slurm.priority.executor.types import (
     ExecutionRequest,
     ExecutionResult,
@@ -39,7 +46,13 @@ from hai_slurm.priority.hooks import CycleExtras, CycleView
 from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store import AuditEntry, Plan, PlanState, VictimState
 from hai_slurm.priority.store.repository import Repository
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, SignalTarget, SlurmClient
+from hai_slurm.slurm_plugins.types import (
+    ClusterSnapshot,
+    JobFacts,
+    JobState,
+    SignalTarget,
+    SlurmClient,
+)
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
@@ -47,7 +60,16 @@ ReportReader = Callable[..., JobReport]
 Hook = Callable[[str, int], None]
 """Called at named points (``"asked"``, ``"phase1_done"``, ``"requeued"``) with the plan id."""
 
-_EXIT_WAIT = 3.0  # seconds an acknowledged victim gets to actually exit (it exits at once)
+_EXIT_WAIT = 3.0
+"""Seconds an aborted plan waits for acknowledged victims to exit (they exit at once); one that
+is still running then is handed to :mod:`.late_acks`, which requeues it once it has exited."""
+_ACK_SETTLE = 1.0
+"""Seconds a victim seen ended is still watched for its acknowledgement before it counts as
+ended without one (it is requeued either way; this only makes the record true)."""
+_REQUEUE_RETRY = 10.0
+"""Seconds a requeue refused by a victim in transition is retried."""
+_NOT_REQUEUED = frozenset({JobState.COMPLETED, JobState.CANCELLED})
+"""End states of a victim that are not requeued: a real completion (exit 0), or a cancel."""
 
 
 @dataclass
@@ -59,6 +81,8 @@ class _Watch:
     acked: dict[int, float] = field(default_factory=dict)
     ack_steps: dict[int, int | None] = field(default_factory=dict)
     missed: set[int] = field(default_factory=set)
+    ended: dict[int, str] = field(default_factory=dict)
+    """Victims that ended without an acknowledgement -> their Slurm state."""
 
 
 class PreemptionExecutor:
@@ -168,8 +192,11 @@ class PreemptionExecutor:
             w = self._ask(guard, plan.plan_id, [v.job_id for v in victims])
             result = self._continue(guard, self.repo.get_plan(plan.plan_id), w)
         except SlurmError as err:
-            if self.repo.get_plan(plan.plan_id).state is PlanState.REQUEUED:
-                raise  # past the point of no return: the next cycle's recover() finishes it
+            if self.repo.get_plan(plan.plan_id).state in (PlanState.ALL_ACKED, PlanState.FORCED,
+                                                          PlanState.REQUEUED):
+                # The victims saved (or ended): undoing would requeue them all the same, and
+                # needs slurmctld just as much. The next cycle's recover() finishes the plan.
+                raise
             result = self._undo(guard, plan.plan_id, f"Slurm failed during the plan: {err}",
                                 PlanState.ROLLED_BACK, w)
         return replace(result, seconds=time.monotonic() - started)
@@ -191,18 +218,57 @@ class PreemptionExecutor:
         self.hook("asked", plan_id)
         return _Watch(ctx, now)
 
+    def _acked(self, plan_id: int, w: _Watch, jid: int, ack: Ack, now: float) -> None:
+        """Record a trusted acknowledgement at the time the job wrote it (its own clock, kept
+        between the request and now: a node clock may lag or lead the daemon's)."""
+        at = min(max(ack.time, w.asked_at), now)
+        self.repo.update_victims(plan_id, [jid], VictimState.ACKED, at=at, ack_step=ack.step)
+        w.acked[jid], w.ack_steps[jid] = at, ack.step
+
+    def _ended(self, plan_id: int, w: _Watch, jid: int, f: JobFacts | None, now: float) -> None:
+        """A victim ended without a trusted acknowledgement: requeue it (``ended``) unless it
+        completed, was cancelled or is forgotten by slurmctld (``gone``, each with an audit
+        line)."""
+        if f is not None and f.state not in _NOT_REQUEUED:
+            self.repo.update_victims(plan_id, [jid], VictimState.ENDED, at=now)
+            w.ended[jid] = f.state.value
+            how = ("was requeued by Slurm (RequeueExit) before an acknowledgement was read"
+                   if f.pending else f"ended ({f.state}) without an acknowledgement")
+            self._audit(plan_id, f"plan {plan_id}: victim {jid} {how}; it is requeued (held) "
+                        "and resumes from its newest valid checkpoint", job_id=jid,
+                        state=f.state.value)
+            return
+        self.repo.update_victims(plan_id, [jid], VictimState.GONE, at=now)
+        why = ("is no longer known to slurmctld (MinJobAge passed?): it cannot be requeued "
+               "and is LOST" if f is None else
+               f"{'completed (exit 0)' if f.state is JobState.COMPLETED else 'was cancelled'} "
+               "during the plan; not requeued")
+        self._audit(plan_id, f"plan {plan_id}: victim {jid} {why}", job_id=jid,
+                    state=f.state.value if f else None)
+
     def _collect(self, plan_id: int, w: _Watch, waiting: set[int]) -> None:
-        """Phase 1's wait: until each victim in ``waiting`` acked, ended or missed."""
+        """Phase 1's wait: until each victim in ``waiting`` acked, ended or missed.
+
+        A victim seen ended is watched ``_ACK_SETTLE`` s more (an ack written just before or
+        after the job's end still counts); a Slurm query that fails is retried at the next state
+        poll (the acknowledgements on disk are still read, the deadlines still count), so a
+        slurmctld restart does not undo a plan whose victims are saving.
+        """
         next_states = 0.0
+        seen_end: dict[int, float] = {}  # victim -> when it was first seen ended
+        last: dict[int, JobFacts | None] = {}
         while waiting:
             now = self._now()
             for jid in sorted(waiting):
                 report = self._report(w, jid)
                 if report is not None and report.ack is not None:
-                    self.repo.update_victims(plan_id, [jid], VictimState.ACKED, at=now,
-                                             ack_step=report.ack.step)
-                    w.acked[jid], w.ack_steps[jid] = now, report.ack.step
+                    self._acked(plan_id, w, jid, report.ack, now)
                     waiting.discard(jid)
+                    continue
+                if jid in seen_end:
+                    if now - seen_end[jid] >= _ACK_SETTLE:
+                        self._ended(plan_id, w, jid, last.get(jid), now)
+                        waiting.discard(jid)
                     continue
                 due = w.asked_at + w.ctx.victim(jid).deadline
                 saving = report is not None and report.saving
@@ -217,15 +283,17 @@ class PreemptionExecutor:
                                 f"of {w.ctx.victim(jid).deadline:g} s: {why}", job_id=jid)
             if waiting and now >= next_states:
                 next_states = now + self.settings.state_poll
-                facts = self.slurm.job_facts(waiting)
-                for jid in sorted(waiting):
-                    f = facts.get(jid)
-                    if f is None or f.finished:
-                        report = self._report(w, jid)
-                        if report is not None and report.ack is not None:
-                            continue  # acknowledged and exited: picked up next round
-                        self.repo.update_victims(plan_id, [jid], VictimState.GONE, at=now)
-                        waiting.discard(jid)
+                try:
+                    facts = self.slurm.job_facts(waiting)
+                except SlurmError as err:
+                    log.warning("plan %d: cannot read the victims' states (%s); retrying in "
+                                "%g s", plan_id, err, self.settings.state_poll)
+                    facts = None
+                for jid in sorted(waiting) if facts is not None else ():
+                    f = facts.get(jid) if facts is not None else None
+                    if f is None or not f.running:  # pending: Slurm requeued it (RequeueExit)
+                        last[jid] = f
+                        seen_end.setdefault(jid, now)
             if waiting:
                 self._sleep(self.settings.poll)
 
@@ -245,10 +313,13 @@ class PreemptionExecutor:
                 return self._undo(guard, plan.plan_id,
                                   f"victim(s) {missed} missed the deadline; nobody "
                                   "requeued", PlanState.ABORTED, w)
-            if missed:
+            ended = sorted(v.job_id for v in plan.victims if v.state is VictimState.ENDED)
+            if missed or ended:
+                why = [f"victim(s) {missed} missed the deadline (policy force)"] if missed else []
+                why += [f"victim(s) {ended} ended without an acknowledgement"] if ended else []
                 self.repo.transition_plan(plan.plan_id, PlanState.FORCED, at=self._now(),
-                                          note=f"victim(s) {missed} missed the "
-                                          "deadline; requeued anyway (policy force)")
+                                          note="; ".join(why) + "; requeued anyway, to resume "
+                                          "from their newest valid checkpoints")
             else:
                 self.repo.transition_plan(plan.plan_id, PlanState.ALL_ACKED, at=self._now(),
                                           note="every victim acknowledged its checkpoint")
@@ -263,33 +334,80 @@ class PreemptionExecutor:
                 "released anyway")
         plan = self.repo.get_plan(plan.plan_id)
         also = settle_records(plan, self._now())
+        note += "; " + victim_summary(plan, w.ended if w else {})
         self.repo.transition_plan(plan.plan_id, PlanState.DONE, at=self._now(), note=note,
                                   also=also)
         self.repo.put_value(context_key(plan.plan_id), None, at=self._now())
         return self._result(plan.plan_id, note, w, started)
 
+    def _late_acks(self, plan: Plan) -> Plan:
+        """Victims recorded ``ended`` whose acknowledgement has landed since become ``acked``."""
+        if not any(v.state is VictimState.ENDED for v in plan.victims):
+            return plan
+        raw = self.repo.get_value(context_key(plan.plan_id))
+        if not isinstance(raw, dict):
+            return plan
+        ctx = PlanContext.from_json(raw)
+        w = _Watch(ctx, ctx.asked_at or plan.created_at)
+        changed = False
+        for v in plan.victims:
+            if v.state is VictimState.ENDED:
+                report = self._report(w, v.job_id)
+                if report is not None and report.ack is not None:
+                    self._acked(plan.plan_id, w, v.job_id, report.ack, self._now())
+                    changed = True
+        return self.repo.get_plan(plan.plan_id) if changed else plan
+
     def _requeue(self, guard: Guard, plan: Plan) -> Plan:
         assert guard.context is not None
+        plan = self._late_acks(plan)
         todo = [v.job_id for v in plan.victims
-                if v.state in (VictimState.ACKED, VictimState.MISSED)]
+                if v.state in (VictimState.ACKED, VictimState.MISSED, VictimState.ENDED)]
         now = self._now()
         guard.save(replace(guard.context, victims_held=tuple(todo)), now)
-        done = set(self.slurm.requeue_any(todo, hold=True)) if todo else set()
+        done = self._requeue_all(todo, hold=True)
         now = self._now()
         if done:
             self.repo.update_victims(plan.plan_id, sorted(done), VictimState.REQUEUED, at=now)
         lost = [j for j in todo if j not in done]
         if lost:
             self.repo.update_victims(plan.plan_id, lost, VictimState.GONE, at=now)
+            self._audit(plan.plan_id, f"plan {plan.plan_id}: slurmctld did not requeue "
+                        f"victim(s) {lost} (no longer known: MinJobAge passed?); LOST")
         self.repo.transition_plan(plan.plan_id, PlanState.REQUEUED, at=now,
                                   note=f"requeued (held) {sorted(done)}")
         self.hook("requeued", plan.plan_id)
         return self.repo.get_plan(plan.plan_id)
 
+    def _requeue_all(self, job_ids: list[int], *, hold: bool) -> set[int]:
+        """``requeue_any``, retried for up to ``_REQUEUE_RETRY`` s for the victims it skipped
+        but slurmctld still knows: a job in transition (COMPLETING, or being requeued by
+        ``RequeueExit=75``) refuses the requeue and the hold for a moment."""
+        done = set(self.slurm.requeue_any(job_ids, hold=hold)) if job_ids else set()
+        end = self._now() + _REQUEUE_RETRY
+        left = [j for j in job_ids if j not in done]
+        while left and self._now() < end:
+            self._sleep(self.settings.poll)
+            try:
+                known = self.slurm.job_facts(left)
+                left = [j for j in left if j in known]
+                done |= set(self.slurm.requeue_any(left, hold=hold)) if left else set()
+            except SlurmError as err:
+                log.warning("requeue of %s failed (%s); retrying", left, err)
+            left = [j for j in left if j not in done]
+        return done
+
     def _wait_beneficiary(self, job_id: int) -> bool:
         end = self._now() + self.settings.start_timeout
         while True:
-            f = self.slurm.job_facts([job_id]).get(job_id)
+            try:
+                f = self.slurm.job_facts([job_id]).get(job_id)
+            except SlurmError as err:  # slurmctld restarting: ask again until the timeout
+                log.warning("cannot read beneficiary %d's state (%s)", job_id, err)
+                if self._now() >= end:
+                    return False
+                self._sleep(self.settings.poll)
+                continue
             if f is None or not f.pending:
                 return f is not None and (f.running or f.finished)
             if self._now() >= end:
@@ -312,36 +430,59 @@ class PreemptionExecutor:
             w = w or _Watch(guard.context or PlanContext(plan_id, 0, (), ()), self._now())
             self._collect(plan_id, w, asked)
             plan = self.repo.get_plan(plan_id)
+        plan = self._late_acks(plan)
         acked = [v.job_id for v in plan.victims if v.state is VictimState.ACKED]
+        ended = [v.job_id for v in plan.victims if v.state is VictimState.ENDED]
         exited: list[int] = []
         end = self._now() + _EXIT_WAIT
         while acked:
-            facts = self.slurm.job_facts(acked)
-            exited = [j for j in acked if j in facts and facts[j].finished]
+            try:
+                facts = self.slurm.job_facts(acked)
+            except SlurmError as err:
+                log.warning("plan %d: cannot read the victims' states (%s)", plan_id, err)
+                facts = {}
+            exited = [j for j in acked if j in facts and not facts[j].running]
             if len(exited) == len(acked) or self._now() >= end:
                 break
             self._sleep(self.settings.poll)
-        requeued = self.slurm.requeue_any(exited, hold=False) if exited else ()
+        todo = [*exited, *ended]
+        requeued = tuple(j for j in todo if j in self._requeue_all(todo, hold=False))
         if requeued:
             self.repo.update_victims(plan_id, list(requeued), VictimState.REQUEUED,
                                      at=self._now())
-            note += f"; requeued {list(requeued)}, which had already saved and exited"
+            note += f"; requeued {list(requeued)}, which had already saved or ended"
+        lost = [j for j in ended if j not in requeued]
+        if lost:
+            self.repo.update_victims(plan_id, lost, VictimState.GONE, at=self._now())
+            self._audit(plan_id, f"plan {plan_id}: slurmctld did not requeue ended victim(s) "
+                        f"{lost} (no longer known: MinJobAge passed?); LOST")
         guard.release(self._now())
-        if final is PlanState.ABORTED and plan.state not in (PlanState.PLANNED,
-                                                              PlanState.SIGNALLED):
+        b = self.slurm.job_facts([plan.beneficiaries[0].job_id]).get(
+            plan.beneficiaries[0].job_id) if plan.beneficiaries else None
+        ran = b is not None and (b.running or (b.finished and b.state is not JobState.CANCELLED))
+        if ran:  # it took the GPUs the victims freed: the preemption happened after all
+            final = PlanState.DONE
+            note += f"; beneficiary {plan.beneficiaries[0].job_id} runs on the freed GPUs"
+        elif final is PlanState.ABORTED and plan.state not in (PlanState.PLANNED,
+                                                                PlanState.SIGNALLED):
             final = PlanState.ROLLED_BACK
-        # Victims requeued after saving count as preempted (and are credited); the beneficiary,
-        # which gained nothing, does not count as preempting.
-        also = settle_records(self.repo.get_plan(plan_id), self._now(), preempting=False)
+        # Victims requeued after saving count as preempted (and are credited); the beneficiary
+        # counts as preempting only when it got the GPUs.
+        plan = self.repo.get_plan(plan_id)
+        also = settle_records(plan, self._now(), preempting=ran)
+        note += "; " + victim_summary(plan, w.ended if w else {})
         self.repo.transition_plan(plan_id, final, at=self._now(), note=note, also=also)
         if guard.context is not None:
-            missed = [guard.context.victim(v.job_id) for v in self.repo.get_plan(plan_id).victims
-                      if v.state is VictimState.MISSED]
-            late_acks.remember(self.repo, plan_id, missed, guard.context.asked_at or
+            # Missed victims may still acknowledge; acknowledged ones that have not exited yet
+            # (slurmctld slow to see them end) will: both are requeued once they have exited.
+            watch = [guard.context.victim(v.job_id) for v in self.repo.get_plan(plan_id).victims
+                     if v.state is VictimState.MISSED
+                     or (v.state is VictimState.ACKED and v.job_id not in exited)]
+            late_acks.remember(self.repo, plan_id, watch, guard.context.asked_at or
                                self._now(), self._now() + self.settings.late_ack_window,
                                self._now())
         self.repo.put_value(context_key(plan_id), None, at=self._now())
-        return replace(self._result(plan_id, note, w, False), requeued=tuple(requeued))
+        return replace(self._result(plan_id, note, w, ran), requeued=tuple(requeued))
 
     def _result(self, plan_id: int, note: str, w: _Watch | None, started: bool
                 ) -> ExecutionResult:

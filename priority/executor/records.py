@@ -95,3 +95,20 @@ def settle_records(plan: Plan, now: float, *, preempting: bool = True) -> CycleW
                                                   if v.ack_step is not None else ""))
                   for v in requeued)
     return CycleWrite(at=now, events=tuple(events), credits=tuple(credits), audit=audit)
+
+
+def victim_summary(plan: Plan, ended: Mapping[int, str]) -> str:
+    """What happened to each victim, in words, for a plan's final note (``ended``: victims that
+    ended without an acknowledgement during the plan -> their Slurm state)."""
+    words = []
+    for v in plan.victims:
+        saved = f"saved at step {v.ack_step}" if v.ack_step is not None else None
+        if v.job_id in ended and v.ack_step is None:
+            saved = f"ended {ended[v.job_id]} without an acknowledgement"
+        what = {VictimState.REQUEUED: "requeued", VictimState.MISSED: "missed its deadline, "
+                "left running", VictimState.ACKED: "not requeued",
+                VictimState.ENDED: "not requeued yet",
+                VictimState.GONE: "not requeued (completed, cancelled or forgotten by Slurm)",
+                VictimState.ASKED: "no answer", VictimState.CHOSEN: "never asked"}[v.state]
+        words.append(f"{v.job_id} " + (f"{saved}, {what}" if saved else what))
+    return "victims: " + "; ".join(words)

@@ -16,8 +16,12 @@ class PlanState(StrEnum):
 
     ``planned -> signalled -> all_acked -> requeued -> done`` is the happy path. A victim missing
     its deadline sends a signalled plan to ``aborted`` (policy abort) or ``forced`` (policy force,
-    after which the victims are requeued all the same). ``rolled_back`` is what crash recovery
-    writes for a plan it undid. ``done``, ``aborted`` and ``rolled_back`` are final.
+    after which the victims are requeued all the same; also when a victim ended without an
+    acknowledgement and is requeued from its newest checkpoint). ``rolled_back`` is what an undone
+    plan ends in (crash recovery, Slurm failing mid-plan) when the beneficiary did not start; a
+    plan whose beneficiary runs on the freed GPUs ends ``done``, from wherever it was (signalled,
+    all_acked, forced: the victims had exited before phase 2). ``done``, ``aborted`` and
+    ``rolled_back`` are final.
     """
 
     PLANNED = "planned"
@@ -35,7 +39,11 @@ class VictimState(StrEnum):
 
     ``chosen`` is written with the plan, before anybody is asked; ``asked`` is written before the
     checkpoint request is sent (write-ahead), so a restarted daemon knows whom it may have asked.
-    ``gone`` is a victim that ended on its own meanwhile (a harmless race: its GPUs are free).
+    ``ended`` is a victim that ended during the plan without a trusted acknowledgement (crashed,
+    disk full, killed by the request, or its ack not seen yet): it is requeued like an
+    acknowledged one and resumes from its newest valid checkpoint; an ack read later moves it to
+    ``acked``. ``gone`` is a victim that is not requeued: it completed (Slurm's COMPLETED, exit 0),
+    was cancelled, or slurmctld no longer knows it (``MinJobAge`` passed) or refused the requeue.
     """
 
     CHOSEN = "chosen"
@@ -43,16 +51,18 @@ class VictimState(StrEnum):
     ACKED = "acked"
     MISSED = "missed"
     REQUEUED = "requeued"
+    ENDED = "ended"
     GONE = "gone"
 
 
 PLAN_TRANSITIONS: Mapping[PlanState, frozenset[PlanState]] = {
     PlanState.PLANNED: frozenset({PlanState.SIGNALLED, PlanState.ABORTED, PlanState.ROLLED_BACK}),
     PlanState.SIGNALLED: frozenset(
-        {PlanState.ALL_ACKED, PlanState.FORCED, PlanState.ABORTED, PlanState.ROLLED_BACK}
+        {PlanState.ALL_ACKED, PlanState.FORCED, PlanState.ABORTED, PlanState.ROLLED_BACK,
+         PlanState.DONE}
     ),
-    PlanState.ALL_ACKED: frozenset({PlanState.REQUEUED, PlanState.ROLLED_BACK}),
-    PlanState.FORCED: frozenset({PlanState.REQUEUED, PlanState.ROLLED_BACK}),
+    PlanState.ALL_ACKED: frozenset({PlanState.REQUEUED, PlanState.ROLLED_BACK, PlanState.DONE}),
+    PlanState.FORCED: frozenset({PlanState.REQUEUED, PlanState.ROLLED_BACK, PlanState.DONE}),
     PlanState.REQUEUED: frozenset({PlanState.DONE}),
     PlanState.DONE: frozenset(),
     PlanState.ABORTED: frozenset(),
@@ -65,8 +75,13 @@ FINAL_PLAN_STATES: frozenset[PlanState] = frozenset(
 
 VICTIM_TRANSITIONS: Mapping[VictimState, frozenset[VictimState]] = {
     VictimState.CHOSEN: frozenset({VictimState.ASKED, VictimState.GONE}),
-    VictimState.ASKED: frozenset({VictimState.ACKED, VictimState.MISSED, VictimState.GONE}),
-    VictimState.MISSED: frozenset({VictimState.ACKED, VictimState.REQUEUED, VictimState.GONE}),
+    VictimState.ASKED: frozenset(
+        {VictimState.ACKED, VictimState.MISSED, VictimState.ENDED, VictimState.GONE}
+    ),
+    VictimState.MISSED: frozenset(
+        {VictimState.ACKED, VictimState.REQUEUED, VictimState.ENDED, VictimState.GONE}
+    ),
+    VictimState.ENDED: frozenset({VictimState.ACKED, VictimState.REQUEUED, VictimState.GONE}),
     VictimState.ACKED: frozenset({VictimState.REQUEUED, VictimState.GONE}),
     VictimState.REQUEUED: frozenset(),
     VictimState.GONE: frozenset(),

@@ -45,6 +45,16 @@ class Behaviour:
     exits: bool = True
     step: int = 100
     completes_after: float | None = None
+    dies_after: float | None = None
+    """End ``dies_after`` s after the request without an ack, in state ``dies_as`` (a full disk:
+    exit 1; a step killed by the signal)."""
+    dies_as: JobState = JobState.FAILED
+    ack_lag: float = 0.0
+    """Write the ack this long *after* the job ended (its state flips at ``ack_after``)."""
+    exit_lag: float = 0.0
+    """Slurm sees the job end this long after the ack (slurmctld slow, e.g. restarting)."""
+    slurm_requeues: bool = False
+    """Slurm requeues the job the moment it ends (``RequeueExit=75``), not held."""
 
 
 @dataclass
@@ -99,24 +109,46 @@ class World:
         for jid, asked in self.asked.items():
             b = self.behaviour.get(jid)
             j = self.fake.jobs[jid]
-            if b is None or j.state is not JobState.RUNNING:
+            if b is None or j.restart_count > 0:
                 continue
             ctl = self.control(jid)
             since = now - asked
+            acked = (ctl / "ack.json").exists()
+            if j.state is not JobState.RUNNING:  # ended: only a lagging ack may still land
+                if (b.ack_lag and b.ack_after is not None and not acked
+                        and since >= b.ack_after + b.ack_lag):
+                    self._ack(jid, b, now)
+                continue
             if b.completes_after is not None and since >= b.completes_after:
                 self.fake.finish(jid, JobState.COMPLETED)
                 continue
-            if b.ack_after is not None and since >= b.ack_after and not (ctl / "ack.json").exists():
-                write_ack(ctl, Ack(job_id=str(jid), restart_count=j.restart_count, step=b.step,
-                                   sha256="0" * 64, checkpoint=f"ckpt-step{b.step}.pkl", time=now,
-                                   exit_code=75, request_signal="SIGUSR2"))
-                write_phase(ctl, make_phase(str(jid), j.restart_count, Phase.SAVED, b.step))
-                if b.exits:
+            if b.dies_after is not None and since >= b.dies_after:
+                self.fake.finish(jid, b.dies_as)
+                if b.slurm_requeues:
+                    self.fake.requeue_any([jid], hold=False)
+                continue
+            if b.ack_after is not None and since >= b.ack_after and b.ack_lag:
+                self.fake.finish(jid, JobState.FAILED)  # the ack lands after the job's end
+                continue
+            if b.ack_after is not None and since >= b.ack_after and not acked:
+                self._ack(jid, b, now)
+                if b.exits and not b.exit_lag:
                     self.fake.finish(jid, JobState.FAILED)
+            elif (acked and b.exits and b.ack_after is not None
+                  and since >= b.ack_after + b.exit_lag):
+                self.fake.finish(jid, JobState.FAILED)
             elif b.saving_from is not None and since >= b.saving_from:
                 write_phase(ctl, make_phase(str(jid), j.restart_count, Phase.SAVING, b.step))
         self.fake.now = int(now)
         self.fake.schedule()
+
+    def _ack(self, jid: int, b: Behaviour, now: float) -> None:
+        j = self.fake.jobs[jid]
+        ctl = self.control(jid)
+        write_ack(ctl, Ack(job_id=str(jid), restart_count=j.restart_count, step=b.step,
+                           sha256="0" * 64, checkpoint=f"ckpt-step{b.step}.pkl", time=now,
+                           exit_code=75, request_signal="SIGUSR2"))
+        write_phase(ctl, make_phase(str(jid), j.restart_count, Phase.SAVED, b.step))
 
     def executor(self, **settings: float) -> PreemptionExecutor:
         """An executor wired to this world."""
