@@ -222,15 +222,15 @@ class SlurmClientContract:
         assert facts[run_id].restart_count == 0 and facts[run_id].state == "RUNNING"
         assert facts[held_id].pending and facts[held_id].held
         assert harness.client.job_facts([GONE_ID]) == {}
-        ended = self._ended(harness, run_id, 75)
+        ended = self._ended(harness, run_id, 3)  # not 75: daemon mode's RequeueExit takes that
         assert ended.state == "FAILED" and not ended.running and not ended.pending
 
     def test_requeue_any_brings_back_a_job_that_exited(self, harness: Harness) -> None:
-        """A victim that saved and exited 75 is requeued held (restart + 1); pending jobs count
-        as done and are held; gone ids are left out."""
+        """A victim that ended (here exit 3: a failed save) is requeued held (restart + 1);
+        pending jobs count as done and are held; gone ids are left out."""
         exited = harness.submit(name="contract-requeue-exited")
         pending = harness.submit(name="contract-requeue-any-pending", begin_in=3600)
-        self._ended(harness, exited, 75)
+        self._ended(harness, exited, 3)
         done = harness.client.requeue_any([exited, pending, GONE_ID], hold=True)
         assert done == (exited, pending)
         facts = harness.client.job_facts([exited, pending])
