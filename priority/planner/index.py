@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from hai_slurm.conf.topology import Level
 from hai_slurm.priority.planner.placement import ClusterView, Placement
-from hai_slurm.priority.planner.victims import Candidate, Option, _set_key, best_on_node
+from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, group_option
 
 _Best = tuple[tuple[float, ...], int, int, frozenset[int]] | None
 
@@ -293,15 +293,4 @@ class VictimIndex:
             left.remove(name)
         if not paid:
             return None
-        victims = [self.cands[j] for j in sorted(paid)]
-        leftover = 0
-        for name, _, mask in picked:
-            free = view.free(name)
-            for c in victims:
-                free |= c.masks.get(name, 0)
-            leftover += free.bit_count() - mask.bit_count()
-        level = max(lv for _, lv, _ in picked)
-        first = min(view.nodes[n].order for n, _, _ in picked)
-        key = (*_set_key(victims), level, leftover, first, *sorted(paid))
-        placement = Placement(tuple(sorted((n, m) for n, _, m in picked)), Level(level))
-        return Option(key, frozenset(paid), placement)
+        return group_option(view, picked, [self.cands[j] for j in sorted(paid)])

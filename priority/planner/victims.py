@@ -177,7 +177,13 @@ def _greedy_group(view: ClusterView, members: Sequence[str], nodes: int, per_nod
         left.remove(name)
     if not paid:
         return None  # fits without victims: not a preemption
-    victims = [candidates[j] for j in sorted(paid)]
+    return group_option(view, picked, [candidates[j] for j in sorted(paid)])
+
+
+def group_option(view: ClusterView, picked: Sequence[tuple[str, int, int]],
+                 victims: Sequence[Candidate]) -> Option:
+    """The option of a multi-node greedy: ``picked`` (node, level, mask) freed by ``victims``,
+    keyed like every set (leftover free GPUs on the chosen nodes, first node, victim ids)."""
     leftover = 0
     for name, _, mask in picked:
         free = view.free(name)
@@ -186,6 +192,7 @@ def _greedy_group(view: ClusterView, members: Sequence[str], nodes: int, per_nod
         leftover += free.bit_count() - mask.bit_count()
     level = max(lv for _, lv, _ in picked)
     first = min(view.nodes[n].order for n, _, _ in picked)
-    key = (*_set_key(victims), level, leftover, first, *sorted(paid))
+    ids = sorted(c.job_id for c in victims)
+    key = (*_set_key(victims), level, leftover, first, *ids)
     placement = Placement(tuple(sorted((n, m) for n, _, m in picked)), Level(level))
-    return Option(key, frozenset(paid), placement)
+    return Option(key, frozenset(ids), placement)
