@@ -51,9 +51,21 @@ ex.run(ExecutionRequest(a["bene"], tuple(a["victims"]), nodes=tuple(a["nodes"]))
 """
 
 
+def _wait_exited(bed: Bed, job_id: int, timeout: float = 20) -> None:
+    """Wait until a victim that acked has left its GPUs: ended, or already pending again
+    after Slurm's RequeueExit=75 (phase 1 ends at the ack, the job's exit follows it)."""
+    end = time.monotonic() + timeout
+    while True:
+        facts = bed.facts(job_id)
+        if facts.finished or (facts.pending and facts.restart_count == 1):
+            return
+        assert time.monotonic() < end, f"an acked victim did not exit: {facts}"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("point", ["phase1_done", "asked"])
 def test_sigkill_mid_plan_then_restart_completes_it(bed: Bed, point: str) -> None:
-    """Kill -9 after phase 1 (victims saved and exited, guard up) or right after asking;
+    """Kill -9 after phase 1 (victims acked and, soon after, exited; guard up) or right after asking;
     a new executor's recover() requeues the victims, the beneficiary starts on n1+n2,
     everything held is released and the victims resume with 0 steps lost."""
     victims = [bed.toy(f"v{n}", sbatch=["-N1", "--gres=gpu:8", f"--nodelist=n{n}"])
@@ -76,10 +88,9 @@ def test_sigkill_mid_plan_then_restart_completes_it(bed: Bed, point: str) -> Non
             assert child.poll() is None, f"executor child exited early ({child.returncode})"
             assert time.monotonic() < end, f"the child never reached {point}"
             time.sleep(0.05)
-        if point == "phase1_done":  # both saved and exited: GPUs free, guard still up
+        if point == "phase1_done":  # both acked (saved); each exits 75 right after its ack
             for v in victims[:2]:  # ended, or already requeued by RequeueExit=75 (not held)
-                facts = bed.facts(v)
-                assert facts.finished or (facts.pending and facts.restart_count == 1), facts
+                _wait_exited(bed, v.job_id)
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.kill()
