@@ -83,9 +83,22 @@ def _add(tar: tarfile.TarFile, name: str, *, data: bytes | None = None, mode: in
         tar.addfile(info, io.BytesIO(data))
 
 
+REDIS_CONF = "etc/hai-slurm/redis.conf"
+"""The controller's redis.conf (mode 0600; entrypoint.sh starts redis-server with it)."""
+
+
+def redis_config(password: str) -> str:
+    """redis.conf of the Docker testbed: every interface of the testbed's internal network, no
+    persistence, and a password (kept in this file, never in argv: ``/proc/PID/cmdline`` is
+    readable by every process of the container, batch jobs included)."""
+    return "\n".join(["bind 0.0.0.0", "protected-mode no", 'save ""', "appendonly no",
+                      f"requirepass {password}", ""])
+
+
 def archive(files: Mapping[str, str], key: bytes, *, gpus: int = 0,
-            device_dir: str = "/opt/hai-testbed/dev") -> bytes:
-    """A tar (extracted at ``/``) with the configs, the munge key and ``gpus`` device links."""
+            device_dir: str = "/opt/hai-testbed/dev", redis_password: str | None = None) -> bytes:
+    """A tar (extracted at ``/``) with the configs, the munge key, ``gpus`` device links and,
+    for the controller, the Redis configuration with its password."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for directory in ("etc", CONF_DIR, "etc/munge"):
@@ -94,6 +107,9 @@ def archive(files: Mapping[str, str], key: bytes, *, gpus: int = 0,
             _add(tar, f"{CONF_DIR}/{name}", data=text.encode(),
                  mode=0o600 if name in SECRET_FILES else 0o644)
         _add(tar, "etc/munge/munge.key", data=key, mode=0o400)
+        if redis_password is not None:
+            _add(tar, REDIS_CONF.rsplit("/", 1)[0], mode=0o755)
+            _add(tar, REDIS_CONF, data=redis_config(redis_password).encode(), mode=0o600)
         if gpus:
             parts = device_dir.strip("/").split("/")
             for depth in range(1, len(parts) + 1):

@@ -34,7 +34,7 @@ from hai_slurm.conf.deployment import DEFAULT_SLURM_VERSION
 from hai_slurm.errors import TestbedError
 from hai_slurm.slurm_formats import SlurmVersion
 
-from . import docker_files, docker_images, docker_jobpkg, health
+from . import docker_files, docker_images, docker_jobpkg, health, services
 from .docker_runner import SHARED_DIR, DockerRunner
 from .layout import Layout, NodeLayout
 from .render import accounting_plan, render_configs
@@ -278,8 +278,10 @@ def up(shape: ClusterShape, *, state_dir: Path, suite: str = "bookworm", build: 
         if state.database:
             db = _create(client, state, state_dir, "database", state.database, DATABASE_HOST,
                          ["database"], common, shared=False)
+        ctl_archive = docker_files.archive(files, key,
+                                           redis_password=services.redis_password(state_dir))
         ctl = _create(client, state, state_dir, "controller", state.controller, CONTROLLER_HOST,
-                      ["controller"], common, shared=True)
+                      ["controller"], ctl_archive, shared=True)
         node_archive = docker_files.archive(files, key, gpus=shape.gpus_per_node,
                                             device_dir=layout.device_dir)
         nodes = [_create(client, state, state_dir, "compute", state.node(n), n, ["compute", n],
@@ -386,7 +388,9 @@ def status(state_dir: Path) -> Status:
     details = [f"  Docker containers {state.prefix}-*, image {state.image}",
                f"  shape: {shape.nodes} nodes x {shape.gpus_per_node} GPUs, preemption "
                f"{shape.preemption.value}, accounting {'on' if shape.accounting else 'off'}",
-               f"  clients: eval \"$(hai-slurm testbed env --docker --state-dir {state_dir})\""]
+               f"  clients: eval \"$(hai-slurm testbed env --docker --state-dir {state_dir})\"",
+               f"  redis: {CONTROLLER_HOST}:6379 on the testbed network (password in "
+               f"{state_dir / 'redis' / 'password'}, mode 0600)"]
     if not state.ready:
         details.append("  up did not finish: run `hai-slurm testbed down --docker` and up again")
     res = DockerRunner(client, state.controller)(["sinfo", "-N", "-o", "%N %T %G"], timeout=10)

@@ -34,9 +34,11 @@ case "$role" in
   controller)
     [ -s "$conf_dir/slurm.conf" ] || die "no $conf_dir/slurm.conf"
     make_dirs; start_munged
-    # Redis for the priority daemon; reachable by other containers on the testbed network only.
-    redis-server --daemonize yes --bind 0.0.0.0 --protected-mode no --save '' --appendonly no \
-      --logfile /var/log/slurm/redis.log || die "redis-server did not start"
+    # Redis for the priority daemon; reachable by other containers on the testbed network only,
+    # with the password of /etc/hai-slurm/redis.conf (copied in by the orchestrator, mode 0600).
+    [ -s /etc/hai-slurm/redis.conf ] || die "no /etc/hai-slurm/redis.conf"
+    redis-server /etc/hai-slurm/redis.conf --daemonize yes --logfile /var/log/slurm/redis.log \
+      || die "redis-server did not start"
     say "munged and redis up; starting slurmctld"
     exec slurmctld -D -f "$conf_dir/slurm.conf"
     ;;

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from hai_slurm.cli import cli
 from hai_slurm.errors import TestbedError
-from hai_slurm.testbed import docker_images, docker_mode
+from hai_slurm.testbed import docker_images, docker_mode, services
 from hai_slurm.testbed.shape import ClusterShape
 from hai_slurm.testbed.waiting import check, show_nodes, wait_job_state
 
@@ -133,3 +133,17 @@ def test_missing_image_is_named_with_the_command_to_build_it(client: Any,
     with pytest.raises(TestbedError, match=r"hai-slurm-testbed:nosuchsuite is missing.*--slurm"):
         docker_mode.up(SHAPE, state_dir=tmp_path, suite="nosuchsuite", build=False)
     assert _leftovers(client, docker_mode.testbed_id(tmp_path)) == []
+
+
+def test_redis_asks_for_the_testbed_password(cluster: Path) -> None:
+    """The controller's Redis refuses a client without the password of
+    ``STATE_DIR/redis/password``, answers one with it, and no process shows it in its argv."""
+    password = services.redis_password(cluster)
+    run = docker_mode.runner(cluster)
+    anonymous = run(["redis-cli", "PING"], timeout=10)
+    assert "NOAUTH" in anonymous.stdout + anonymous.stderr, anonymous
+    authed = run(["redis-cli", "--no-auth-warning", "-a", password, "PING"], timeout=10)
+    assert authed.stdout.strip() == "PONG", authed
+    argvs = run(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"], timeout=10).stdout
+    assert "redis-server" in argvs
+    assert password not in argvs
