@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from hai_slurm.priority.daemon.metrics import DaemonMetrics
 from hai_slurm.priority.hooks import CycleExtras, CycleView, Executor
-from hai_slurm.priority.store import FINAL_PLAN_STATES, Plan, PlanState, TrackedJob, VictimState
+from hai_slurm.priority.store import FINAL_PLAN_STATES, Plan, PlanState, VictimState
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, JobState
 
@@ -36,7 +36,7 @@ class PlanObserver:
         self._victims: dict[int, float] = {}        # job -> requeued_at
 
     def observe(self, plans: Sequence[Plan], snap: ClusterSnapshot,
-                tracked: Mapping[int, TrackedJob], now: float) -> None:
+                classes: Mapping[int, str], now: float) -> None:
         """Count newly finished plans; time the starts seen in ``snap``."""
         open_ages = [now - p.created_at for p in plans if p.state not in FINAL_PLAN_STATES]
         self.metrics.open_plans.set(len(open_ages))
@@ -45,16 +45,15 @@ class PlanObserver:
             if (plan.state in FINAL_PLAN_STATES and plan.plan_id not in self._counted
                     and plan.updated_at >= self.started_at):
                 self._counted.add(plan.plan_id)
-                self._count(plan, tracked)
+                self._count(plan, classes)
         self._starts(snap)
 
-    def _count(self, plan: Plan, tracked: Mapping[int, TrackedJob]) -> None:
+    def _count(self, plan: Plan, classes: Mapping[int, str]) -> None:
         m = self.metrics
         m.plans.labels(plan.state.value).inc()
 
         def cls(job_id: int) -> str:
-            t = tracked.get(job_id)
-            return t.effective_class if t is not None else "unknown"
+            return classes.get(job_id, "unknown")
 
         for v in plan.victims:
             if v.state is not VictimState.REQUEUED:
@@ -98,6 +97,14 @@ class ObservedExecutor:
         """The inner executor's step, then the observation (read-only)."""
         extras = self.inner.execute(plan, view)
         repo: Repository = view.repository
-        self.observer.observe(repo.history(limit=_RECENT), view.snapshot, view.tracked,
+        self.observer.observe(repo.history(limit=_RECENT), view.snapshot, job_classes(view),
                               view.now)
         return extras
+
+
+def job_classes(view: CycleView) -> dict[int, str]:
+    """Each job's effective class this cycle (the tracked record's for jobs no longer active)."""
+    out = {j: t.effective_class for j, t in view.tracked.items()}
+    out.update({j: d.effective.value for j, d in view.result.running.items()})
+    out.update({j: d.effective.value for j, d in view.result.pending.items()})
+    return out
