@@ -93,8 +93,15 @@ def history(team: str | None, limit: int, config_path: str | None,
 
     repo = open_repository(daemon_config(config_path, state_dir, None))
     if shadow:
+        from hai_slurm.errors import StateError
+        from hai_slurm.priority.store.engine import current_revision, head_revision
         from hai_slurm.priority.store.shadow import ShadowPlans
 
+        at = current_revision(repo.engine)
+        if at is not None and at < "0002":
+            raise StateError(f"the database is at schema revision {at}, older than the shadow "
+                             f"plans (0002; this hai-slurm is at {head_revision()}): run "
+                             "hai-slurm daemon --migrate (back the database up first)")
         shadows = ShadowPlans(repo.engine).history(team=team, limit=limit)
         if not shadows:
             click.echo("no shadow plans recorded" + (f" for team {team}" if team else "")

@@ -65,8 +65,8 @@ def _hai(bed: Testbed, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_shadow_daemon_plans_a_preemption_and_touches_nothing(bed: Bed, tmp_path: Path) -> None:
-    """The log and ``preempt history --shadow`` show the would-be plan (HIGH job for one LOW
-    victim); after many cycles Slurm's jobs are as the test left them."""
+    """The log, ``preempt history --shadow`` and ``status --once`` show the would-be plan (HIGH
+    job for one LOW victim); after many cycles Slurm's jobs are as the test left them."""
     lows = [bed.toy(f"low{i}", steps=4000, sbatch=["-N1", "--gres=gpu:8"]) for i in range(4)]
     for job in lows:
         bed.wait(job, "RUNNING", timeout=60)
@@ -107,6 +107,15 @@ def test_shadow_daemon_plans_a_preemption_and_touches_nothing(bed: Bed, tmp_path
     assert res.returncode == 0, res.stderr
     assert f"for   job {high.job_id} (HIGH, team-b" in res.stdout, res.stdout
     assert f"scancel --signal=USR2 {victim.job_id}" in res.stdout, res.stdout
+    frame = _hai(bed.testbed, "status", "--once", "--config", str(config))
+    assert frame.returncode == 0, frame.stderr
+    out = frame.stdout
+    assert out.count("hai-slurm status ") == 1 and "\x1b" not in out, out
+    assert "32/32 GPUs in use" in out, out
+    assert re.search(r"^  HIGH\s+1\s+0\s+0\s", out, re.M), out
+    assert re.search(r"^  LOW\s+0\s+4\s+32\s", out, re.M), out
+    assert re.search(r"^  team-a\s+32/16\s+200%", out, re.M), out
+    assert f"shadow plan {plan.plan_id}" in out and "Open plans (0)" in out, out
 
 
 def test_check_passes_on_the_testbed_and_names_what_fails(bed: Bed, tmp_path: Path) -> None:

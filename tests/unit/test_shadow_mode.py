@@ -146,3 +146,22 @@ def test_no_preempt_shadow_still_writes_nothing(tmp_path: Path) -> None:
     assert daemon.run_once().outcome.value == "ok"
     assert world.fake.writes == [] and _state(world) == before
     assert describe_preemption(daemon).endswith("preemption off (priorities only)")
+
+
+def test_history_shadow_on_an_old_schema_says_to_migrate(tmp_path: Path) -> None:
+    """A database still at revision 0001 (before shadow plans): a clear error naming the fix,
+    and ``daemon --migrate`` brings it to head."""
+    from hai_slurm.priority.store.engine import downgrade, head_revision, upgrade
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    downgrade(upgrade(url), "0001")
+    toml = tmp_path / "daemon.toml"
+    toml.write_text(f'state_dir = "{tmp_path}"\ndatabase_url = "{url}"\n')
+    res = CliRunner().invoke(cli, ["preempt", "history", "--shadow", "--config", str(toml)])
+    assert res.exit_code == 1
+    assert "schema revision 0001" in res.output and "daemon --migrate" in res.output
+    res = CliRunner().invoke(cli, ["daemon", "--migrate", "--config", str(toml)])
+    assert res.exit_code == 0, res.output
+    assert f"schema at revision {head_revision()} (was 0001)" in res.output
+    res = CliRunner().invoke(cli, ["preempt", "history", "--shadow", "--config", str(toml)])
+    assert res.exit_code == 0 and "no shadow plans recorded" in res.output
