@@ -36,9 +36,14 @@ class PlanObserver:
         self._victims: dict[int, float] = {}        # job -> requeued_at
 
     def observe(self, plans: Sequence[Plan], snap: ClusterSnapshot,
-                classes: Mapping[int, str], now: float) -> None:
-        """Count newly finished plans; time the starts seen in ``snap``."""
-        open_ages = [now - p.created_at for p in plans if p.state not in FINAL_PLAN_STATES]
+                classes: Mapping[int, str], now: float,
+                unfinished: Sequence[Plan] | None = None) -> None:
+        """Count newly finished plans among ``plans``; set the open-plan gauges from
+        ``unfinished`` (default: the unfinished ones among ``plans``); time the starts seen in
+        ``snap``."""
+        if unfinished is None:
+            unfinished = [p for p in plans if p.state not in FINAL_PLAN_STATES]
+        open_ages = [now - p.created_at for p in unfinished]
         self.metrics.open_plans.set(len(open_ages))
         self.metrics.oldest_open_plan.set(max(open_ages, default=0.0))
         for plan in plans:
@@ -98,7 +103,7 @@ class ObservedExecutor:
         extras = self.inner.execute(plan, view)
         repo: Repository = view.repository
         self.observer.observe(repo.history(limit=_RECENT), view.snapshot, job_classes(view),
-                              view.now)
+                              view.now, unfinished=repo.unfinished_plans())
         return extras
 
 
