@@ -10,7 +10,9 @@ in ``journalctl`` instead of a daemon that backs off forever.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 from hai_slurm.errors import HaiSlurmError
 from hai_slurm.priority.config.loader import DaemonConfig
@@ -31,6 +33,16 @@ def check_database(cfg: DaemonConfig) -> Line:
         masked,
     )
 
+    url = cfg.database_url
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).parent.exists():
+        directory = Path(url[len("sqlite:///"):]).parent
+        parent = next(p for p in directory.parents if p.exists())
+        if os.access(parent, os.W_OK):
+            return True, (f"database {masked(url)}: directory {directory} does not exist yet; "
+                          "the daemon creates it and the schema at start")
+        return False, (f"database {masked(url)}: directory {directory} does not exist and "
+                       f"{parent} is not writable by this user; create it for the daemon's user "
+                       "(systemd: StateDirectory=hai-slurm)")
     try:
         engine = make_engine(cfg.database_url)
         check_connection(engine)

@@ -89,3 +89,13 @@ def test_redis_configured_but_unreachable_fails(tmp_path: Path) -> None:
     path = _toml(tmp_path, url, 'redis_url = "redis://:pw123@127.0.0.1:1/0"\n')
     lines, ok = run_checks(path, None, slurm=lambda: world.fake)
     assert not ok and lines[3].startswith("FAIL redis") and "pw123" not in lines[3], lines
+
+
+def test_missing_state_dir_is_created_by_the_daemon(tmp_path: Path) -> None:
+    """Built-in defaults with a state dir that does not exist yet: ok when it can be created
+    (the daemon creates it); --check itself creates nothing."""
+    world = make_world(tmp_path)
+    state = tmp_path / "new" / "state"
+    lines, ok = run_checks(None, str(state), slurm=lambda: world.fake)
+    assert ok and "does not exist yet; the daemon creates it" in lines[1], lines
+    assert not state.exists()
