@@ -51,6 +51,7 @@ class PlanObserver:
                     and plan.updated_at >= self.started_at):
                 self._counted.add(plan.plan_id)
                 self._count(plan, classes)
+        self._counted &= {p.plan_id for p in plans}  # older plans never come back into view
         self._starts(snap)
 
     def _count(self, plan: Plan, classes: Mapping[int, str]) -> None:
