@@ -61,9 +61,17 @@ class ShadowExecutor:
         self.plans = plans
         self.settings = settings or ExecutorSettings()
         self.on_plan = on_plan
+        self._left_alone: set[int] = set()
 
     def execute(self, plan: object | None, view: CycleView) -> CycleExtras:
         """Record (and log) every proposed plan that can start and is new."""
+        for real in view.repository.unfinished_plans():
+            if real.plan_id not in self._left_alone:
+                self._left_alone.add(real.plan_id)
+                log.warning("shadow: unfinished plan %d (%s, left by a real daemon) is left "
+                            "alone: recovering it would write to Slurm; jobs it holds stay "
+                            "held until a daemon without --shadow finishes it", real.plan_id,
+                            real.state.value)
         if plan is None:
             return CycleExtras()
         audit: list[AuditEntry] = []

@@ -165,3 +165,25 @@ def test_history_shadow_on_an_old_schema_says_to_migrate(tmp_path: Path) -> None
     assert f"schema at revision {head_revision()} (was 0001)" in res.output
     res = CliRunner().invoke(cli, ["preempt", "history", "--shadow", "--config", str(toml)])
     assert res.exit_code == 0 and "no shadow plans recorded" in res.output
+
+
+def test_unfinished_real_plan_is_left_alone(tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A plan a killed real daemon left signalled is not recovered in shadow mode (that would
+    requeue and release): it stays unfinished, nothing is written, and the log says why."""
+    from hai_slurm.priority.store import PlanJob, PlanState, VictimState
+
+    world = make_world(tmp_path)
+    victims, bene = _fill_and_wait(world)
+    plan = world.repo.create_plan(at=world.clock.now, beneficiaries=[PlanJob(bene, "team-b", "b")],
+                                  victims=[PlanJob(victims[0], "team-a", "a", 8)], reason="r")
+    world.repo.update_victims(plan.plan_id, [victims[0]], VictimState.ASKED, at=world.clock.now)
+    world.repo.transition_plan(plan.plan_id, PlanState.SIGNALLED, at=world.clock.now)
+    before = _state(world)
+    daemon = _daemon(world, _config(tmp_path), switches=SWITCHES, shadow=True)
+    with caplog.at_level(logging.WARNING, logger="hai_slurm.priority"):
+        assert daemon.run_once().outcome.value == "ok"
+    assert world.fake.writes == [] and _state(world) == before
+    assert world.repo.get_plan(plan.plan_id).state is PlanState.SIGNALLED
+    assert f"unfinished plan {plan.plan_id} (signalled, left by a real daemon) is left alone" \
+        in caplog.text
