@@ -67,6 +67,7 @@ COMMANDS = (
     ("daemon", "hai_slurm.priority.cli.daemon", "daemon"),
     ("priority", "hai_slurm.priority.cli.admin", "priority"),
     ("preempt", "hai_slurm.priority.cli.preempt", "preempt"),
+    ("status", "hai_slurm.priority.cli.status", "status"),
     ("simulate", "hai_slurm.priority.sim.cli", "simulate"),
     ("demo", "hai_slurm.demo", "demo"),
 )

@@ -54,14 +54,50 @@ def daemon_config(config_path: str | None, state_dir: str | None,
 @click.option("--no-preempt", is_flag=True,
               help="Write priorities only: no preemption planner or executor (same as "
                    "[planner] enabled = false).")
+@click.option("--shadow", is_flag=True,
+              help="Decide and log what would be written (priorities, holds, requeues, "
+                   "signals) and whom it would preempt, and write nothing to Slurm; would-be "
+                   "plans: hai-slurm preempt history --shadow.")
+@click.option("--check", "check_only", is_flag=True,
+              help="Check the configuration, the database (reachable, schema current), Slurm "
+                   "and Redis (if configured), print one line each, exit 0 or 1; starts "
+                   "nothing (systemd's ExecStartPre).")
+@click.option("--migrate", is_flag=True,
+              help="Bring the database's schema to this version's revision and exit (the "
+                   "daemon also does it at start; back the database up first).")
 def daemon(config_path: str | None, once: bool, interval: float | None, state_dir: str | None,
-           metrics_addr: str, no_preempt: bool) -> None:
+           metrics_addr: str, no_preempt: bool, shadow: bool, check_only: bool,
+           migrate: bool) -> None:
     """Run the priority daemon: snapshot Slurm, decide, write back what changed, preempt
     (checkpoint, then requeue) where a waiting job of a higher class deserves it, repeat."""
+    if check_only:
+        from hai_slurm.priority.daemon.check import run_checks
+
+        lines, ok = run_checks(config_path, state_dir)
+        for line in lines:
+            click.echo(line)
+        if not ok:
+            raise SystemExit(1)
+        return
+    if migrate:
+        from hai_slurm.priority.daemon.loop import open_store
+        from hai_slurm.priority.store.engine import current_revision, head_revision, make_engine
+
+        cfg = daemon_config(config_path, state_dir, interval)
+        before = current_revision(make_engine(cfg.database_url)) if not \
+            cfg.database_url.startswith("sqlite:///") or Path(
+                cfg.database_url[len("sqlite:///"):]).exists() else None
+        open_store(cfg)
+        click.echo(f"database {masked(cfg.database_url)}: schema at revision {head_revision()}"
+                   + (" (was already)" if before == head_revision() else
+                      f" (was {before or 'empty'})"))
+        return
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("hai_slurm.priority").setLevel(logging.INFO)
     cfg = daemon_config(config_path, state_dir, interval)
-    d = build_daemon(cfg, preempt=False if no_preempt else None)
+    preempt = False if no_preempt else None
+    d = build_daemon(cfg, preempt=preempt, shadow=True) if shadow else \
+        build_daemon(cfg, preempt=preempt)
     if cfg.metrics_port and not once:
         d.metrics.serve(cfg.metrics_port, metrics_addr)
     logging.getLogger("hai_slurm.priority.daemon.loop").warning(

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from hai_slurm.priority.store import Plan, PlanVictim, VictimState
+from hai_slurm.priority.store import Plan, PlanVictim, ShadowPlan, VictimState
 
 _VICTIM_WORDS = {
     VictimState.CHOSEN: "chosen, not asked yet",
@@ -55,6 +55,22 @@ def format_plan(plan: Plan) -> list[str]:
     return lines
 
 
+def format_shadow_plan(plan: ShadowPlan) -> list[str]:
+    """One would-be plan as indented lines: who would gain, who would give way, the commands."""
+    b = plan.beneficiary
+    lines = [f"shadow plan {plan.plan_id}  {_clock(plan.created_at)}  not carried out "
+             f"(on miss: {plan.on_miss.value})",
+             f"  for   job {b.job_id} ({plan.beneficiary_class}, {b.team}, {b.user}, "
+             f"{b.gpus} GPUs)" + (f" on {','.join(plan.nodes)}" if plan.nodes else "")]
+    for i, v in enumerate(plan.victims):
+        lines.append(f"  {'from' if i == 0 else '':<5} job {v.job_id} ({v.priority_class}, "
+                     f"{v.team}, {v.user}, {v.gpus} GPUs), {v.deadline:g} s to save")
+    lines.append(f"  why   {plan.reason}")
+    for i, action in enumerate(plan.actions):
+        lines.append(f"  {'would' if i == 0 else '':<5} {action}")
+    return lines
+
+
 @click.group()
 def preempt() -> None:
     """Preemption plans: what was preempted for whom, and how it went."""
@@ -67,13 +83,36 @@ def preempt() -> None:
               envvar="HAI_SLURM_CONFIG", help="Daemon configuration (for its database_url).")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Without --config: the daemon's state dir (SQLite database inside).")
+@click.option("--shadow", is_flag=True,
+              help="The plans `hai-slurm daemon --shadow` would have carried out instead.")
 def history(team: str | None, limit: int, config_path: str | None,
-            state_dir: str | None) -> None:
+            state_dir: str | None, shadow: bool) -> None:
     """Newest preemption plans first, with their victims and recorded steps."""
     from hai_slurm.priority.cli.daemon import daemon_config
     from hai_slurm.priority.daemon.live import open_repository
 
     repo = open_repository(daemon_config(config_path, state_dir, None))
+    if shadow:
+        from hai_slurm.errors import StateError
+        from hai_slurm.priority.store.engine import current_revision, head_revision
+        from hai_slurm.priority.store.shadow import ShadowPlans
+
+        at = current_revision(repo.engine)
+        if at is not None and at < "0002":
+            raise StateError(f"the database is at schema revision {at}, older than the shadow "
+                             f"plans (0002; this hai-slurm is at {head_revision()}): run "
+                             "hai-slurm daemon --migrate (back the database up first)")
+        shadows = ShadowPlans(repo.engine).history(team=team, limit=limit)
+        if not shadows:
+            click.echo("no shadow plans recorded" + (f" for team {team}" if team else "")
+                       + " (they come from hai-slurm daemon --shadow)")
+            return
+        for i, sp in enumerate(shadows):
+            if i:
+                click.echo("")
+            for line in format_shadow_plan(sp):
+                click.echo(line)
+        return
     plans = repo.history(team=team, limit=limit)
     if not plans:
         click.echo("no preemption plans recorded" + (f" for team {team}" if team else ""))

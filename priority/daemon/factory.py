@@ -17,6 +17,12 @@ use it.
 * Checkpoint requests also go through Redis when ``redis_url`` is set and ``[executor] redis``
   is not false.
 * The executor renews the daemon's leader lease while a plan waits (``heartbeat``).
+* ``shadow``: the daemon reads Slurm through a
+  :class:`~hai_slurm.slurm_plugins.shadow.ShadowSlurm` (writes logged, never done) and plans
+  through the :class:`~hai_slurm.priority.executor.shadow.ShadowExecutor` (would-be plans stored
+  in ``shadow_plans``, nobody signalled). Two locks, not one: either alone writes nothing.
+* The executor is wrapped by :class:`~hai_slurm.priority.daemon.plan_metrics.ObservedExecutor`,
+  which turns the store's plans into the preemption metrics.
 """
 
 from __future__ import annotations
@@ -30,13 +36,17 @@ from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.loop import Daemon, open_store
 from hai_slurm.priority.daemon.metrics import DaemonMetrics
+from hai_slurm.priority.daemon.plan_metrics import ObservedExecutor, PlanObserver
 from hai_slurm.priority.daemon.planning import SnapshotPlanner, TopologySource
 from hai_slurm.priority.executor.notify import CheckpointNotifier, make_notifier
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
+from hai_slurm.priority.executor.shadow import ShadowExecutor
 from hai_slurm.priority.planner.slurm_topology import DerivedTopology
 from hai_slurm.priority.store.lock import LeaderLock, default_owner
 from hai_slurm.priority.store.repository import Repository
+from hai_slurm.priority.store.shadow import ShadowPlans
 from hai_slurm.slurm_plugins.runner import CommandRunner, SubprocessRunner
+from hai_slurm.slurm_plugins.shadow import ShadowSlurm
 from hai_slurm.slurm_plugins.types import SlurmClient, SwitchInfo
 
 log = logging.getLogger("hai_slurm.priority.daemon.loop")
@@ -64,43 +74,59 @@ def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
                  preempt: bool | None = None, switches: Sequence[SwitchInfo] | None = None,
                  store: tuple[Repository, LeaderLock] | None = None,
                  notifier: CheckpointNotifier | None = None, clock: Clock | None = None,
-                 owner: str | None = None, interval: float | None = None) -> Daemon:
+                 owner: str | None = None, interval: float | None = None,
+                 shadow: bool = False) -> Daemon:
     """The daemon for ``cfg`` (see the module docstring).
 
     ``slurm`` defaults to the CLI backend (over ``runner``, else with ``$SLURM_CONF``);
     ``preempt`` None follows ``[planner] enabled``; ``switches`` None reads
     ``scontrol show topology`` (only without a description); ``store`` None opens (and
-    migrates) the configured database.
+    migrates) the configured database; ``shadow`` writes nothing to Slurm.
     """
     client = slurm or _cli_client(runner or SubprocessRunner())
+    metrics = DaemonMetrics()
+    if shadow:
+        client = ShadowSlurm(client, on_write=lambda w: metrics.shadow_writes.labels(
+            w.kind).inc(len(w.job_ids) if w.kind == "set_priorities" else 1))
+        metrics.shadow.set(1)
     repo, lock = store or open_store(cfg)
     clock = clock or SystemClock()
     owner = owner or default_owner()
     enabled = cfg.preempt.enabled if preempt is None else preempt
     if not enabled:
         return Daemon(client, repo, lock, config=cfg, clock=clock, owner=owner,
-                      interval=interval)
+                      interval=interval, metrics=metrics)
     if switches is None and cfg.description is None:
         switches = read_switches(client)
     source = topology_source(cfg, switches or ())
-    metrics = DaemonMetrics()
     planner = SnapshotPlanner(source, cfg.preempt.planner, on_verdicts=metrics.observe_verdicts)
-    if notifier is None:
-        notifier = make_notifier(cfg.redis_url if cfg.preempt.redis else None)
-    ttl = cfg.intervals.lock_ttl
-    executor = PreemptionExecutor(
-        client, repo, notifier=notifier,
-        settings=cfg.preempt.executor, clock=clock,
-        heartbeat=lambda: lock.acquire_or_renew(owner, clock.time(), ttl))
+    executor: ShadowExecutor | PreemptionExecutor
+    if shadow:
+        executor = ShadowExecutor(
+            client, ShadowPlans(repo.engine), settings=cfg.preempt.executor,
+            on_plan=lambda p: metrics.shadow_plans.labels(p.beneficiary_class,
+                                                          p.beneficiary.team).inc())
+    else:
+        if notifier is None:
+            notifier = make_notifier(cfg.redis_url if cfg.preempt.redis else None)
+        ttl = cfg.intervals.lock_ttl
+        executor = PreemptionExecutor(
+            client, repo, notifier=notifier,
+            settings=cfg.preempt.executor, clock=clock,
+            heartbeat=lambda: lock.acquire_or_renew(owner, clock.time(), ttl))
+    observed = ObservedExecutor(executor, PlanObserver(metrics, clock.time()))
     return Daemon(client, repo, lock, config=cfg, clock=clock, planner=planner,
-                  executor=executor, owner=owner, interval=interval, metrics=metrics)
+                  executor=observed, owner=owner, interval=interval, metrics=metrics)
 
 
 def describe_preemption(daemon: Daemon) -> str:
     """One line for the start-up log: whether and how the daemon preempts."""
     planner = daemon.planner
+    shadow = ("SHADOW MODE: nothing is written to Slurm (would-be writes are logged, would-be "
+              "plans stored: hai-slurm preempt history --shadow); "
+              if isinstance(daemon.slurm, ShadowSlurm) else "")
     if not isinstance(planner, SnapshotPlanner):
-        return "preemption off (priorities only)"
+        return shadow + "preemption off (priorities only)"
     if isinstance(planner.source, Topology):
         where = f"topology of the cluster description ({len(planner.source.gpus)} GPUs)"
     elif isinstance(planner.source, DerivedTopology):
@@ -110,6 +136,8 @@ def describe_preemption(daemon: Daemon) -> str:
                  "topology from Slurm's nodes under one flat switch (no scontrol topology)")
     else:
         where = "custom topology"
+    if shadow:
+        return shadow + f"preemption planned, not carried out, {where}"
     return f"preemption on (planner + two-phase executor), {where}"
 
 

@@ -93,6 +93,56 @@ class DaemonMetrics:
         self.verdicts = Gauge("hai_planner_verdicts",
                               "Pending jobs by effective class and the planner's latest verdict",
                               ["priority_class", "verdict"], registry=r)
+        self.last_cycle = Gauge("hai_priority_last_cycle_timestamp_seconds",
+                                "When the last successful cycle ran (Unix time)", registry=r)
+        self.bound_ratio = Gauge("hai_priority_wait_bound_ratio",
+                                 "Longest wait of the pending jobs of each class (before aging), "
+                                 "as a fraction of that class's bound (max_wait)",
+                                 ["priority_class"], registry=r)
+        self.past_half_bound = Gauge("hai_priority_jobs_past_half_bound",
+                                     "Pending jobs that waited more than half their class's bound, "
+                                     "by class before aging",
+                                     ["priority_class"], registry=r)
+        # --- preemptions (observed from the store's plans: see plan_metrics.PlanObserver)
+        self.plans = PromCounter("hai_preemption_plans", "Preemption plans by final state "
+                                 "(done, aborted, rolled_back)", ["outcome"], registry=r)
+        self.open_plans = Gauge("hai_preemption_open_plans", "Unfinished preemption plans",
+                                registry=r)
+        self.oldest_open_plan = Gauge("hai_preemption_oldest_open_plan_seconds",
+                                      "Age of the oldest unfinished plan (0 when none)",
+                                      registry=r)
+        self.preempted = PromCounter("hai_preemption_victims",
+                                     "Jobs requeued by a preemption plan, by class and team",
+                                     ["priority_class", "team"], registry=r)
+        self.preempting = PromCounter("hai_preemption_beneficiaries",
+                                      "Jobs a plan that ended done freed GPUs for, by class and "
+                                      "team", ["priority_class", "team"], registry=r)
+        self.unsaved = PromCounter("hai_preemption_unsaved_victims",
+                                   "Victims requeued without an acknowledged checkpoint",
+                                   ["team"], registry=r)
+        self.lost_gpu_seconds = PromCounter(
+            "hai_preemption_lost_gpu_seconds",
+            "GPU-seconds victims spent saving, or from the request to a requeue without an "
+            "acknowledgement (a lower bound of the work lost)", ["team"], registry=r)
+        self.beneficiary_start = Histogram(
+            "hai_preemption_beneficiary_start_seconds",
+            "From a plan's creation to its beneficiary running", registry=r,
+            buckets=(5, 10, 30, 60, 120, 300, 600, 1800, 3600))
+        self.resume = Histogram(
+            "hai_preemption_resume_seconds", "From a victim's requeue to it running again",
+            registry=r, buckets=(10, 30, 60, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600,
+                                 24 * 3600))
+        # --- shadow mode
+        self.shadow = Gauge("hai_priority_shadow",
+                            "1 while the daemon runs in shadow mode (writes nothing to Slurm)",
+                            registry=r)
+        self.shadow_writes = PromCounter("hai_shadow_writes",
+                                         "Slurm writes shadow mode would have done, by kind",
+                                         ["kind"], registry=r)
+        self.shadow_plans = PromCounter("hai_shadow_plans",
+                                        "Preemption plans shadow mode would have carried out, "
+                                        "by the beneficiary's class and team",
+                                        ["priority_class", "team"], registry=r)
 
     def restore(self, totals: Totals) -> None:
         """Raise the counters to persisted totals (after start, or on taking the lease back)."""
@@ -121,12 +171,19 @@ class DaemonMetrics:
             waits[d.effective].append(d.reason.wait)
         for r in result.running.values():
             counts[r.effective.value, "running"] += 1
+        ratios: dict[PriorityClass, list[float]] = {c: [] for c in PriorityClass}
+        for d in result.pending.values():
+            if d.reason.bound > 0:
+                ratios[d.reason.base].append(d.reason.wait / d.reason.bound)
         for cls in PriorityClass:
             for state in ("pending", "running"):
                 self.jobs.labels(cls.value, state).set(counts[cls.value, state])
             w = waits[cls]
             self.queue_delay.labels(cls.value).set(max(w) if w else 0.0)
             self.queue_delay_mean.labels(cls.value).set(sum(w) / len(w) if w else 0.0)
+            self.bound_ratio.labels(cls.value).set(max(ratios[cls], default=0.0))
+            self.past_half_bound.labels(cls.value).set(sum(1 for x in ratios[cls] if x > 0.5))
+        self.last_cycle.set(now)
         ch = decision.changes
         self.promotions.inc(len(ch.promotions))
         self.demotions.inc(len(ch.demotions))

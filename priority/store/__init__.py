@@ -25,6 +25,8 @@ from hai_slurm.priority.store.records import (
     PlanStep,
     PlanVictim,
     Protection,
+    ShadowPlan,
+    ShadowVictim,
     TrackedJob,
 )
 from hai_slurm.priority.store.states import (
@@ -49,6 +51,8 @@ __all__ = [
     "PlanStep",
     "PlanVictim",
     "Protection",
+    "ShadowPlan",
+    "ShadowVictim",
     "TrackedJob",
     "VictimState",
 ]

@@ -244,3 +244,28 @@ class LeaderLockRow(Base):
     acquired_at: Mapped[float] = mapped_column(Double)
     renewed_at: Mapped[float] = mapped_column(Double)
     expires_at: Mapped[float] = mapped_column(Double)
+
+
+class ShadowPlanRow(Base):
+    """A plan ``hai-slurm daemon --shadow`` would have carried out (nothing was done).
+
+    A table of its own, not a flag on ``preemption_plans``: recovery, the requeue count that
+    compensation reads and the busy-job check only ever see real plans, so a shadow run can never
+    be taken for (or resumed as) a real preemption by a daemon that later runs for real.
+    """
+
+    __tablename__ = "shadow_plans"
+
+    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
+    created_at: Mapped[float] = mapped_column(Double, index=True)
+    beneficiary: Mapped[int] = mapped_column(BigInteger, index=True)
+    beneficiary_class: Mapped[str] = mapped_column(String(NAME))
+    team: Mapped[str] = mapped_column(String(NAME))
+    user: Mapped[str] = mapped_column(String(NAME))
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    teams: Mapped[str] = mapped_column(Text)  # ",team-a,team-b,": every team involved
+    nodes: Mapped[str] = mapped_column(Text)
+    victims: Mapped[str] = mapped_column(Text)  # JSON list of objects
+    actions: Mapped[str] = mapped_column(Text)  # JSON list of the Slurm commands it would issue
+    reason: Mapped[str] = mapped_column(Text)
+    on_miss: Mapped[DeadlineAction] = mapped_column(_enum(DeadlineAction))

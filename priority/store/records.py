@@ -144,3 +144,38 @@ class CycleWrite:
     protections: tuple[Protection, ...] = ()
     audit: tuple[AuditEntry, ...] = ()
     values: tuple[tuple[str, JsonValue], ...] = ()  # small named values (e.g. round-robin cursor)
+
+
+@dataclass(frozen=True)
+class ShadowVictim:
+    """A job a shadow plan would have asked to checkpoint and requeued."""
+
+    job_id: int
+    team: str
+    user: str
+    gpus: int
+    priority_class: str
+    deadline: float
+    """Seconds it would have been given to save."""
+
+
+@dataclass(frozen=True)
+class ShadowPlan:
+    """A preemption ``hai-slurm daemon --shadow`` decided on and did not carry out."""
+
+    created_at: float
+    beneficiary: PlanJob
+    beneficiary_class: str
+    victims: tuple[ShadowVictim, ...]
+    nodes: tuple[str, ...]
+    actions: tuple[str, ...]
+    """The Slurm commands the real daemon would have issued, in order, in words."""
+    reason: str
+    on_miss: DeadlineAction
+    plan_id: int = 0
+    """Assigned by the store (0 before it is recorded)."""
+
+    @property
+    def teams(self) -> frozenset[str]:
+        """Every team involved."""
+        return frozenset({self.beneficiary.team, *(v.team for v in self.victims)})

@@ -60,6 +60,11 @@ class Repository:
             engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False
         )
 
+    @property
+    def engine(self) -> Engine:
+        """The engine this repository writes through (for the store's other tables)."""
+        return self._engine
+
     @contextmanager
     def _tx(self, doing: str, *, read_only: bool = False) -> Iterator[Session]:
         """One transaction; driver failures (server gone, disk full) become :class:`StateError`."""

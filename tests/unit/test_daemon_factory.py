@@ -16,6 +16,7 @@ from hai_slurm.priority.config.loader import DaemonConfig, parse_config
 from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
 from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.metrics import sample
+from hai_slurm.priority.daemon.plan_metrics import ObservedExecutor
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.planner.slurm_topology import DerivedTopology
@@ -72,8 +73,9 @@ def test_built_daemon_has_planner_and_executor_and_preempts_end_to_end(tmp_path:
     cfg = _config(tmp_path, "[executor]\ndefault_grace = \"20s\"\n")
     daemon = _daemon(world, cfg, switches=SWITCHES)
     assert isinstance(daemon.planner, SnapshotPlanner)
-    assert isinstance(daemon.executor, PreemptionExecutor)
-    assert daemon.executor.settings.default_deadline == 20
+    assert isinstance(daemon.executor, ObservedExecutor)  # feeds the preemption metrics
+    assert isinstance(daemon.executor.inner, PreemptionExecutor)
+    assert daemon.executor.inner.settings.default_deadline == 20
     assert daemon.planner.config.min_run_time == 60
     assert "preemption on" in describe_preemption(daemon)
     report = daemon.run_once()

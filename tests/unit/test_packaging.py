@@ -67,3 +67,15 @@ def test_job_side_needs_no_dependency_and_cli_needs_only_click(wheel: Path,
     assert daemon.returncode == 1
     assert "pip install 'hai-slurm[daemon]'" in daemon.stderr
     assert "Traceback" not in daemon.stderr
+
+
+def test_wheel_ships_the_deploy_files(wheel: Path) -> None:
+    """The systemd unit, alert rules, dashboard and upgrade note are installed with the daemon
+    side (hai_slurm/priority/deploy/), not only in the source tree."""
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in ("hai-slurm.service", "prometheus-rules.yml", "grafana-dashboard.json",
+                 "UPGRADE.md", "README.md"):
+        assert f"hai_slurm/priority/deploy/{name}" in names, sorted(
+            n for n in names if "deploy" in n)

@@ -40,7 +40,7 @@ class TestSchema(StoreCase):
 
     def test_upgrade_from_empty_creates_every_table(self, engine: Engine) -> None:
         """After upgrade the database is at head and holds exactly the models' tables."""
-        assert current_revision(engine) == head_revision() == "0001"
+        assert current_revision(engine) == head_revision() == "0002"
         tables = set(inspect(engine).get_table_names())
         assert tables == set(Base.metadata.tables) | {"alembic_version"}
 
