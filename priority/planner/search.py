@@ -322,20 +322,25 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
     leads: dict[str, str] = {}                  # texts shared by jobs of one shape
     texts: dict[tuple[str, str], str] = {}
+    weights = config.class_weights
+    pending = snapshot.pending
+    limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
     for i in order:
-        job = snapshot.pending[i]
-        jid, rank = job.job_id, RANK[job.effective]
+        job = pending[i]
+        jid, cls = job.job_id, job.effective
+        rank = RANK[cls]
         if job.gpus <= 0:
-            decisions[jid] = Decision(jid, Outcome.NO_GPUS, "needs no GPUs: not planned")
+            decisions[jid] = _decision(Decision, (jid, Outcome.NO_GPUS,
+                                                  "needs no GPUs: not planned"))
             continue
         leaves = job.max_leaves
         asked = (job.gpus, job.nodes, leaves)
         known = shapes.get(asked)
         if known is None:
             known = shapes[asked] = _Shape.of(job, view, config)
-        nodes, per, what, cross, shape_key, impossible = known
+        nodes, per, what, cross, shape_key, impossible, vkey = known
         if impossible is not None:
-            decisions[jid] = Decision(jid, Outcome.IMPOSSIBLE, impossible)
+            decisions[jid] = _decision(Decision, (jid, Outcome.IMPOSSIBLE, impossible))
             continue
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross)
@@ -354,37 +359,38 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         if lead is None:
             lead = leads[what] = f"needs {what}, none free"
         if rank == 0:
-            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS,
-                                      f"{lead}; no class is lower than {job.effective.name}")
+            decisions[jid] = _decision(Decision, (
+                jid, Outcome.NO_VICTIMS, f"{lead}; no class is lower than {cls.name}"))
             continue
-        if no_victims.get((*shape_key, per), -1) >= rank:
+        if no_victims.get(vkey, -1) >= rank:
             text = texts.get((lead, ""))
             if text is None:
                 text = texts[lead, ""] = (
                     f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
                     f"{_dur(config.min_run_time)} frees such a placement")
-            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, text)
+            decisions[jid] = _decision(Decision, (jid, Outcome.NO_VICTIMS, text))
             continue
-        benefit = config.class_weights.get(job.effective, 0.0) * max(0.0, job.wait) * job.gpus
-        seen = not_worth.get((rank, *shape_key, per))
+        benefit = weights.get(cls, 0.0) * max(0.0, job.wait) * job.gpus
+        seen = not_worth.get((rank, *vkey))
         if seen is not None and seen[0] == version and \
                 benefit <= config.benefit_threshold * seen[1]:
             decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
                 f"{lead}; the best victim set loses {_gs(seen[1])}; benefit {benefit:,.0f} is "
                 f"not more than {config.benefit_threshold:g} x that"))
             continue
-        if len(plans) >= max_plans or searches >= max_searches:
+        if limited:
             limit = "plans" if len(plans) >= max_plans else "victim searches"
             text = texts.get((lead, limit))
             if text is None:
                 text = texts[lead, limit] = f"{lead}; this cycle's limit of {limit} was reached"
-            decisions[jid] = Decision(jid, Outcome.SKIPPED, text)
+            decisions[jid] = _decision(Decision, (jid, Outcome.SKIPPED, text))
             continue
         searches += 1
+        limited = searches >= max_searches
         found, excluded = st.options(nodes, per, rank, cross=cross)
         options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
-            no_victims[(*shape_key, per)] = max(rank, no_victims.get((*shape_key, per), -1))
+            no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
                 f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
                 f"{_dur(config.min_run_time)} frees such a placement (running jobs left out: "
@@ -396,7 +402,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                    f"{config.class_weights.get(job.effective, 0.0):g} x wait {_dur(job.wait)} x "
                    f"{job.gpus} GPUs")
         if not benefit > config.benefit_threshold * loss:
-            not_worth[(rank, *shape_key, per)] = (version, loss)
+            not_worth[(rank, *vkey)] = (version, loss)
             decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"))
@@ -420,7 +426,13 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, Outcome.PREEMPT, reason)
+        limited = limited or len(plans) >= max_plans
     return PlanningResult(tuple(plans), decisions, None)
+
+
+_decision = tuple.__new__
+"""``_decision(Decision, (job id, outcome, reason))``: a :class:`Decision` without the named
+tuple's Python-level ``__new__`` (10,000 of them a pass)."""
 
 
 class _Shape(NamedTuple):
@@ -432,6 +444,7 @@ class _Shape(NamedTuple):
     cross: bool
     key: tuple[int, int]
     impossible: str | None
+    vkey: tuple[int, int, int]     # key + (per,): the cache key of victim verdicts
 
     @classmethod
     def of(cls, job: Waiting, view: ClusterView, config: PlannerConfig) -> _Shape:
@@ -448,7 +461,7 @@ class _Shape(NamedTuple):
             impossible = (f"needs {what}; {where} of this cluster has not that many nodes with "
                           "enough GPUs")
         key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
-        return cls(nodes, per, what, cross, key, impossible)
+        return cls(nodes, per, what, cross, key, impossible, (*key, per))
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:
