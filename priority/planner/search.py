@@ -33,6 +33,8 @@ import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from hai_slurm.classes import PriorityClass
+from hai_slurm.conf.topology import Level
 from hai_slurm.priority.planner.index import VictimIndex
 from hai_slurm.priority.planner.placement import (
     ClusterView,
@@ -53,6 +55,10 @@ from hai_slurm.priority.planner.types import (
 )
 from hai_slurm.priority.planner.victims import Candidate, Option
 from hai_slurm.priority.policy.ladder import RANK
+
+_NAME: dict[PriorityClass | Level, str] = {**{c: c.name for c in PriorityClass},
+                                           **{lv: lv.name for lv in Level}}
+"""Enum names (an enum's ``name`` is a property: thousands of reasons a pass)."""
 
 
 def _dur(seconds: float) -> str:
@@ -238,7 +244,7 @@ class _Pass:
                 or h.last_checkpoint <= h.start_time
                 else f"last checkpoint {_dur(self.now - h.last_checkpoint)} ago")
         tag = "borrowed (over quota)" if h.borrowed else "within quota"
-        reason = (f"job {jid} ({h.effective.name}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
+        reason = (f"job {jid} ({_NAME[h.effective]}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
                   f"ran {_dur(self.now - h.start_time)}, {ckpt}): loses {_dur(secs)} "
                   f"= {_gs(c.lost_work)}")
         return Victim(jid, h.team, h.effective, len(h.gpus), h.borrowed, secs, c.lost_work,
@@ -249,7 +255,7 @@ class _Pass:
         loss = sum(self.cands[j].lost_work for j in option.victims)
         borrowed = sum(self.cands[j].borrowed for j in option.victims)
         return (f"{nodes}: {len(option.victims)} victim(s) ({borrowed} borrowed), "
-                f"{_gs(loss)} lost, in-node level {option.placement.level.name}")
+                f"{_gs(loss)} lost, in-node level {_NAME[option.placement.level]}")
 
     def passed_over(self, job: Waiting, best: Option, others: list[Option],
                     excluded: Mapping[str, int]) -> tuple[str, ...]:
@@ -308,8 +314,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     if st.problem is not None:
         return _refused(st.problem, snapshot.pending)
     view = st.view
+    # highest class first, input order within a class (a stable sort)
     order = sorted(range(len(snapshot.pending)),
-                   key=lambda i: (-RANK[snapshot.pending[i].effective], i))
+                   key=[-RANK[w.effective] for w in snapshot.pending].__getitem__)
     decisions: dict[int, Decision] = {}
     plans: list[PreemptionPlan] = []
     # shapes are (nodes, --switches limit or 0[, GPUs per node])
@@ -352,7 +359,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 version += 1
                 decisions[jid] = Decision(jid, Outcome.FITS, (
                     f"{what} fit on free GPUs of {','.join(free.nodes)} "
-                    f"(in-node level {free.level.name}); expected to start without preemption"))
+                    f"(in-node level {_NAME[free.level]}); expected to start without preemption"))
                 continue
             no_free[shape_key] = per
         lead = leads.get(what)
@@ -360,7 +367,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             lead = leads[what] = f"needs {what}, none free"
         if rank == 0:
             decisions[jid] = _decision(Decision, (
-                jid, Outcome.NO_VICTIMS, f"{lead}; no class is lower than {cls.name}"))
+                jid, Outcome.NO_VICTIMS, f"{lead}; no class is lower than {_NAME[cls]}"))
             continue
         if no_victims.get(vkey, -1) >= rank:
             text = texts.get((lead, ""))
@@ -415,10 +422,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             st.occupy(node, mask)
         version += 1
         borrowed = sum(v.borrowed for v in victims)
-        reason = (f"job {jid} ({job.effective.name}, team {job.team}, {what}) preempts "
+        reason = (f"job {jid} ({_NAME[cls]}, team {job.team}, {what}) preempts "
                   f"{len(victims)} job(s) ({borrowed} borrowed): {_victim_list(best)} on "
                   f"{','.join(best.placement.nodes)} (in-node level "
-                  f"{best.placement.level.name}); lost work {_gs(loss)} x threshold "
+                  f"{_NAME[best.placement.level]}); lost work {_gs(loss)} x threshold "
                   f"{config.benefit_threshold:g} < {weighed}")
         plans.append(PreemptionPlan(
             beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
