@@ -72,14 +72,22 @@ class _Node:
 
 
 class _Ranking:
-    """Single-node options of every node for one (GPUs per node, class), best first (lazy)."""
+    """Single-node options of every node for one (GPUs per node, class), best first (lazy).
 
-    __slots__ = ("cursor", "heap", "seen")
+    Within a pass a node only gets worse (plans take its free GPUs and its candidates), so a
+    lower bound computed once stays a lower bound: a changed node is pushed again with its last
+    bound (``low``) and looked at only when that reaches the top. Each node has one live heap
+    entry (``live`` holds its token); entries with another token are dead."""
+
+    __slots__ = ("cursor", "heap", "live", "low", "seen")
 
     def __init__(self) -> None:
-        # (key, node, node version, option); option None: key is a lower bound of 2 items
-        self.heap: list[tuple[tuple[float, ...], str, int, Option | None]] = []
+        # (key, node, token, node version or -1, option); option None: key is a lower bound
+        # of 2 items, and with version -1 one from an earlier version (computed again first)
+        self.heap: list[tuple[tuple[float, ...], str, int, int, Option | None]] = []
         self.seen: dict[str, int] = {}
+        self.live: dict[str, int] = {}
+        self.low: dict[str, _Bound] = {}   # nodes that may ever have an option: a lower bound
         self.cursor = 0
 
 
@@ -98,6 +106,7 @@ class VictimIndex:
         self.rankings: dict[tuple[int, int], _Ranking] = {}
         self.group_version: dict[str, int] = dict.fromkeys(view.groups, 0)
         self.changed = 0   # touches so far (the version of the whole cluster)
+        self.token = 0     # heap entry tokens of the rankings
         self.greedy: dict[tuple[str | None, int, int, int], tuple[int, Option | None]] = {}
         self.bounds: dict[tuple[str, int, int, int], tuple[int, _Bound | None]] = {}
 
@@ -209,37 +218,35 @@ class VictimIndex:
         nodes = self.nodes
         r = self.rankings.get((per, rank))
         if r is None:
-            r = self.rankings[per, rank] = _Ranking()
-            for name, n in nodes.items():
-                r.seen[name] = n.version
-                lb = self.lower(name, per, rank)
-                if lb is not None:
-                    r.heap.append((lb, name, n.version, None))
-            heapq.heapify(r.heap)
-            r.cursor = len(self.changes)
+            r = self.rankings[per, rank] = self._ranking(per, rank)
         else:
             for name in self.changes[r.cursor:]:
                 ver = nodes[name].version
                 if r.seen[name] == ver:
                     continue
                 r.seen[name] = ver
-                lb = self.lower(name, per, rank)
-                if lb is not None:
-                    heapq.heappush(r.heap, (lb, name, ver, None))
+                low = r.low.get(name)
+                if low is not None:  # still a bound: the node only got worse
+                    self.token += 1
+                    r.live[name] = self.token
+                    heapq.heappush(r.heap, (low, name, self.token, -1, None))
             r.cursor = len(self.changes)
-        taken: list[tuple[tuple[float, ...], str, int, Option | None]] = []
+        taken: list[tuple[tuple[float, ...], str, int, int, Option | None]] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
         heap = r.heap
         while heap and len(out) < keep:
             entry = heapq.heappop(heap)
-            _, name, ver, option = entry
-            if ver != nodes[name].version:
-                continue  # stale: the node changed since
+            _, name, token, ver, option = entry
+            if token != r.live[name]:
+                continue  # dead: the node was pushed again since
+            if ver < 0:  # a bound of an earlier version: the node's bound now
+                self._bound(r, name, per, rank, token)
+                continue
             if option is None:  # a bound: the exact option now (never below the bound)
                 exact = self._option(name, per, rank)
                 if exact is not None:
-                    heapq.heappush(heap, (exact.key, name, ver, exact))
+                    heapq.heappush(heap, (exact.key, name, token, ver, exact))
                 continue
             taken.append(entry)
             if option.victims not in sets:
@@ -248,6 +255,42 @@ class VictimIndex:
         for entry in taken:
             heapq.heappush(heap, entry)
         return out
+
+    def _bound(self, r: _Ranking, name: str, per: int, rank: int, token: int) -> None:
+        """Push ``name``'s lower bound at its version (none when it has no option now)."""
+        n = self.nodes[name]
+        lb = self.lower(name, per, rank)
+        if lb is not None:
+            r.low[name] = lb
+            heapq.heappush(r.heap, (lb, name, token, n.version, None))
+        elif (n.elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
+            r.low[name] = (0.0, 0.0)   # free enough now; a later plan may take them
+        else:
+            r.low.pop(name, None)      # cannot hold ``per`` GPUs, now or later in the pass
+
+    def _ranking(self, per: int, rank: int) -> _Ranking:
+        """A new ranking: seeded lazily with the bounds of a higher class's ranking (it sees
+        more candidates, so its bounds are lower) when there is one, else computed now."""
+        r = _Ranking()
+        donor = next((d for k in range(rank + 1, rank + 17)
+                      if (d := self.rankings.get((per, k))) is not None), None)
+        for name, n in self.nodes.items():
+            r.seen[name] = n.version
+        if donor is not None:
+            r.low = dict(donor.low)
+            for name, low in r.low.items():
+                self.token += 1
+                r.live[name] = self.token
+                r.heap.append((low, name, self.token, -1, None))
+        else:
+            for name in self.nodes:
+                self.token += 1
+                r.live[name] = self.token
+                r.low[name] = (0.0, 0.0)
+                self._bound(r, name, per, rank, self.token)
+        heapq.heapify(r.heap)
+        r.cursor = len(self.changes)
+        return r
 
     def _share(self, node: str, per: int, rank: int) -> _Bound:
         """Like :meth:`lower` (0 where the GPUs are free), with each victim's loss spread over
