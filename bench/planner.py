@@ -7,13 +7,18 @@ passes decided, and the peak memory of one pass. Wall and CPU times are both pri
 shared machine the wall time includes waiting for a CPU; the calibration line at the end is a
 fixed loop timed the same way, to compare runs made under different loads.
 
-    .venv/bin/python bench/planner.py [--runs 7] [--seed 1]
+    .venv/bin/python bench/planner.py [--runs 7] [--seed 1] [--profile]
+
+With ``--profile``: cProfile around 3 passes (after a warm-up pass) instead, the functions
+that take the most time (see priority/planner/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import statistics
 import time
 import tracemalloc
@@ -38,11 +43,29 @@ def _timed(snap: PlanSnapshot, config: PlannerConfig, runs: int
     return times, cpu, result
 
 
+def _profile(snap: PlanSnapshot) -> None:
+    config = PlannerConfig()
+    plan_preemptions(snap, config=config, now=NOW)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(3):
+        plan_preemptions(snap, config=config, now=NOW)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    stats.sort_stats("cumulative").print_stats(30)
+    stats.sort_stats("tottime").print_stats(20)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", action="store_true",
+                        help="profile 3 passes with cProfile instead of timing them")
     args = parser.parse_args()
+    if args.profile:
+        _profile(synthetic_snapshot(args.seed))
+        return
     t0 = time.perf_counter()
     snap = synthetic_snapshot(args.seed)
     build = (time.perf_counter() - t0) * 1000
