@@ -141,6 +141,10 @@ def _summary(excluded: Mapping[str, int]) -> str:
     return ", ".join(f"{excluded[k]} {k}" for k in sorted(excluded)) or "none"
 
 
+def _job_id(h: Holder) -> int:
+    return h.job_id
+
+
 class _Pass:
     """The mutable state of one planning pass."""
 
@@ -152,37 +156,37 @@ class _Pass:
         self.cands: dict[int, Candidate] = {}
         self.on_node: dict[str, list[int]] = {}   # running jobs with GPUs on a node, id order
         self.problem: str | None = None
-        for h in sorted(snap.running, key=lambda h: h.job_id):
-            masks = self.view.masks(h.gpus)
+        view, busy, cands = self.view, self.view.busy, self.cands
+        min_run = config.min_run_time
+        # why each candidate may not give way, leaving class and claims aside (None: it may);
+        # the categories of _why_not, in its order, without its texts
+        self.base: dict[int, str | None] = {}
+        self.left_out: dict[tuple[int, str | None], int] = {}
+        for h in sorted(snap.running, key=_job_id):
+            masks = view.masks(h.gpus)
             if not isinstance(masks, dict):
                 self.problem = (f"job {h.job_id} holds GPU {masks}, which the cluster "
                                 "description does not have; regenerate the description")
                 return
             for node, mask in masks.items():
-                clash = self.view.busy[node] & mask
+                clash = busy[node] & mask
                 if clash:
-                    other = min(j for j, c in self.cands.items()
+                    other = min(j for j, c in cands.items()
                                 if c.masks.get(node, 0) & clash & -clash)
                     self.problem = (f"jobs {other} and {h.job_id} both hold a GPU on {node}; "
                                     "the snapshot is inconsistent")
                     return
-                self.view.occupy(node, mask)
+                view.occupy(node, mask)
             if masks:
+                jid, rank = h.job_id, RANK[h.effective]
                 lost = lost_seconds(h, config, now) * len(h.gpus)
-                self.cands[h.job_id] = Candidate(h.job_id, RANK[h.effective], h.borrowed,
-                                                 lost, masks)
+                cands[jid] = Candidate(jid, rank, h.borrowed, lost, masks)
                 for node in masks:
-                    self.on_node.setdefault(node, []).append(h.job_id)
-        # why each candidate may not give way, leaving class and claims aside (None: it may)
-        top = max(RANK.values()) + 1
-        self.base: dict[int, str | None] = {}
-        for jid in self.cands:
-            no = _why_not(self.holders[jid], top, {}, config, now)
-            self.base[jid] = None if no is None else no[0]
-        self.left_out: dict[tuple[int, str | None], int] = {}
-        for jid, cat in self.base.items():
-            key = (self.cands[jid].rank, cat)
-            self.left_out[key] = self.left_out.get(key, 0) + 1
+                    self.on_node.setdefault(node, []).append(jid)
+                cat = ("not preemptible" if not h.preemptible else "protected" if h.protected
+                       else "too young" if now - h.start_time < min_run else None)
+                self.base[jid] = cat
+                self.left_out[rank, cat] = self.left_out.get((rank, cat), 0) + 1
         self.index = VictimIndex(self.view, self.cands,
                                  [j for j, cat in self.base.items() if cat is None],
                                  config.max_candidates_per_node)
