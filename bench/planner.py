@@ -3,15 +3,22 @@
 500 nodes x 8 GPUs (25 leaf switches of 20 nodes), 2,000 running and 10,000 pending jobs of every
 class. Prints the median time of one planning pass with the default limits (4 plans, 64 victim
 searches a cycle) and with the limits lifted (up to 64 plans, unlimited searches), what the
-passes decided, and the peak memory of one pass.
+passes decided, and the peak memory of one pass. Wall and CPU times are both printed: on a
+shared machine the wall time includes waiting for a CPU; the calibration line at the end is a
+fixed loop timed the same way, to compare runs made under different loads.
 
-    .venv/bin/python bench/planner.py [--runs 7] [--seed 1]
+    .venv/bin/python bench/planner.py [--runs 7] [--seed 1] [--profile]
+
+With ``--profile``: cProfile around 3 passes (after a warm-up pass) instead, the functions
+that take the most time (see priority/planner/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import statistics
 import time
 import tracemalloc
@@ -23,22 +30,42 @@ from hai_slurm.priority.planner.testing import NOW, synthetic_snapshot
 from hai_slurm.priority.planner.types import PlannerConfig, PlanningResult, PlanSnapshot
 
 
-def _timed(snap: PlanSnapshot, config: PlannerConfig, runs: int) -> tuple[list[float],
-                                                                          PlanningResult]:
-    times = []
+def _timed(snap: PlanSnapshot, config: PlannerConfig, runs: int
+           ) -> tuple[list[float], list[float], PlanningResult]:
+    """Wall and CPU milliseconds of ``runs`` passes (after one warm-up pass), and the result."""
+    times, cpu = [], []
     result = plan_preemptions(snap, config=config, now=NOW)
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = plan_preemptions(snap, config=config, now=NOW)
         times.append((time.perf_counter() - t0) * 1000)
-    return times, result
+        cpu.append((time.process_time() - c0) * 1000)
+    return times, cpu, result
+
+
+def _profile(snap: PlanSnapshot) -> None:
+    config = PlannerConfig()
+    plan_preemptions(snap, config=config, now=NOW)
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(3):
+        plan_preemptions(snap, config=config, now=NOW)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    stats.sort_stats("cumulative").print_stats(30)
+    stats.sort_stats("tottime").print_stats(20)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", action="store_true",
+                        help="profile 3 passes with cProfile instead of timing them")
     args = parser.parse_args()
+    if args.profile:
+        _profile(synthetic_snapshot(args.seed))
+        return
     t0 = time.perf_counter()
     snap = synthetic_snapshot(args.seed)
     build = (time.perf_counter() - t0) * 1000
@@ -50,11 +77,12 @@ def main() -> None:
     lifted = replace(default, max_plans=64, max_searches=1_000_000)
     for name, config in (("default limits (4 plans, 64 searches)", default),
                          ("lifted limits (64 plans, no search limit)", lifted)):
-        times, result = _timed(snap, config, args.runs)
+        times, cpu, result = _timed(snap, config, args.runs)
         outcomes = Counter(d.outcome.name for d in result.decisions.values())
         victims = sum(len(p.victims) for p in result.plans)
         print(f"{name}: median {statistics.median(times):.0f} ms, min {min(times):.0f} ms, "
-              f"max {max(times):.0f} ms over {args.runs} passes")
+              f"max {max(times):.0f} ms over {args.runs} passes (CPU: median "
+              f"{statistics.median(cpu):.0f} ms, min {min(cpu):.0f} ms)")
         print(f"  {len(result.plans)} plans, {victims} victims; decisions: "
               + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
     tracemalloc.start()
@@ -67,8 +95,13 @@ def main() -> None:
     print(f"peak memory of one pass (default limits): {peak / 2**20:.1f} MiB traced")
     print(f"stale snapshot: refused in {(time.perf_counter() - t0) * 1000:.0f} ms "
           f"({refused.refused})")
+    t0 = time.process_time()
+    for _ in range(5):
+        dict.fromkeys(range(200_000))
     print(f"load average now {os.getloadavg()[0]:.1f} (2 cores shared: wall times include "
-          "waiting for a CPU)")
+          "waiting for a CPU); calibration: 5 x dict.fromkeys(range(200,000)) took "
+          f"{(time.process_time() - t0) * 1000:.0f} ms CPU (compare it between runs: it "
+          "scales with the machine and its load)")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import INFINITE, SlurmVersion
@@ -41,6 +42,12 @@ from hai_slurm.slurm_plugins.types import (
 DEFAULT_VERSION = SlurmVersion(22, 5, 8)
 """The release FakeSlurm pretends to be unless told otherwise."""
 
+
+@lru_cache(maxsize=4096)
+def _hostlist(nodes: tuple[str, ...]) -> str:
+    """compress_hostlist, remembered: a snapshot lists every running job's nodes, and a
+    simulated cluster's snapshots repeat the same few thousand lists."""
+    return compress_hostlist(nodes)
 
 @dataclass(frozen=True, slots=True)
 class FakeNode:
@@ -226,7 +233,7 @@ class FakeSlurm:
             eligible_time=j.eligible_time, start_time=j.start_time if running else None,
             time_limit=j.time_limit, node_count=j.node_count,
             nodes=j.nodes if running else (),
-            node_list=compress_hostlist(j.nodes) if running else "",
+            node_list=_hostlist(j.nodes) if running else "",
             gpus_requested=j.gpus_per_node * j.node_count,
             gpus_per_node={n: j.gpus_per_node for n in j.nodes} if running else {},
             restart_count=j.restart_count, requeue=j.requeue, comment=j.comment,

@@ -11,7 +11,8 @@ Nothing here talks to Slurm, the database or a clock.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.daemon import job_values
@@ -214,9 +215,15 @@ def _running_record(job: RunningJob, slurm: Job, d: RunningDecision, t: TrackedJ
     )
 
 
+_BUT_UPDATED = attrgetter(*(f.name for f in fields(TrackedJob) if f.name != "updated_at"))
+"""Every field of a tracked job but ``updated_at``, as a tuple."""
+
+
 def _same(a: TrackedJob, b: TrackedJob | None) -> bool:
-    """Equal apart from ``updated_at`` (such records need no database write)."""
-    return b is not None and replace(a, updated_at=b.updated_at) == b
+    """Equal apart from ``updated_at`` (such records need no database write); what
+    ``replace(a, updated_at=b.updated_at) == b`` says, without building a record per job."""
+    return (b is not None and b.__class__ is a.__class__
+            and _BUT_UPDATED(a) == _BUT_UPDATED(b))
 
 
 def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],

@@ -36,6 +36,8 @@ from hai_slurm.priority.planner.placement import ClusterView, Placement
 from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, group_option
 
 _Best = tuple[tuple[float, ...], int, int, frozenset[int]] | None
+_Bound = tuple[float, float]
+_Elig = tuple[int, list[Candidate], int]
 
 
 def _cover(need: int, parts: list[tuple[float, int]]) -> float:
@@ -53,15 +55,39 @@ def _cover(need: int, parts: list[tuple[float, int]]) -> float:
     return max(0.0, total * (1 - 1e-9) - 1e-6)
 
 
-class _Ranking:
-    """Single-node options of every node for one (GPUs per node, class), best first (lazy)."""
+class _Node:
+    """One node's candidates and what was derived from them, valid until the node changes
+    (then :meth:`VictimIndex.touch` empties the caches and bumps the version)."""
 
-    __slots__ = ("cursor", "heap", "seen")
+    __slots__ = ("best", "cands", "elig", "group", "low", "name", "version")
+
+    def __init__(self, name: str, group: str) -> None:
+        self.name, self.group = name, group
+        self.cands: list[Candidate] = []
+        self.version = 0
+        self.elig: dict[int, _Elig] = {}                 # per beneficiary class
+        # per (GPUs per node, class bucket): key per * 16 + bucket + 1
+        self.best: dict[int, _Best] = {}
+        self.low: dict[int, _Bound | None] = {}
+
+
+class _Ranking:
+    """Single-node options of every node for one (GPUs per node, class), best first (lazy).
+
+    Within a pass a node only gets worse (plans take its free GPUs and its candidates), so a
+    lower bound computed once stays a lower bound: a changed node is pushed again with its last
+    bound (``low``) and looked at only when that reaches the top. Each node has one live heap
+    entry (``live`` holds its token); entries with another token are dead."""
+
+    __slots__ = ("cursor", "heap", "live", "low", "seen")
 
     def __init__(self) -> None:
-        # (key, node, node version, option); option None: key is a lower bound of 2 items
-        self.heap: list[tuple[tuple[float, ...], str, int, Option | None]] = []
+        # (key, node, token, node version or -1, option); option None: key is a lower bound
+        # of 2 items, and with version -1 one from an earlier version (computed again first)
+        self.heap: list[tuple[tuple[float, ...], str, int, int, Option | None]] = []
         self.seen: dict[str, int] = {}
+        self.live: dict[str, int] = {}
+        self.low: dict[str, _Bound] = {}   # nodes that may ever have an option: a lower bound
         self.cursor = 0
 
 
@@ -71,68 +97,64 @@ class VictimIndex:
     def __init__(self, view: ClusterView, cands: dict[int, Candidate],
                  usable: Sequence[int], limit: int) -> None:
         self.view, self.cands, self.limit = view, cands, limit
-        self.on_node: dict[str, list[Candidate]] = {n: [] for n in view.nodes}
+        self.nodes: dict[str, _Node] = {n: _Node(n, lay.group) for n, lay in view.nodes.items()}
         for jid in usable:
             c = cands[jid]
             for node in c.masks:
-                self.on_node[node].append(c)
-        self.version: dict[str, int] = dict.fromkeys(view.nodes, 0)
+                self.nodes[node].cands.append(c)
         self.changes: list[str] = []
-        self.cache: dict[tuple[str, int, int], tuple[int, _Best]] = {}   # per class bucket
-        self.by_rank: dict[tuple[str, int, int], tuple[int, _Best]] = {}  # per class
-        # per class (key >= 0) and per class bucket b (key -2 - b)
-        self.lows: dict[tuple[str, int, int], tuple[int, tuple[float, float] | None]] = {}
         self.rankings: dict[tuple[int, int], _Ranking] = {}
-        self.elig: dict[tuple[str, int], tuple[int, tuple[int, list[Candidate], int]]] = {}
         self.group_version: dict[str, int] = dict.fromkeys(view.groups, 0)
         self.changed = 0   # touches so far (the version of the whole cluster)
+        self.token = 0     # heap entry tokens of the rankings
         self.greedy: dict[tuple[str | None, int, int, int], tuple[int, Option | None]] = {}
+        self.bounds: dict[tuple[str, int, int, int], tuple[int, _Bound | None]] = {}
 
     def touch(self, node: str) -> None:
         """The node's busy GPUs or candidates changed."""
-        self.version[node] += 1
+        n = self.nodes[node]
+        n.version += 1
+        n.elig.clear()
+        n.best.clear()
+        n.low.clear()
         self.changes.append(node)
-        self.group_version[self.view.nodes[node].group] += 1
+        self.group_version[n.group] += 1
         self.changed += 1
 
     def claim(self, jid: int) -> None:
         """``jid`` gives way to a plan: no later search counts it."""
         for node in self.cands[jid].masks:
-            self.on_node[node] = [c for c in self.on_node[node] if c.job_id != jid]
+            n = self.nodes[node]
+            n.cands = [c for c in n.cands if c.job_id != jid]
             self.touch(node)
 
-    def eligible(self, node: str, rank: int) -> tuple[int, list[Candidate], int]:
+    def eligible(self, node: str, rank: int) -> _Elig:
         """(class bucket, candidates on ``node`` that may give way to a job of ``rank``, the
-        node's GPUs free or held by them), cached per node version."""
-        ver = self.version[node]
-        hit = self.elig.get((node, rank))
-        if hit is not None and hit[0] == ver:
-            return hit[1]
-        out = [c for c in self.on_node[node] if c.rank < rank]
-        reach = self.view.free(node)
-        for c in out:
-            reach |= c.masks[node]
-        got = (max((c.rank for c in out), default=-1), out, reach)
-        self.elig[node, rank] = (ver, got)
+        node's GPUs free or held by them), cached until the node changes. The bucket is the
+        highest class among them (-1: none): classes with one bucket see the same jobs."""
+        n = self.nodes[node]
+        got = n.elig.get(rank)
+        if got is None:
+            out = [c for c in n.cands if c.rank < rank]
+            reach = self.view.free(node)
+            for c in out:
+                reach |= c.masks[node]
+            got = n.elig[rank] = (max((c.rank for c in out), default=-1), out, reach)
         return got
 
     def best(self, node: str, per: int, rank: int) -> _Best:
         """best_on_node for the node's candidates below ``rank``, nothing paid (cached)."""
-        ver = self.version[node]
-        fast = self.by_rank.get((node, per, rank))
-        if fast is not None and fast[0] == ver:
-            return fast[1]
-        bucket, cands, reach = self.eligible(node, rank)
+        n = self.nodes[node]
+        bucket, cands, reach = n.elig.get(rank) or self.eligible(node, rank)
+        key = per * 16 + bucket + 1
+        try:
+            return n.best[key]
+        except KeyError:
+            pass
         got: _Best = None
         if reach.bit_count() >= per:  # else best_on_node finds nothing either
-            key = (node, per, bucket)
-            hit = self.cache.get(key)
-            if hit is not None and hit[0] == ver:
-                got = hit[1]
-            else:
-                got = best_on_node(self.view, node, per, cands, frozenset(), self.limit)
-                self.cache[key] = (ver, got)
-        self.by_rank[node, per, rank] = (ver, got)
+            got = best_on_node(self.view, node, per, cands, frozenset(), self.limit)
+        n.best[key] = got
         return got
 
     def search(self, nodes: int, per: int, rank: int, *, cross_leaf: bool = False,
@@ -141,8 +163,20 @@ class VictimIndex:
         that may give way to a job of ``rank``."""
         if nodes == 1:
             return self._single(per, rank, keep)
+        # leaf switches by a lower bound of their option; stop once ``keep`` distinct sets
+        # beat every bound left
+        order: list[tuple[_Bound, int, str]] = []
+        for gi, group in enumerate(self.view.groups):
+            bound = self._group_bound(group, nodes, per, rank)
+            if bound is not None:
+                order.append((bound, gi, group))
+        order.sort()
         found: list[Option] = []
-        for group in self.view.groups:
+        for bound, _, group in order:
+            if len(found) >= keep:
+                top = _distinct(found, keep)
+                if len(top) >= keep and bound > top[-1].key:
+                    break
             option = self._group(group, nodes, per, rank)
             if option is not None:
                 found.append(option)
@@ -150,14 +184,7 @@ class VictimIndex:
             option = self._group(None, nodes, per, rank)
             if option is not None:
                 found.append(option)
-        found.sort(key=lambda o: o.key)
-        seen: set[frozenset[int]] = set()
-        out: list[Option] = []
-        for o in found:
-            if o.victims not in seen:
-                seen.add(o.victims)
-                out.append(o)
-        return out[:keep]
+        return _distinct(found, keep)
 
     def _option(self, node: str, per: int, rank: int) -> Option | None:
         got = self.best(node, per, rank)
@@ -166,71 +193,160 @@ class VictimIndex:
         key, level, mask, victims = got
         return Option(key, victims, Placement(((node, mask),), Level(level)))
 
-    def lower(self, node: str, per: int, rank: int) -> tuple[float, float] | None:
+    def lower(self, node: str, per: int, rank: int) -> _Bound | None:
         """A lower bound of the (non-borrowed loss, loss) that opens the node's best set for
         ``per`` GPUs (fractional cover of the GPUs missing); None: the node has no option
-        (it cannot hold ``per`` GPUs, or they are free). Cached per node version."""
-        ver = self.version[node]
-        hit = self.lows.get((node, per, rank))
-        if hit is not None and hit[0] == ver:
-            return hit[1]
-        bucket, cands, reach = self.eligible(node, rank)
-        shared = self.lows.get((node, per, -2 - bucket))  # classes that see the same jobs
-        if shared is not None and shared[0] == ver:
-            self.lows[node, per, rank] = shared
-            return shared[1]
+        (it cannot hold ``per`` GPUs, or they are free). Cached until the node changes."""
+        n = self.nodes[node]
+        bucket, cands, reach = n.elig.get(rank) or self.eligible(node, rank)
+        key = per * 16 + bucket + 1
+        try:
+            return n.low[key]
+        except KeyError:
+            pass
         need = per - self.view.free(node).bit_count()
-        got: tuple[float, float] | None = None
-        if reach.bit_count() >= per and need > 0:
+        got: _Bound | None = None
+        if need > 0 and reach.bit_count() >= per:
             parts = [(c.lost_work, (0.0 if c.borrowed else c.lost_work),
                       c.masks[node].bit_count()) for c in cands]
             got = (_cover(need, [(nb, g) for _, nb, g in parts]),
                    _cover(need, [(lw, g) for lw, _, g in parts]))
-        self.lows[node, per, rank] = self.lows[node, per, -2 - bucket] = (ver, got)
+        n.low[key] = got
         return got
 
     def _single(self, per: int, rank: int, keep: int) -> list[Option]:
+        nodes = self.nodes
         r = self.rankings.get((per, rank))
         if r is None:
-            r = self.rankings[per, rank] = _Ranking()
-            for node in self.view.nodes:
-                ver = self.version[node]
-                r.seen[node] = ver
-                lb = self.lower(node, per, rank)
-                if lb is not None:
-                    r.heap.append((lb, node, ver, None))
-            heapq.heapify(r.heap)
-            r.cursor = len(self.changes)
+            r = self.rankings[per, rank] = self._ranking(per, rank)
         else:
-            for node in self.changes[r.cursor:]:
-                ver = self.version[node]
-                if r.seen[node] == ver:
+            for name in self.changes[r.cursor:]:
+                ver = nodes[name].version
+                if r.seen[name] == ver:
                     continue
-                r.seen[node] = ver
-                lb = self.lower(node, per, rank)
-                if lb is not None:
-                    heapq.heappush(r.heap, (lb, node, ver, None))
+                r.seen[name] = ver
+                low = r.low.get(name)
+                if low is not None:  # still a bound: the node only got worse
+                    self.token += 1
+                    r.live[name] = self.token
+                    heapq.heappush(r.heap, (low, name, self.token, -1, None))
             r.cursor = len(self.changes)
-        taken: list[tuple[tuple[float, ...], str, int, Option | None]] = []
+        taken: list[tuple[tuple[float, ...], str, int, int, Option | None]] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
-        while r.heap and len(out) < keep:
-            entry = heapq.heappop(r.heap)
-            _, node, ver, option = entry
-            if ver != self.version[node]:
-                continue  # stale: the node changed since
+        heap = r.heap
+        while heap and len(out) < keep:
+            entry = heapq.heappop(heap)
+            _, name, token, ver, option = entry
+            if token != r.live[name]:
+                continue  # dead: the node was pushed again since
+            if ver < 0:  # a bound of an earlier version: the node's bound now
+                self._bound(r, name, per, rank, token)
+                continue
             if option is None:  # a bound: the exact option now (never below the bound)
-                exact = self._option(node, per, rank)
+                exact = self._option(name, per, rank)
                 if exact is not None:
-                    heapq.heappush(r.heap, (exact.key, node, ver, exact))
+                    heapq.heappush(heap, (exact.key, name, token, ver, exact))
                 continue
             taken.append(entry)
             if option.victims not in sets:
                 sets.add(option.victims)
                 out.append(option)
         for entry in taken:
-            heapq.heappush(r.heap, entry)
+            heapq.heappush(heap, entry)
         return out
+
+    def _bound(self, r: _Ranking, name: str, per: int, rank: int, token: int) -> None:
+        """Push ``name``'s lower bound at its version (none when it has no option now)."""
+        n = self.nodes[name]
+        lb = self.lower(name, per, rank)
+        if lb is not None:
+            r.low[name] = lb
+            heapq.heappush(r.heap, (lb, name, token, n.version, None))
+        elif (n.elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
+            r.low[name] = (0.0, 0.0)   # free enough now; a later plan may take them
+        else:
+            r.low.pop(name, None)      # cannot hold ``per`` GPUs, now or later in the pass
+
+    def _ranking(self, per: int, rank: int) -> _Ranking:
+        """A new ranking: seeded lazily with the bounds of a higher class's ranking (it sees
+        more candidates, so its bounds are lower) when there is one, else computed now."""
+        r = _Ranking()
+        donor = next((d for k in range(rank + 1, rank + 17)
+                      if (d := self.rankings.get((per, k))) is not None), None)
+        for name, n in self.nodes.items():
+            r.seen[name] = n.version
+        if donor is not None:
+            r.low = dict(donor.low)
+            for name, low in r.low.items():
+                self.token += 1
+                r.live[name] = self.token
+                r.heap.append((low, name, self.token, -1, None))
+        else:
+            for name in self.nodes:
+                self.token += 1
+                r.live[name] = self.token
+                r.low[name] = (0.0, 0.0)
+                self._bound(r, name, per, rank, self.token)
+        heapq.heapify(r.heap)
+        r.cursor = len(self.changes)
+        return r
+
+    def _share(self, node: str, per: int, rank: int) -> _Bound:
+        """Like :meth:`lower` (0 where the GPUs are free), with each victim's loss spread over
+        all its GPUs, on every node: bounds of distinct nodes then add up (a victim spanning two
+        nodes is paid once, and counts at most its whole loss over both)."""
+        n = self.nodes[node]
+        bucket, cands, _ = n.elig.get(rank) or self.eligible(node, rank)
+        key = 1024 + per * 16 + bucket + 1
+        got = n.low.get(key)
+        if got is None:
+            if all(len(c.masks) == 1 for c in cands):
+                got = self.lower(node, per, rank) or (0.0, 0.0)
+            else:
+                need = per - self.view.free(node).bit_count()
+                got = (0.0, 0.0)
+                if need > 0:
+                    parts = []
+                    for c in cands:
+                        total = sum(m.bit_count() for m in c.masks.values())
+                        on = c.masks[node].bit_count()
+                        parts.append((c.lost_work * on / total,
+                                      0.0 if c.borrowed else c.lost_work * on / total, on))
+                    got = (_cover(need, [(nb, g) for _, nb, g in parts]),
+                           _cover(need, [(lw, g) for lw, _, g in parts]))
+            n.low[key] = got
+        return got
+
+    def _group_bound(self, group: str, nodes: int, per: int, rank: int) -> _Bound | None:
+        """A lower bound of the greedy's option key on ``group`` (None: it has none), cached
+        until one of its nodes changes.
+
+        Each node the greedy picks gets ``per`` GPUs from the free ones and the victims
+        chosen; with each victim's loss spread over all its GPUs (:meth:`_share`), the
+        ``nodes`` nodes picked need at least the sum of their bounds, so at least the sum of
+        the ``nodes`` smallest bounds of the leaf (nodes that cannot reach ``per`` GPUs are
+        never picked)."""
+        ver = self.group_version[group]
+        key = (group, nodes, per, rank)
+        hit = self.bounds.get(key)
+        if hit is not None and hit[0] == ver:
+            return hit[1]
+        lows: list[_Bound] = []
+        nodes_ = self.nodes
+        for name in self.view.groups[group]:
+            e = nodes_[name].elig.get(rank) or self.eligible(name, rank)
+            if e[2].bit_count() >= per:
+                lows.append(self._share(name, per, rank))
+        got: _Bound | None = None
+        if len(lows) >= nodes:
+            lows.sort()
+            low = lows[:nodes]
+            # kept a hair low so that rounding in the sums never lifts it above
+            got = (max(0.0, sum(b[0] for b in low) * (1 - 1e-9) - 1e-6),
+                   max(0.0, sum(b[1] for b in low) * (1 - 1e-9) - 1e-6))
+        self.bounds[key] = (ver, got)
+        return got
 
     def _group(self, group: str | None, nodes: int, per: int, rank: int) -> Option | None:
         """The greedy's option for one leaf switch (None: the whole cluster), cached until one
@@ -249,19 +365,17 @@ class VictimIndex:
                 rank: int) -> Option | None:
         """The plain search's greedy over ``members`` (see victims._greedy_group)."""
         view = self.view
-        reach = 0
-        for name in members:
-            reach += self.eligible(name, rank)[2].bit_count() >= per
-        if reach < nodes:
+        # nodes that cannot reach ``per`` GPUs even with every candidate gone are never picked
+        left = [name for name in members if self.eligible(name, rank)[2].bit_count() >= per]
+        if len(left) < nodes:
             return None
         paid: frozenset[int] = frozenset()
         picked: list[tuple[str, int, int]] = []
-        left = list(members)
-        bounds: dict[str, tuple[float, float] | None] = {}
+        bounds: dict[str, _Bound | None] = {}
         near: set[str] = set()   # nodes where a chosen victim holds GPUs
         for _ in range(nodes):
             best: tuple[tuple[float, ...], str, int, int, frozenset[int]] | None = None
-            later: list[tuple[tuple[float, float], str]] = []
+            later: list[tuple[_Bound, str]] = []
             for name in left:
                 if name in near:  # shares a victim already chosen: search it again
                     got = best_on_node(view, name, per, self.eligible(name, rank)[1], paid,
@@ -294,3 +408,17 @@ class VictimIndex:
         if not paid:
             return None
         return group_option(view, picked, [self.cands[j] for j in sorted(paid)])
+
+
+def _distinct(found: list[Option], keep: int) -> list[Option]:
+    """The best ``keep`` options of ``found``, one per victim set (a victim spanning two
+    leaves may free both)."""
+    seen: set[frozenset[int]] = set()
+    out: list[Option] = []
+    for o in sorted(found, key=lambda o: o.key):
+        if o.victims not in seen:
+            seen.add(o.victims)
+            out.append(o)
+            if len(out) >= keep:
+                break
+    return out

@@ -119,6 +119,7 @@ class _Static:
     bits: dict[GpuRef, tuple[str, int]]
     shape: dict[str, int]   # nodes with equal cells share an id (and their picks)
     picks: dict[tuple[int, int, int], tuple[Level, int] | None]
+    masks: dict[tuple[GpuRef, ...], dict[str, int]]   # per GPU list seen (see ClusterView.masks)
 
 
 _STATIC: WeakKeyDictionary[Topology, _Static] = WeakKeyDictionary()
@@ -138,7 +139,7 @@ def _static(topo: Topology) -> _Static:
             {g: sum(nodes[n].full.bit_count() for n in ns) for g, ns in groups.items()},
             max((n.full.bit_count() for n in nodes.values()), default=0),
             {r: (n.name, i) for n in nodes.values() for i, r in enumerate(n.refs)},
-            _shapes(nodes), {})
+            _shapes(nodes), {}, {})
         _STATIC[topo] = got
     return got
 
@@ -163,6 +164,7 @@ class ClusterView:
         self._bit = static.bits
         self._shape = static.shape
         self._picks = static.picks
+        self._masks = static.masks
 
     def pick(self, node: str, free: int, count: int) -> tuple[Level, int] | None:
         """``self.nodes[node].pick(free, count)``, remembered per node shape (a pure function
@@ -175,13 +177,23 @@ class ClusterView:
             return got
 
     def masks(self, gpus: Iterable[GpuRef]) -> dict[str, int] | GpuRef:
-        """Per-node masks of ``gpus``; the first unknown GPU instead when one is not in the tree."""
+        """Per-node masks of ``gpus``; the first unknown GPU instead when one is not in the tree.
+
+        Remembered per GPU tuple and topology (a running job keeps its GPUs from pass to pass):
+        the dict returned may be shared, so callers never change it."""
+        known = self._masks.get(gpus) if isinstance(gpus, tuple) else None
+        if known is not None:
+            return known
         out: dict[str, int] = {}
         for g in gpus:
             where = self._bit.get(g)
             if where is None:
                 return g
             out[where[0]] = out.get(where[0], 0) | 1 << where[1]
+        if isinstance(gpus, tuple):
+            if len(self._masks) >= 100_000:  # bounded: a long-lived daemon sees many lists
+                self._masks.clear()
+            self._masks[gpus] = out
         return out
 
     def free(self, node: str) -> int:

@@ -33,6 +33,8 @@ import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from hai_slurm.classes import PriorityClass
+from hai_slurm.conf.topology import Level
 from hai_slurm.priority.planner.index import VictimIndex
 from hai_slurm.priority.planner.placement import (
     ClusterView,
@@ -53,6 +55,10 @@ from hai_slurm.priority.planner.types import (
 )
 from hai_slurm.priority.planner.victims import Candidate, Option
 from hai_slurm.priority.policy.ladder import RANK
+
+_NAME: dict[PriorityClass | Level, str] = {**{c: c.name for c in PriorityClass},
+                                           **{lv: lv.name for lv in Level}}
+"""Enum names (an enum's ``name`` is a property: thousands of reasons a pass)."""
 
 
 def _dur(seconds: float) -> str:
@@ -135,6 +141,10 @@ def _summary(excluded: Mapping[str, int]) -> str:
     return ", ".join(f"{excluded[k]} {k}" for k in sorted(excluded)) or "none"
 
 
+def _job_id(h: Holder) -> int:
+    return h.job_id
+
+
 class _Pass:
     """The mutable state of one planning pass."""
 
@@ -146,37 +156,37 @@ class _Pass:
         self.cands: dict[int, Candidate] = {}
         self.on_node: dict[str, list[int]] = {}   # running jobs with GPUs on a node, id order
         self.problem: str | None = None
-        for h in sorted(snap.running, key=lambda h: h.job_id):
-            masks = self.view.masks(h.gpus)
+        view, busy, cands = self.view, self.view.busy, self.cands
+        min_run = config.min_run_time
+        # why each candidate may not give way, leaving class and claims aside (None: it may);
+        # the categories of _why_not, in its order, without its texts
+        self.base: dict[int, str | None] = {}
+        self.left_out: dict[tuple[int, str | None], int] = {}
+        for h in sorted(snap.running, key=_job_id):
+            masks = view.masks(h.gpus)
             if not isinstance(masks, dict):
                 self.problem = (f"job {h.job_id} holds GPU {masks}, which the cluster "
                                 "description does not have; regenerate the description")
                 return
             for node, mask in masks.items():
-                clash = self.view.busy[node] & mask
+                clash = busy[node] & mask
                 if clash:
-                    other = min(j for j, c in self.cands.items()
+                    other = min(j for j, c in cands.items()
                                 if c.masks.get(node, 0) & clash & -clash)
                     self.problem = (f"jobs {other} and {h.job_id} both hold a GPU on {node}; "
                                     "the snapshot is inconsistent")
                     return
-                self.view.occupy(node, mask)
+                view.occupy(node, mask)
             if masks:
+                jid, rank = h.job_id, RANK[h.effective]
                 lost = lost_seconds(h, config, now) * len(h.gpus)
-                self.cands[h.job_id] = Candidate(h.job_id, RANK[h.effective], h.borrowed,
-                                                 lost, masks)
+                cands[jid] = Candidate(jid, rank, h.borrowed, lost, masks)
                 for node in masks:
-                    self.on_node.setdefault(node, []).append(h.job_id)
-        # why each candidate may not give way, leaving class and claims aside (None: it may)
-        top = max(RANK.values()) + 1
-        self.base: dict[int, str | None] = {}
-        for jid in self.cands:
-            no = _why_not(self.holders[jid], top, {}, config, now)
-            self.base[jid] = None if no is None else no[0]
-        self.left_out: dict[tuple[int, str | None], int] = {}
-        for jid, cat in self.base.items():
-            key = (self.cands[jid].rank, cat)
-            self.left_out[key] = self.left_out.get(key, 0) + 1
+                    self.on_node.setdefault(node, []).append(jid)
+                cat = ("not preemptible" if not h.preemptible else "protected" if h.protected
+                       else "too young" if now - h.start_time < min_run else None)
+                self.base[jid] = cat
+                self.left_out[rank, cat] = self.left_out.get((rank, cat), 0) + 1
         self.index = VictimIndex(self.view, self.cands,
                                  [j for j, cat in self.base.items() if cat is None],
                                  config.max_candidates_per_node)
@@ -238,7 +248,7 @@ class _Pass:
                 or h.last_checkpoint <= h.start_time
                 else f"last checkpoint {_dur(self.now - h.last_checkpoint)} ago")
         tag = "borrowed (over quota)" if h.borrowed else "within quota"
-        reason = (f"job {jid} ({h.effective.name}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
+        reason = (f"job {jid} ({_NAME[h.effective]}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
                   f"ran {_dur(self.now - h.start_time)}, {ckpt}): loses {_dur(secs)} "
                   f"= {_gs(c.lost_work)}")
         return Victim(jid, h.team, h.effective, len(h.gpus), h.borrowed, secs, c.lost_work,
@@ -249,7 +259,7 @@ class _Pass:
         loss = sum(self.cands[j].lost_work for j in option.victims)
         borrowed = sum(self.cands[j].borrowed for j in option.victims)
         return (f"{nodes}: {len(option.victims)} victim(s) ({borrowed} borrowed), "
-                f"{_gs(loss)} lost, in-node level {option.placement.level.name}")
+                f"{_gs(loss)} lost, in-node level {_NAME[option.placement.level]}")
 
     def passed_over(self, job: Waiting, best: Option, others: list[Option],
                     excluded: Mapping[str, int]) -> tuple[str, ...]:
@@ -308,8 +318,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     if st.problem is not None:
         return _refused(st.problem, snapshot.pending)
     view = st.view
+    # highest class first, input order within a class (a stable sort)
     order = sorted(range(len(snapshot.pending)),
-                   key=lambda i: (-RANK[snapshot.pending[i].effective], i))
+                   key=[-RANK[w.effective] for w in snapshot.pending].__getitem__)
     decisions: dict[int, Decision] = {}
     plans: list[PreemptionPlan] = []
     # shapes are (nodes, --switches limit or 0[, GPUs per node])
@@ -322,20 +333,25 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
     leads: dict[str, str] = {}                  # texts shared by jobs of one shape
     texts: dict[tuple[str, str], str] = {}
+    weights = config.class_weights
+    pending = snapshot.pending
+    limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
     for i in order:
-        job = snapshot.pending[i]
-        jid, rank = job.job_id, RANK[job.effective]
+        job = pending[i]
+        jid, cls = job.job_id, job.effective
+        rank = RANK[cls]
         if job.gpus <= 0:
-            decisions[jid] = Decision(jid, Outcome.NO_GPUS, "needs no GPUs: not planned")
+            decisions[jid] = _decision(Decision, (jid, Outcome.NO_GPUS,
+                                                  "needs no GPUs: not planned"))
             continue
         leaves = job.max_leaves
         asked = (job.gpus, job.nodes, leaves)
         known = shapes.get(asked)
         if known is None:
             known = shapes[asked] = _Shape.of(job, view, config)
-        nodes, per, what, cross, shape_key, impossible = known
+        nodes, per, what, cross, shape_key, impossible, vkey = known
         if impossible is not None:
-            decisions[jid] = Decision(jid, Outcome.IMPOSSIBLE, impossible)
+            decisions[jid] = _decision(Decision, (jid, Outcome.IMPOSSIBLE, impossible))
             continue
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross)
@@ -347,44 +363,45 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 version += 1
                 decisions[jid] = Decision(jid, Outcome.FITS, (
                     f"{what} fit on free GPUs of {','.join(free.nodes)} "
-                    f"(in-node level {free.level.name}); expected to start without preemption"))
+                    f"(in-node level {_NAME[free.level]}); expected to start without preemption"))
                 continue
             no_free[shape_key] = per
         lead = leads.get(what)
         if lead is None:
             lead = leads[what] = f"needs {what}, none free"
         if rank == 0:
-            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS,
-                                      f"{lead}; no class is lower than {job.effective.name}")
+            decisions[jid] = _decision(Decision, (
+                jid, Outcome.NO_VICTIMS, f"{lead}; no class is lower than {_NAME[cls]}"))
             continue
-        if no_victims.get((*shape_key, per), -1) >= rank:
+        if no_victims.get(vkey, -1) >= rank:
             text = texts.get((lead, ""))
             if text is None:
                 text = texts[lead, ""] = (
                     f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
                     f"{_dur(config.min_run_time)} frees such a placement")
-            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, text)
+            decisions[jid] = _decision(Decision, (jid, Outcome.NO_VICTIMS, text))
             continue
-        benefit = config.class_weights.get(job.effective, 0.0) * max(0.0, job.wait) * job.gpus
-        seen = not_worth.get((rank, *shape_key, per))
+        benefit = weights.get(cls, 0.0) * max(0.0, job.wait) * job.gpus
+        seen = not_worth.get((rank, *vkey))
         if seen is not None and seen[0] == version and \
                 benefit <= config.benefit_threshold * seen[1]:
             decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
                 f"{lead}; the best victim set loses {_gs(seen[1])}; benefit {benefit:,.0f} is "
                 f"not more than {config.benefit_threshold:g} x that"))
             continue
-        if len(plans) >= max_plans or searches >= max_searches:
+        if limited:
             limit = "plans" if len(plans) >= max_plans else "victim searches"
             text = texts.get((lead, limit))
             if text is None:
                 text = texts[lead, limit] = f"{lead}; this cycle's limit of {limit} was reached"
-            decisions[jid] = Decision(jid, Outcome.SKIPPED, text)
+            decisions[jid] = _decision(Decision, (jid, Outcome.SKIPPED, text))
             continue
         searches += 1
+        limited = searches >= max_searches
         found, excluded = st.options(nodes, per, rank, cross=cross)
         options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
-            no_victims[(*shape_key, per)] = max(rank, no_victims.get((*shape_key, per), -1))
+            no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
                 f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
                 f"{_dur(config.min_run_time)} frees such a placement (running jobs left out: "
@@ -396,7 +413,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                    f"{config.class_weights.get(job.effective, 0.0):g} x wait {_dur(job.wait)} x "
                    f"{job.gpus} GPUs")
         if not benefit > config.benefit_threshold * loss:
-            not_worth[(rank, *shape_key, per)] = (version, loss)
+            not_worth[(rank, *vkey)] = (version, loss)
             decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"))
@@ -409,10 +426,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             st.occupy(node, mask)
         version += 1
         borrowed = sum(v.borrowed for v in victims)
-        reason = (f"job {jid} ({job.effective.name}, team {job.team}, {what}) preempts "
+        reason = (f"job {jid} ({_NAME[cls]}, team {job.team}, {what}) preempts "
                   f"{len(victims)} job(s) ({borrowed} borrowed): {_victim_list(best)} on "
                   f"{','.join(best.placement.nodes)} (in-node level "
-                  f"{best.placement.level.name}); lost work {_gs(loss)} x threshold "
+                  f"{_NAME[best.placement.level]}); lost work {_gs(loss)} x threshold "
                   f"{config.benefit_threshold:g} < {weighed}")
         plans.append(PreemptionPlan(
             beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
@@ -420,7 +437,13 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, Outcome.PREEMPT, reason)
+        limited = limited or len(plans) >= max_plans
     return PlanningResult(tuple(plans), decisions, None)
+
+
+_decision = tuple.__new__
+"""``_decision(Decision, (job id, outcome, reason))``: a :class:`Decision` without the named
+tuple's Python-level ``__new__`` (10,000 of them a pass)."""
 
 
 class _Shape(NamedTuple):
@@ -432,6 +455,7 @@ class _Shape(NamedTuple):
     cross: bool
     key: tuple[int, int]
     impossible: str | None
+    vkey: tuple[int, int, int]     # key + (per,): the cache key of victim verdicts
 
     @classmethod
     def of(cls, job: Waiting, view: ClusterView, config: PlannerConfig) -> _Shape:
@@ -448,7 +472,7 @@ class _Shape(NamedTuple):
             impossible = (f"needs {what}; {where} of this cluster has not that many nodes with "
                           "enough GPUs")
         key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
-        return cls(nodes, per, what, cross, key, impossible)
+        return cls(nodes, per, what, cross, key, impossible, (*key, per))
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:

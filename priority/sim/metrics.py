@@ -148,10 +148,12 @@ def summarize(engine: Engine, *, bounds: Mapping[PriorityClass, float],
     used = {t: float(team_out[t]["gpu_hours_used"]) for t in teams}
     for t in teams:
         team_out[t]["quota_gpus"] = quotas.get(t, 0)
-    cdf = {c: [r(percentile(sorted(facts[j.trace.job_id]["delay"] for j in jobs
-                                   if j.trace.cls.value == c and j.trace.job_id in facts),
-                            100 * k / (CDF_POINTS - 1))) for k in range(CDF_POINTS)]
-           for c in classes}
+    delays: dict[str, list[float]] = {c: [] for c in classes}
+    for j in jobs:
+        if j.trace.job_id in facts and j.trace.cls.value in delays:
+            delays[j.trace.cls.value].append(facts[j.trace.job_id]["delay"])
+    cdf = {c: [r(percentile(ds, 100 * k / (CDF_POINTS - 1))) for k in range(CDF_POINTS)]
+           for c, ds in ((c, sorted(delays[c])) for c in classes)}
     all_lost = sum(f["lost"] for f in facts.values())
     return {
         "totals": {

@@ -108,3 +108,66 @@ def test_two_cross_leaf_plans_in_one_pass_see_each_other() -> None:
     assert [len(p.nodes) for p in fast.plans] == [3, 3]
     assert set(fast.plans[0].victim_ids).isdisjoint(fast.plans[1].victim_ids)
     assert fast == reference_plan(snap, config=PlannerConfig(), now=NOW)
+
+
+WIDE = gpu_cluster(8, 2)   # eight leaf switches: multi-node searches may stop before the last
+WIDE_NODES = [f"n{i:02d}" for i in range(1, 17)]
+
+
+@st.composite
+def wide_running(draw: st.DrawFn) -> list[Holder]:
+    """Jobs packed onto the 16 nodes of WIDE, some spanning two nodes (also across leaves)."""
+    out: list[Holder] = []
+    taken: set[str] = set()
+    for _ in range(draw(st.integers(0, 4))):
+        first = draw(st.integers(0, len(WIDE_NODES) - 2))
+        span = WIDE_NODES[first:first + 2]
+        if taken & set(span):
+            continue
+        taken |= set(span)
+        out.append(_job(draw, len(out) + 1, tuple(GpuRef(n, g) for n in span
+                                                  for g in range(draw(st.sampled_from((4, 8)))))))
+    for node in WIDE_NODES:
+        if node in taken:
+            continue
+        g = 0
+        while g < 8:
+            size = min(draw(st.sampled_from((1, 2, 4, 8))), 8 - g)
+            if draw(st.integers(0, 7)):
+                out.append(_job(draw, len(out) + 1, tuple(GpuRef(node, g + k)
+                                                          for k in range(size))))
+            g += size
+    return out
+
+
+wide_waitings = st.lists(st.builds(
+    Waiting, job_id=st.integers(1000, 1040), team=st.just("z"),
+    effective=st.sampled_from(list(P)), gpus=st.sampled_from((1, 4, 8, 12, 16, 24, 32)),
+    nodes=st.sampled_from((None, None, 2, 3, 4)), wait=st.sampled_from((600.0, 1e7)),
+    max_leaves=st.sampled_from((None, None, 1, 2))),
+    min_size=1, max_size=12, unique_by=lambda w: w.job_id)
+
+
+@settings(max_examples=150, deadline=None)
+@given(wide_running(), wide_waitings, configs)
+def test_fast_pass_equals_the_plain_search_on_many_leaves(
+        jobs: list[Holder], pending: list[Waiting], config: PlannerConfig) -> None:
+    """Eight leaf switches: the multi-node search that visits leaves by their lower bound and
+    stops early still finds the plain search's sets and runners-up."""
+    snap = snapshot(WIDE, jobs, pending)
+    assert plan_preemptions(snap, config=config, now=NOW) == \
+        reference_plan(snap, config=config, now=NOW)
+
+
+def test_fast_pass_equals_the_plain_search_on_seeded_wide_clusters() -> None:
+    """Seeded synthetic clusters of 12 leaf switches (multi-node jobs running and waiting),
+    limits lifted so that dozens of multi-node searches run in one pass."""
+    lifted = PlannerConfig(max_plans=200, max_searches=100_000, min_run_time=0.0)
+    multi = 0
+    for seed in (4, 5, 6, 7):
+        snap = synthetic_snapshot(seed, leaves=12, nodes_per_leaf=3, running=220, pending=300,
+                                  teams=5)
+        fast = plan_preemptions(snap, config=lifted, now=NOW)
+        multi += sum(len(p.nodes) > 1 for p in fast.plans)
+        assert fast == reference_plan(snap, config=lifted, now=NOW)
+    assert multi > 0, "some multi-node plans were compared"
