@@ -41,6 +41,7 @@ from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import (
     POLICY_STATE_KEY,
     Decision,
+    catch_up,
     decide,
     requeue_candidates,
     snapshot_problem,
@@ -104,6 +105,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self._stop_requested = False
         self._last_snapshot: float | None = None
+        self._last_cycle: float | None = None  # ``now`` of the last committed cycle
         self._standby_logged = False
 
     # ------------------------------------------------------------------------ stop requests
@@ -213,7 +215,7 @@ class Daemon:
 
     def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
         repo, policy = self.repository, self.config.policy
-        loaded = repo.load_jobs()
+        loaded = catch_up(repo.load_jobs(), snap, self._last_cycle)
         candidates = requeue_candidates(snap, loaded)
         tracked = with_preemptions(loaded, candidates, repo.daemon_requeues(candidates))
         stored_state = repo.get_value(POLICY_STATE_KEY)
@@ -249,6 +251,7 @@ class Daemon:
             credits=extras.credits, protections=decision.protections,
             audit=_audit(decision, now) + extras.audit, values=tuple(values)))
         self._last_snapshot = float(snap.time)
+        self._last_cycle = now
         self.metrics.observe(decision, now)
         if write_error:
             self.failures += 1

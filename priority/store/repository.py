@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import fields
 
 from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
@@ -136,9 +137,15 @@ class Repository:
             self._save_jobs(s, list(jobs))
 
     def load_jobs(self) -> dict[int, TrackedJob]:
-        """Every tracked job by id (what a restarted daemon starts from)."""
+        """Every tracked job by id (what a restarted daemon starts from).
+
+        Plain rows, not ORM objects: the daemon loads every tracked job each cycle, and at
+        12,000 jobs building mapped objects took most of a second.
+        """
+        names = [f.name for f in fields(TrackedJob)]
+        columns = [getattr(TrackedJobRow, n) for n in names]
         with self._tx("loading tracked jobs", read_only=True) as s:
-            return {r.job_id: convert.job_from_row(r) for r in s.scalars(select(TrackedJobRow))}
+            return {row[0]: TrackedJob(*row) for row in s.execute(select(*columns))}
 
     def get_job(self, job_id: int) -> TrackedJob | None:
         """One tracked job, or None if the daemon does not track it."""
