@@ -249,8 +249,9 @@ def test_compact_snapshot_reads_the_same_jobs_as_json(adapter_slurm_conf: str,
 
 def test_priorities_of_many_values_in_one_scontrol(adapter_slurm_conf: str,
                                                    tmp_path: Path) -> None:
-    """Several distinct priorities go to one ``scontrol`` process (one command); each job gets
-    its own value, and a job that is gone meanwhile is skipped, not an error."""
+    """Several distinct priorities go to one ``scontrol`` process reading them from stdin (one
+    command); each job gets its own value, and a job that has ended is skipped, not an
+    error."""
     tmp_path.chmod(0o777)
     h = CliHarness(adapter_slurm_conf, tmp_path)
     try:
