@@ -163,8 +163,8 @@ def main() -> None:
                         help="testbed ports: slurmctld BASE+17, slurmdbd +19, MariaDB +6, "
                              "Redis -421, slurmd +101..")
     parser.add_argument("--burst", type=int, default=0,
-                        help="sbatch this many more jobs (4 at a time) while the steady cycles "
-                             "run, and count refusals (they are cycles with new jobs then)")
+                        help="at the end, sbatch this many more jobs (4 at a time) while the "
+                             "daemon cycles back to back, and count refusals")
     parser.add_argument("--keep", action="store_true",
                         help="leave the jobs (and the testbed) for the next run")
     args = parser.parse_args()
@@ -218,18 +218,12 @@ def main() -> None:
             print(f"first cycle ({pending} pending, {running} running): {line}")
             print(f"  first cycle RPCs: {rpc_line(before, after, 1, interval)}")
             steady = []
-            burst = Burst(conf, args.burst)
             before = sdiag_counts(conf)
-            burst.start()
             for _ in range(args.steady):
                 rep, line = cycle(d, timed)
                 steady.append(rep.seconds)
                 print(f"steady cycle:                {line}")
             after = sdiag_counts(conf)
-            burst.join()
-            jobs += burst.ids
-            if args.burst:
-                print(f"  burst beside the steady cycles: {burst.report()}")
             print(f"steady median: {statistics.median(steady) * 1000:.0f} ms")
             print(f"  steady RPCs (sdiag counts the bench's own 2 sdiag calls too): "
                   f"{rpc_line(before, after, args.steady, interval)}")
@@ -239,6 +233,15 @@ def main() -> None:
             after = sdiag_counts(conf)
             print(f"after one new job:           {line}")
             print(f"  one-change RPCs: {rpc_line(before, after, 1, interval)}")
+            if args.burst:
+                burst = Burst(conf, args.burst)
+                burst.start()
+                while burst.is_alive():
+                    rep, line = cycle(d, timed)
+                    print(f"cycle during the burst:      {line}")
+                burst.join()
+                jobs += burst.ids
+                print(f"  burst of {args.burst} sbatch beside the cycles: {burst.report()}")
     finally:
         if not args.keep:
             for i in range(0, len(jobs), 500):

@@ -382,7 +382,7 @@ class CliSlurmClient:
         with ThreadPoolExecutor(parts) as pool:
             for part in pool.map(write, batches):
                 result = result.merged(part)
-        return replace(result, commands=parts)
+        return replace(result, commands=len(lines))  # scontrol commands, in `parts` processes
 
     def signal(self, job_ids: JobIds, signal: str = "USR2", *,
                target: SignalTarget = SignalTarget.FULL) -> ActionResult:

@@ -12,8 +12,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from slurm_client_contract import Harness, SlurmClientContract
 
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SignalTarget, SlurmClient
+from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
 
 pytestmark = pytest.mark.integration
 
@@ -249,11 +251,19 @@ def test_compact_snapshot_reads_the_same_jobs_as_json(adapter_slurm_conf: str,
 
 def test_priorities_of_many_values_in_one_scontrol(adapter_slurm_conf: str,
                                                    tmp_path: Path) -> None:
-    """Several distinct priorities go to one ``scontrol`` process reading them from stdin (one
-    command); each job gets its own value, and a job that has ended is skipped, not an
+    """Several distinct priorities go to one ``scontrol`` process reading one update line per
+    value from stdin; each job gets its own value, and a job that has ended is skipped, not an
     error."""
     tmp_path.chmod(0o777)
     h = CliHarness(adapter_slurm_conf, tmp_path)
+    processes: list[tuple[str, ...]] = []
+
+    class Counting(SubprocessRunner):
+        def __call__(self, argv: Sequence[str], **kw: Any) -> Completed:
+            processes.append(tuple(argv))
+            return super().__call__(argv, **kw)
+
+    client = CliSlurmClient(Counting(adapter_slurm_conf))
     try:
         ids = [h.submit(name=f"prio-{i}", gpus=1, begin_in=600) for i in range(4)]
         gone = h.submit(name="prio-gone", gpus=1, begin_in=600)
@@ -262,8 +272,9 @@ def test_priorities_of_many_values_in_one_scontrol(adapter_slurm_conf: str,
                    or j.state.value != "PENDING")
         wanted = {jid: 50_000 + 1000 * i for i, jid in enumerate(ids)}
         wanted[ids[3]] = wanted[ids[2]]  # two jobs share a value
-        result = h.client.set_priorities({**wanted, gone: 70_000})
-        assert result.commands == 1
+        result = client.set_priorities({**wanted, gone: 70_000})
+        assert processes == [("scontrol",)]
+        assert result.commands == 4  # one update line per value, in that one process
         assert set(result.done) == set(ids)
         snap = h.client.snapshot()
         for jid, value in wanted.items():
