@@ -287,7 +287,7 @@ class Daemon:
             try:
                 result = self.slurm.set_priorities(writes)
             except SlurmError as err:
-                log.info("writing %d priorities at once failed (%s); writing them one value "
+                log.warning("writing %d priorities at once failed (%s); writing them one value "
                          "at a time", len(writes), err)
             else:
                 self._log_skipped(result)
