@@ -30,7 +30,7 @@ from hai_slurm.slurm_plugins.parse import (
     JOB_FACTS_FORMAT,
     STEPS_FORMAT,
     SWITCHES_FORMAT,
-    compact_job_records,
+    compact_job_record,
     detail_signature,
     job_messages,
     parse_job,
@@ -125,6 +125,8 @@ class CliSlurmClient:
         """Per job: (:func:`~.parse.detail_signature`, its :data:`~.parse.DETAIL_KEYS`) from the
         last ``squeue --json``; lets a snapshot use the compact listing."""
         self._details_at: float | None = None
+        self._parsed: dict[str, tuple[str, Job | None]] = {}
+        """The previous compact snapshot: job id -> (its line, the Job parsed from it)."""
         self.json_snapshots = 0
         """Snapshots that read ``squeue --json`` (the others read the compact listing)."""
         self._aliases: dict[int, str] = {}
@@ -198,22 +200,46 @@ class CliSlurmClient:
             assert isinstance(self._run, SubprocessRunner)
             res = check(self._run(["squeue", "--noheader", f"--Format={COMPACT_JOBS_FORMAT}"],
                                   env={"SLURM_TIME_FORMAT": "%s"}), "squeue -O")
-            records = compact_job_records(res.stdout)
-            details = self._details
-            if all(r["job_id"] in details and details[r["job_id"]][0] == detail_signature(r)
-                   for r in records):
-                out = (parse_job({**r, **details[r["job_id"]][1]}) for r in records)
-                return tuple(j for j in out if j is not None)
+            jobs = self._compact_jobs(res.stdout)
+            if jobs is not None:
+                return jobs
         doc = self._json(plan.jobs)
         self.json_snapshots += 1
         records_json = doc.get("jobs") if isinstance(doc, dict) else None
         jobs = self._with_switches(parse_jobs(doc))
         if isinstance(records_json, list):
+            self._parsed = {}
             self._details = {
                 int(r["job_id"]): (detail_signature(r), {k: r.get(k) for k in DETAIL_KEYS})
                 for r in records_json if isinstance(r, dict) and isinstance(r.get("job_id"), int)}
             self._details_at = now
         return jobs
+
+    def _compact_jobs(self, output: str) -> tuple[Job, ...] | None:
+        """Jobs from the compact listing, or None when a job's kept details are missing or
+        no longer hold. A line identical to the job's line of the previous compact snapshot
+        gives the same Job again without parsing (most lines, in a queue that waits)."""
+        details, before = self._details, self._parsed
+        parsed: dict[str, tuple[str, Job | None]] = {}
+        out: list[Job] = []
+        for lineno, line in enumerate(output.splitlines(), 1):
+            if not line.strip():
+                continue
+            key = line[:line.find("|")].strip()
+            hit = before.get(key)
+            if hit is not None and hit[0] == line:
+                job = hit[1]
+            else:
+                rec = compact_job_record(line, lineno)
+                kept = details.get(rec["job_id"])
+                if kept is None or kept[0] != detail_signature(rec):
+                    return None
+                job = parse_job({**rec, **kept[1]})
+            parsed[key] = (line, job)
+            if job is not None:
+                out.append(job)
+        self._parsed = parsed
+        return tuple(out)
 
     def _compact_ok(self) -> bool:
         """The compact listing needs the subprocess runner (it sets ``SLURM_TIME_FORMAT`` for
@@ -472,6 +498,7 @@ class CliSlurmClient:
         if "\n" in text or "\0" in text:
             raise ValueError("admin_comment must be a single line without NUL bytes")
         self._details.pop(job_id, None)  # the next snapshot reads it again (squeue --json)
+        self._parsed.pop(str(job_id), None)
         return self._scontrol_ids(["update"], job_id, "scontrol update AdminComment",
                                   (_GONE, _DONE), suffix=[f"AdminComment={text}"])
 
