@@ -230,11 +230,13 @@ def test_compact_snapshot_reads_the_same_jobs_as_json(adapter_slurm_conf: str,
         client = CliSlurmClient(slurm_conf=adapter_slurm_conf)
         by_json = client.snapshot()
         by_compact = client.snapshot()
-        assert client.json_snapshots == 1, "the second snapshot read squeue --json again"
+        reused = client.snapshot()  # unchanged lines: the Jobs of the previous compact read
+        assert client.json_snapshots == 1, "a compact snapshot read squeue --json again"
         for jid in (running, held, array_id):
-            a, b = by_json.job(jid), by_compact.job(jid)
+            a, b, c = by_json.job(jid), by_compact.job(jid), reused.job(jid)
             assert a is not None and b is not None, jid
             assert b == a, f"job {jid}: compact {b} != json {a}"
+            assert c == a, f"job {jid}: reused {c} != json {a}"
         run = by_compact.job(running)
         assert run is not None and sum(run.gpus_per_node.values()) == 2
         assert run.admin_comment.startswith("hai:v1:")
