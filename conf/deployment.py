@@ -84,6 +84,12 @@ class Deployment:
     """Daemon mode's ``MinJobAge``: how long slurmctld keeps an ended job, and so how long the
     daemon can still requeue a victim that ended without exit code 75 (priority/PREEMPTION.md,
     "The safety net"): an hour of daemon downtime plus margin."""
+    max_job_count: int = 100_000
+    """``MaxJobCount``: jobs slurmctld holds at once, pending, running *and* ended ones it still
+    keeps (for ``MinJobAge``). Slurm's default, 10,000, refuses every sbatch once reached; a
+    cluster with 10,000 queued and 2,000 running jobs that also keeps an hour of ended jobs
+    (daemon mode's MinJobAge) needs several times that. slurmctld's memory grows with the jobs
+    it holds (a few KB each), not with the cap."""
     proctrack_type: str = "proctrack/cgroup"
     task_plugin: str = "task/affinity,task/cgroup"
     multiple_slurmd: bool = False
@@ -116,6 +122,13 @@ class Deployment:
             raise ConfigError("daemon mode writes MinJobAge itself; set deployment.min_job_age "
                               "instead of an extra MinJobAge line", key="deployment.extra",
                               value="MinJobAge")
+        if self.max_job_count < 1:
+            raise ConfigError("must be at least 1 (Slurm's default is 10000; hai-slurm writes "
+                              "100000)", key="deployment.max_job_count", value=self.max_job_count)
+        if any(k.lower() == "maxjobcount" for k, _v in self.extra_settings):
+            raise ConfigError("MaxJobCount is written by the generator; set "
+                              "deployment.max_job_count instead of an extra MaxJobCount line",
+                              key="deployment.extra", value="MaxJobCount")
         if self.cred_expire_s < 1:
             raise ConfigError("must be at least 1 second", key="deployment.cred_expire",
                               value=self.cred_expire_s)

@@ -222,6 +222,7 @@ _DEPLOYMENT_KEYS: dict[str, tuple[str, type]] = {
     "run_dir": ("run_dir", str),
     "cred_expire": ("cred_expire_s", int),
     "min_job_age": ("min_job_age_s", int),
+    "max_job_count": ("max_job_count", int),
     "proctrack_type": ("proctrack_type", str),
     "task_plugin": ("task_plugin", str),
     "multiple_slurmd": ("multiple_slurmd", bool),

@@ -122,6 +122,11 @@ def _scheduling(desc: ClusterDescription, dep: Deployment) -> list[str]:
             "RequeueExit=75",
             f"MinJobAge={dep.min_job_age_s}",
         ]
+    lines += [
+        "# Pending, running and kept ended jobs all count; at Slurm's default (10000) every",
+        "# sbatch is refused once reached (10000 queued + 2000 running + an hour of ended jobs).",
+        f"MaxJobCount={dep.max_job_count}",
+    ]
     comment = ("  # --signal is sent at preemption, not only near the time limit"
                if "preempt_send_user_signal" in sched else "")
     lines.append(f"SchedulerParameters={','.join(sched)}{comment}")

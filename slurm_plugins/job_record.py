@@ -43,12 +43,17 @@ class JobRecord:
 
 def job_record(job: Job) -> JobRecord:
     """What ``job``'s ``admin_comment`` record says, with the fallbacks applied."""
-    info = parse_admin_comment(job.admin_comment)
+    return record_of(job.admin_comment, job.account, job.requeue)
+
+
+def record_of(admin_comment: str, account: str, requeue: bool) -> JobRecord:
+    """:func:`job_record` from the three fields of a job it reads."""
+    info = parse_admin_comment(admin_comment)
     if info is None:
         return JobRecord(priority=None, source=ClassOrigin.DEFAULT,
-                         team=job.account or FALLBACK_TEAM, preemptible=job.requeue,
+                         team=account or FALLBACK_TEAM, preemptible=requeue,
                          grace=None, checkpoint_dir=None, info=None)
     return JobRecord(priority=info.priority, source=info.source,
-                     team=info.team or job.account or FALLBACK_TEAM,
-                     preemptible=info.preemptible and job.requeue, grace=info.grace,
+                     team=info.team or account or FALLBACK_TEAM,
+                     preemptible=info.preemptible and requeue, grace=info.grace,
                      checkpoint_dir=info.checkpoint_dir, info=info)

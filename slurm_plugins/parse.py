@@ -492,3 +492,119 @@ def parse_switch_requests(output: str) -> dict[int, tuple[int, int]]:
             wait = 0
         out[int(parts[0])] = (int(parts[1]), 0 if wait == INFINITE else wait)
     return out
+
+
+#: The columns of :data:`COMPACT_JOBS_FORMAT`, in order. Only fields Slurm writes or validates:
+#: no job name, comment, work dir or output paths, where a job's owner can put ``|`` or a newline
+#: and so forge a line. What the compact listing lacks (name, admin_comment, gres_detail) comes
+#: from the last ``squeue --json`` (:data:`DETAIL_KEYS`).
+COMPACT_JOB_FIELDS = (
+    "JobID", "ArrayJobID", "ArrayTaskID", "UserName", "UserID", "Account", "Partition", "QOS",
+    "State", "PriorityLong", "Reason", "SubmitTime", "EligibleTime", "StartTime", "TimeLimit",
+    "NumNodes", "NodeList", "tres-per-job", "tres-per-node", "tres-per-task", "tres-per-socket",
+    "tres-alloc", "NumTasks", "Sockets", "RestartCnt", "Requeue", "BatchFlag", "NumCPUs",
+    "ReqSwitch", "Wait4Switch",
+)
+#: ``squeue --noheader --Format`` of :func:`compact_job_records`; run with
+#: ``SLURM_TIME_FORMAT=%s`` so times are POSIX seconds.
+COMPACT_JOBS_FORMAT = ",".join(f"{f}:|" for f in COMPACT_JOB_FIELDS)
+#: The ``squeue --json`` keys a compact record lacks; the CLI backend keeps them per job.
+DETAIL_KEYS = ("name", "admin_comment", "comment", "gres_detail")
+_UNSET = ("", "N/A", "Unknown", "None", "(null)", "*")
+
+
+def _compact_time(value: str, where: str) -> int | None:
+    if value.isdigit():
+        return int(value) or None
+    if value in _UNSET:
+        return None
+    if not value.isdigit():
+        raise SlurmError(f"{where}: expected POSIX seconds (SLURM_TIME_FORMAT=%s), got {value!r}")
+    return int(value)
+
+
+def _compact_int(value: str, where: str) -> int | None:
+    if value.isdigit():
+        return int(value)
+    if value in _UNSET:
+        return None
+    head = value.split("-", 1)[0]  # NumNodes may print a range, "4-4"
+    if not head.isdigit():
+        raise SlurmError(f"{where}: expected a number, got {value!r}")
+    return int(head)
+
+
+def _compact_text(value: str) -> str:
+    return "" if value in _UNSET else value
+
+
+def compact_job_records(output: str) -> list[dict[str, Any]]:
+    """``squeue --noheader -O`` lines with :data:`COMPACT_JOBS_FORMAT` as records with the keys
+    of ``squeue --json`` (openapi v0.0.38), for :func:`parse_job` once the
+    :data:`DETAIL_KEYS` are added. A line that does not parse raises SlurmError: no column
+    holds text a user chose, so such a line means the output is not what was asked for."""
+    return [compact_job_record(line, lineno)
+            for lineno, line in enumerate(output.splitlines(), 1) if line.strip()]
+
+
+def compact_job_record(line: str, lineno: int = 1) -> dict[str, Any]:
+    """One line of :func:`compact_job_records`."""
+    width = len(COMPACT_JOB_FIELDS)
+    cols = line.strip().split("|")
+    if len(cols) != width + 1 or not cols[0].isdigit():
+        raise SlurmError(f"squeue -O, line {lineno}: expected {width} '|'-ended columns "
+                         f"starting with a job id, got {line[:160]!r}")
+    f = dict(zip(COMPACT_JOB_FIELDS, cols, strict=False))
+    where = f"squeue -O, job {f['JobID']}"
+    task = f["ArrayTaskID"]
+    if task in _UNSET:
+        array_job, array_task, array_string = 0, None, ""
+    elif task.isdigit():
+        array_job, array_task, array_string = int(f["ArrayJobID"]), int(task), ""
+    else:  # a pending array record standing for several tasks: "1-3", "[1-9%2]"
+        array_job, array_task, array_string = int(f["ArrayJobID"]), None, task.strip("[]")
+    limit = f["TimeLimit"]
+    minutes = _duration(limit, DurationContext.TIME_LIMIT, f"{where}: TimeLimit", minutes=True)
+    wait = _duration(f["Wait4Switch"], DurationContext.TIME_LIMIT, f"{where}: Wait4Switch",
+                     minutes=False)
+    tres = _compact_text(f["tres-alloc"])
+    return {
+        "job_id": int(f["JobID"]),
+        "array_job_id": array_job,
+        "array_task_id": array_task,
+        "array_task_string": array_string,
+        "user_name": _compact_text(f["UserName"]),
+        "user_id": _compact_int(f["UserID"], f"{where}: UserID"),
+        "account": _compact_text(f["Account"]),
+        "partition": _compact_text(f["Partition"]),
+        "qos": _compact_text(f["QOS"]),
+        "job_state": f["State"],
+        "priority": _compact_int(f["PriorityLong"], f"{where}: PriorityLong"),
+        "state_reason": text(f["Reason"]),  # "None" as in the JSON
+        "submit_time": _compact_time(f["SubmitTime"], f"{where}: SubmitTime"),
+        "eligible_time": _compact_time(f["EligibleTime"], f"{where}: EligibleTime"),
+        "start_time": _compact_time(f["StartTime"], f"{where}: StartTime"),
+        "time_limit": None if minutes == INFINITE else minutes,
+        "node_count": _compact_int(f["NumNodes"], f"{where}: NumNodes"),
+        "nodes": _compact_text(f["NodeList"]),
+        "tres_per_job": _compact_text(f["tres-per-job"]),
+        "tres_per_node": _compact_text(f["tres-per-node"]),
+        "tres_per_task": _compact_text(f["tres-per-task"]),
+        "tres_per_socket": _compact_text(f["tres-per-socket"]),
+        "tres_alloc_str": tres,
+        "tres_req_str": tres,
+        "tasks": _compact_int(f["NumTasks"], f"{where}: NumTasks"),
+        "sockets_per_node": _compact_int(f["Sockets"], f"{where}: Sockets"),
+        "restart_cnt": _compact_int(f["RestartCnt"], f"{where}: RestartCnt") or 0,
+        "requeue": f["Requeue"] != "0",
+        "batch_flag": f["BatchFlag"] != "0",
+        "cpus": _compact_int(f["NumCPUs"], f"{where}: NumCPUs"),
+        "required_switches": _compact_int(f["ReqSwitch"], f"{where}: ReqSwitch") or 0,
+        "maximum_switch_wait_time": 0 if wait in (None, INFINITE) else wait,
+    }
+
+
+def detail_signature(record: Mapping[str, Any]) -> tuple[str, int]:
+    """What must stay the same for a job's kept :data:`DETAIL_KEYS` to still hold: its node
+    list (gres_detail is per allocated node) and restart count (a requeue may rewrite them)."""
+    return text(record.get("nodes")), number(record.get("restart_cnt"), "restart_cnt") or 0

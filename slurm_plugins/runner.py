@@ -49,15 +49,20 @@ class SubprocessRunner:
         self.timeout = timeout
         self.bin_dir = bin_dir
 
-    def __call__(self, argv: Sequence[str], *, timeout: float | None = None) -> Completed:
-        """Run ``argv`` (the program is looked up in ``bin_dir`` or on PATH)."""
+    def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
+                 stdin: str | None = None, env: Mapping[str, str] | None = None) -> Completed:
+        """Run ``argv`` (the program is looked up in ``bin_dir`` or on PATH); ``stdin`` is
+        piped in (else the command inherits this process's stdin, as before); ``env`` adds
+        variables for this command only."""
         args = list(argv)
         if self.bin_dir and "/" not in args[0]:
             args[0] = str(Path(self.bin_dir) / args[0])
         limit = self.timeout if timeout is None else timeout
         try:
-            proc = subprocess.run(args, capture_output=True, text=True, env=self.env,
-                                  timeout=limit, check=False)
+            proc = subprocess.run(args, capture_output=True, text=True,
+                                  env={**self.env, **env} if env else self.env,
+                                  timeout=limit, check=False,
+                                  input=stdin)
         except FileNotFoundError as exc:
             raise SlurmError(f"{args[0]} not found: install Slurm's client commands or pass "
                              "bin_dir", command=args) from exc

@@ -22,11 +22,12 @@ requested while pending): the fair-share classes rank teams by their dominant sh
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.policy.state import AUTO, PendingJob, Requested, Resources, RunningJob
 from hai_slurm.priority.store import TrackedJob
-from hai_slurm.slurm_plugins.job_record import job_record
+from hai_slurm.slurm_plugins.job_record import record_of
 from hai_slurm.slurm_plugins.types import Job, JobState
 
 
@@ -42,7 +43,14 @@ class JobClass:
 
 def job_class(job: Job, default_class: PriorityClass) -> JobClass:
     """Requested class, source, team, preemptible from ``admin_comment`` (never ``comment``)."""
-    record = job_record(job)
+    return _job_class(job.admin_comment, job.account, job.requeue, default_class)
+
+
+@lru_cache(maxsize=4096)
+def _job_class(admin_comment: str, account: str, requeue: bool,
+               default_class: PriorityClass) -> JobClass:
+    # Cached: a queue has few distinct records, and the daemon reads 12,000 jobs a cycle.
+    record = record_of(admin_comment, account, requeue)
     requested: Requested
     if record.priority is None:
         requested = default_class

@@ -12,7 +12,8 @@ use FakeSlurm, SQLite and :class:`~hai_slurm.priority.clock.FakeClock`). Each
    to Slurm and the next try comes after a capped exponential back-off;
 3. runs the policy with ``now`` (:func:`~hai_slurm.priority.daemon.cycle.decide`) and writes only
 the
-   priorities that differ from Slurm's, batched (one ``scontrol update`` per distinct value);
+   priorities that differ from Slurm's, batched (all in one call; the CLI backend runs one
+   ``scontrol`` reading one ``update`` line per distinct value);
 4. calls the optional preemption :class:`~hai_slurm.priority.hooks.Planner` and
    :class:`~hai_slurm.priority.hooks.Executor`;
 5. commits jobs, policy state (round-robin tags, epoch), protections, the executor's events and
@@ -41,6 +42,7 @@ from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import (
     POLICY_STATE_KEY,
     Decision,
+    catch_up,
     decide,
     requeue_candidates,
     snapshot_problem,
@@ -54,7 +56,7 @@ from hai_slurm.priority.store import AuditEntry, CycleWrite, JsonValue, TrackedJ
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.lock import LeaderLock, default_owner
 from hai_slurm.priority.store.repository import Repository
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
+from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot, SlurmClient
 
 log = logging.getLogger("hai_slurm.priority.daemon.loop")
 _MAX_FAILED_WRITES = 3
@@ -104,6 +106,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self._stop_requested = False
         self._last_snapshot: float | None = None
+        self._last_cycle: float | None = None  # ``now`` of the last committed cycle
         self._standby_logged = False
 
     # ------------------------------------------------------------------------ stop requests
@@ -213,7 +216,7 @@ class Daemon:
 
     def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
         repo, policy = self.repository, self.config.policy
-        loaded = repo.load_jobs()
+        loaded = catch_up(repo.load_jobs(), snap, self._last_cycle)
         candidates = requeue_candidates(snap, loaded)
         tracked = with_preemptions(loaded, candidates, repo.daemon_requeues(candidates))
         stored_state = repo.get_value(POLICY_STATE_KEY)
@@ -249,6 +252,7 @@ class Daemon:
             credits=extras.credits, protections=decision.protections,
             audit=_audit(decision, now) + extras.audit, values=tuple(values)))
         self._last_snapshot = float(snap.time)
+        self._last_cycle = now
         self.metrics.observe(decision, now)
         if write_error:
             self.failures += 1
@@ -269,14 +273,25 @@ class Daemon:
         return CycleReport(Outcome.OK, self.interval, len(done), "", seconds, decision)
 
     def _write(self, writes: Mapping[int, int]) -> tuple[set[int], str]:
-        """Write priorities one distinct value at a time, so a failure (a job that ended between
-        snapshot and write, say) costs only its own group; give up after three failed groups
-        (slurmctld itself is probably gone). Returns the jobs written and the errors."""
+        """Write every priority in one call (the CLI backend then runs one ``scontrol`` for
+        all values: the first cycle at 10,000 jobs wrote 2,000 values). If that fails, write
+        one distinct value at a time, so a failure (a job that ended between snapshot and write,
+        say) costs only its own group; give up after three failed groups (slurmctld itself is
+        probably gone). Returns the jobs written and the errors."""
         groups: dict[int, dict[int, int]] = {}
         for job_id, value in writes.items():
             groups.setdefault(value, {})[job_id] = value
         done: set[int] = set()
         errors: list[str] = []
+        if len(groups) > 1:
+            try:
+                result = self.slurm.set_priorities(writes)
+            except SlurmError as err:
+                log.warning("writing %d priorities at once failed (%s); writing them one value "
+                         "at a time", len(writes), err)
+            else:
+                self._log_skipped(result)
+                return set(result.done), ""
         for value in sorted(groups, reverse=True):  # the highest classes first
             try:
                 result = self.slurm.set_priorities(groups[value])
@@ -286,10 +301,14 @@ class Daemon:
                     break
                 continue
             done.update(result.done)
-            for s in result.skipped:
-                log.info("priority of job %d not written (%s): %s", s.job_id, s.reason.value,
-                         s.message)
+            self._log_skipped(result)
         return done, "; ".join(errors)
+
+    @staticmethod
+    def _log_skipped(result: ActionResult) -> None:
+        for s in result.skipped:
+            log.info("priority of job %d not written (%s): %s", s.job_id, s.reason.value,
+                     s.message)
 
     def _hooks(self, decision: Decision, snap: ClusterSnapshot,
                tracked: Mapping[int, TrackedJob], now: float) -> CycleExtras:

@@ -12,8 +12,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from slurm_client_contract import Harness, SlurmClientContract
 
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SignalTarget, SlurmClient
+from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
 
 pytestmark = pytest.mark.integration
 
@@ -201,5 +203,84 @@ def test_workload_signal_reaches_the_step_and_spares_the_batch_shell(adapter_slu
         out = (tmp_path / f"{jid}.out").read_text()
         assert "HAI-SIGNAL USR2" in out and "batch shell survived" in out, out
         assert facts.state == "COMPLETED"
+    finally:
+        h.cleanup()
+
+
+def test_compact_snapshot_reads_the_same_jobs_as_json(adapter_slurm_conf: str,
+                                                      tmp_path: Path) -> None:
+    """Once every job's details are known, a snapshot lists jobs with the compact ``squeue -O``
+    and gets the same Job values as ``squeue --json``: running and held jobs, an array's pending
+    record and a multi-node GPU job, with their admin_comment and per-node GPUs."""
+    tmp_path.chmod(0o777)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+    script = tmp_path / "job.sh"
+    script.write_text(_JOB_SCRIPT)
+    try:
+        running = h.submit(name="compact-run", gpus=2)
+        held = h.submit(name="compact-held", gpus=1, hold=True)
+        res = subprocess.run(["sbatch", "--parsable", "--array=0-2", "--hold", "--nodes=2",
+                              "--gres=gpu:1", "--time=1:30:00", f"--output={tmp_path}/%A.out",
+                              str(script)], capture_output=True, text=True, env=h.env,
+                             timeout=30, check=False)
+        assert res.returncode == 0, res.stderr
+        array_id = int(res.stdout.strip().split(";")[0])
+        h.submitted.append(array_id)
+        h.wait_for(running, "running", lambda j: j is not None and j.state.value == "RUNNING")
+        client = CliSlurmClient(slurm_conf=adapter_slurm_conf)
+        by_json = client.snapshot()
+        by_compact = client.snapshot()
+        reused = client.snapshot()  # unchanged lines: the Jobs of the previous compact read
+        assert client.json_snapshots == 1, "a compact snapshot read squeue --json again"
+        for jid in (running, held, array_id):
+            a, b, c = by_json.job(jid), by_compact.job(jid), reused.job(jid)
+            assert a is not None and b is not None, jid
+            assert b == a, f"job {jid}: compact {b} != json {a}"
+            assert c == a, f"job {jid}: reused {c} != json {a}"
+        run = by_compact.job(running)
+        assert run is not None and sum(run.gpus_per_node.values()) == 2
+        assert run.admin_comment.startswith("hai:v1:")
+        pend = by_compact.job(array_id)
+        assert pend is not None and pend.array_tasks and pend.time_limit == 90
+        client.set_admin_comment(held, "hai:v1:priority=LOW;team=x")
+        again = client.snapshot()  # its kept details of `held` were dropped: JSON again
+        assert client.json_snapshots == 2
+        job = again.job(held)
+        assert job is not None and job.admin_comment == "hai:v1:priority=LOW;team=x"
+    finally:
+        h.cleanup()
+
+
+def test_priorities_of_many_values_in_one_scontrol(adapter_slurm_conf: str,
+                                                   tmp_path: Path) -> None:
+    """Several distinct priorities go to one ``scontrol`` process reading one update line per
+    value from stdin; each job gets its own value, and a job that has ended is skipped, not an
+    error."""
+    tmp_path.chmod(0o777)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+    processes: list[tuple[str, ...]] = []
+
+    class Counting(SubprocessRunner):
+        def __call__(self, argv: Sequence[str], **kw: Any) -> Completed:
+            processes.append(tuple(argv))
+            return super().__call__(argv, **kw)
+
+    client = CliSlurmClient(Counting(adapter_slurm_conf))
+    try:
+        ids = [h.submit(name=f"prio-{i}", gpus=1, begin_in=600) for i in range(4)]
+        gone = h.submit(name="prio-gone", gpus=1, begin_in=600)
+        subprocess.run(["scancel", str(gone)], env=h.env, timeout=30, check=True)
+        h.wait_for(gone, "gone or ended", lambda j: j is None or not j.state.active
+                   or j.state.value != "PENDING")
+        wanted = {jid: 50_000 + 1000 * i for i, jid in enumerate(ids)}
+        wanted[ids[3]] = wanted[ids[2]]  # two jobs share a value
+        result = client.set_priorities({**wanted, gone: 70_000})
+        assert processes == [("scontrol",)]
+        assert result.commands == 4  # one update line per value, in that one process
+        assert set(result.done) == set(ids)
+        snap = h.client.snapshot()
+        for jid, value in wanted.items():
+            job = snap.job(jid)
+            assert job is not None and job.priority == value, (jid, job)
     finally:
         h.cleanup()

@@ -17,6 +17,8 @@ from hai_slurm.slurm_plugins.hostlist import (
     tres_gpu_count,
 )
 from hai_slurm.slurm_plugins.parse import (
+    compact_job_records,
+    detail_signature,
     job_messages,
     job_state,
     number,
@@ -284,3 +286,49 @@ def test_job_messages_from_real_stderr() -> None:
                        "7": "Invalid job id specified",
                        "40_3": "Job/step already completing or completed"}
     assert other == ["slurm_suspend error: Invalid job id specified"]
+
+
+# squeue -O COMPACT_JOBS_FORMAT with SLURM_TIME_FORMAT=%s, recorded on the 22.05 testbed.
+_COMPACT = (
+    "3663|3663|N/A|root|0|team-a|main|high|PENDING|6000|Priority|1796172925|1796172925|N/A|"
+    "UNLIMITED|4||N/A|gres:gpu:8|N/A|N/A|cpu=4,mem=500M,node=4,billing=4,gres/gpu=32|4|*|0|1|1|"
+    "4|0|0:00|\n"
+    "2|2|N/A|root|0|team-a|main|normal|RUNNING|2000|None|1796172485|1796172485|1796172485|"
+    "365-00:00:00|4|n[1-4]|N/A|gres:gpu:8|N/A|N/A|cpu=4,mem=500M,node=4,billing=4,gres/gpu=32|"
+    "4|*|2|1|1|4|1|1:00:00|\n"
+    "4665|4665|1-3|root|0|team-a|main|normal|PENDING|0|JobHeldUser|1796172995|N/A|N/A|30:00|1||"
+    "N/A|N/A|N/A|N/A|cpu=1,mem=125M,node=1,billing=1|1|*|0|1|1|1|0|0:00|\n"
+)
+
+
+def test_compact_job_lines_become_json_shaped_records() -> None:
+    """Compact lines read like squeue --json records once the kept details are added: times,
+    limits, GPUs, held arrays, switches; the details come from elsewhere."""
+    recs = compact_job_records(_COMPACT)
+    detail = {"name": "x", "admin_comment": "hai:v1:team=t", "comment": "",
+              "gres_detail": ["gpu:8(IDX:0-7)"] * 4}
+    jobs = [parse_job({**r, **detail}) for r in recs]
+    pend, run, arr = jobs
+    assert pend is not None and pend.state is JobState.PENDING and pend.time_limit == INFINITE
+    assert pend.gpus_requested == 32 and pend.cpus == 4 and pend.memory_mb == 500
+    assert pend.submit_time == 1796172925 and pend.start_time is None and pend.nodes == ()
+    assert run is not None and run.nodes == ("n1", "n2", "n3", "n4")
+    assert run.time_limit == 365 * 24 * 60 and run.restart_count == 2
+    assert run.switches == 1 and run.switch_wait == 3600
+    assert run.gpus_per_node == {f"n{i}": 8 for i in range(1, 5)}
+    assert run.admin_comment == "hai:v1:team=t" and run.array_job_id is None
+    assert arr is not None and arr.held and arr.array_job_id == 4665
+    assert arr.array_task_id is None and arr.array_tasks == "1-3" and arr.time_limit == 30
+    assert detail_signature(recs[1]) == ("n[1-4]", 2)
+
+
+def test_compact_lines_that_do_not_fit_are_errors() -> None:
+    """A line with a column too many or too few, or times not in POSIX seconds, is refused:
+    the cycle is skipped rather than acting on a misread queue."""
+    line = _COMPACT.splitlines()[0]
+    with pytest.raises(SlurmError, match="expected 30"):
+        compact_job_records(line + "extra|")
+    with pytest.raises(SlurmError, match="expected 30"):
+        compact_job_records(line.replace("|high|", "|"))
+    with pytest.raises(SlurmError, match="POSIX seconds"):
+        compact_job_records(line.replace("1796172925", "2026-12-02T00:55:25", 1))

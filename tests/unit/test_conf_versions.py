@@ -60,3 +60,20 @@ def test_release_older_than_2205_is_refused_naming_file_and_key() -> None:
     with pytest.raises(ConfigError, match=r"cluster\.toml: deployment\.slurm_version: .*"
                                           r"Slurm 21\.08 is older than the oldest release"):
         load(EXAMPLE, "21.08")
+
+
+def test_max_job_count_is_written_and_checked() -> None:
+    """MaxJobCount is the deployment's (default 100000, far above Slurm's 10000, which refuses
+    sbatch at 10,000 queued + 2,000 running jobs); nonsense and an extra line are refused."""
+    from hai_slurm.conf.deployment import Deployment
+    from hai_slurm.conf.gen_slurm import render_slurm_conf
+
+    desc, _dep = load(EXAMPLE)
+    text = render_slurm_conf(desc, Deployment(), "# header")
+    assert re.search(r"^MaxJobCount=100000$", text, re.MULTILINE)
+    text = render_slurm_conf(desc, Deployment(max_job_count=250000), "# h")
+    assert re.search(r"^MaxJobCount=250000$", text, re.MULTILINE)
+    with pytest.raises(ConfigError, match="max_job_count"):
+        Deployment(max_job_count=0).check()
+    with pytest.raises(ConfigError, match="MaxJobCount is written by the generator"):
+        Deployment(extra_settings=(("MaxJobCount", "5"),)).check()

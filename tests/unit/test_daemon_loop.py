@@ -146,3 +146,40 @@ def test_lease_lost_during_a_slow_snapshot_means_no_writes(tmp_path: Path) -> No
     assert rep.outcome is Outcome.STANDBY and rep.reason == "lease lost mid-cycle"
     assert len(r.slurm.writes) == n_before + 1  # B's write only
     assert a.repository.get_value("daemon.totals") == b.totals.to_json()
+
+
+def test_running_jobs_are_not_rewritten_each_cycle_yet_their_run_time_is_kept(
+        tmp_path: Path) -> None:
+    """A job that only runs on is not written to the store every cycle (at 2,000 running jobs
+    that was most of a cycle); its stored run time is caught up when it stops, so a requeue
+    still counts every second it ran, and it is flushed every RUN_FLUSH seconds anyway."""
+    from hai_slurm.priority.daemon.cycle import RUN_FLUSH
+
+    r = rig(tmp_path)
+    job = r.submit(PriorityClass.NORMAL)
+    d = r.daemon()
+    r.slurm.schedule()
+    assert d.run_once().outcome is Outcome.OK   # first seen running: written
+    first = d.repository.get_job(job)
+    assert first is not None and first.last_state == "RUNNING"
+    for _ in range(3):
+        r.tick(30)
+        rep = d.run_once()
+        assert rep.decision is not None and job not in {j.job_id for j in rep.decision.jobs}
+    stored = d.repository.get_job(job)
+    assert stored == first                        # nothing rewritten meanwhile
+    r.slurm.requeue(job)                          # ran 90 s up to the last cycle
+    r.tick(30)
+    d.run_once()
+    after = d.repository.get_job(job)
+    assert after is not None and after.last_state == "PENDING"
+    assert after.run_seconds == pytest.approx(first.run_seconds + 90)
+    # A long run is flushed every RUN_FLUSH seconds.
+    r.slurm.schedule()
+    r.tick(1)
+    d.run_once()
+    began = d.repository.get_job(job)
+    assert began is not None and began.last_state == "RUNNING"
+    r.tick(RUN_FLUSH + 1)
+    rep = d.run_once()
+    assert rep.decision is not None and job in {j.job_id for j in rep.decision.jobs}
