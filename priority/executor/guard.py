@@ -31,6 +31,7 @@ from hai_slurm.errors import SlurmError
 from hai_slurm.priority.executor.types import VictimContext
 from hai_slurm.priority.store.records import JsonValue
 from hai_slurm.priority.store.repository import Repository
+from hai_slurm.slurm_plugins.hostlist import expand_hostlist
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, JobState, SlurmClient
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")
@@ -62,6 +63,21 @@ class PlanContext:
     signal: str = "USR2"
     asked_at: float | None = None
     released: bool = False
+    seen_end: Mapping[int, float] = field(default_factory=dict)
+    """Victims seen ended (not running) -> when first seen; watched ``_ACK_SETTLE`` s more."""
+    end_states: Mapping[int, str] = field(default_factory=dict)
+    """Victims seen ended -> their Slurm state at that look ("" when slurmctld forgot them)."""
+    requeue_from: float | None = None
+    """When phase 2 (or the undo's requeue) first tried to requeue (its retry window)."""
+    requeued_at: float | None = None
+    """When phase 2 requeued the victims (the start wait counts from there)."""
+    missed: tuple[int, ...] = ()
+    """Victims that missed their deadline (in the order seen)."""
+    ended: Mapping[int, str] = field(default_factory=dict)
+    """Victims that ended without an acknowledgement and are requeued -> their Slurm state."""
+    undo: Mapping[str, JsonValue] | None = None
+    """An abort or roll-back in progress: ``final``, ``note``, ``settled_at`` (None while asked
+    victims are still waited out)."""
 
     def victim(self, job_id: int) -> VictimContext:
         """The context of one victim."""
@@ -73,7 +89,13 @@ class PlanContext:
                 "nodes": list(self.nodes), "victims": [v.to_json() for v in self.victims],
                 "held": list(self.held), "pinned_from": self.pinned_from,
                 "victims_held": list(self.victims_held), "signal": self.signal,
-                "asked_at": self.asked_at, "released": self.released}
+                "asked_at": self.asked_at, "released": self.released,
+                "seen_end": {str(k): v for k, v in self.seen_end.items()},
+                "end_states": {str(k): v for k, v in self.end_states.items()},
+                "requeue_from": self.requeue_from, "requeued_at": self.requeued_at,
+                "missed": list(self.missed),
+                "ended": {str(k): v for k, v in self.ended.items()},
+                "undo": dict(self.undo) if self.undo is not None else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, JsonValue]) -> PlanContext:
@@ -84,10 +106,21 @@ class PlanContext:
                 raise ValueError(f"{key} must be a list of job ids, got {raw!r}")
             return tuple(x for x in raw if isinstance(x, int))
 
+        def opt(key: str) -> float | None:
+            value = data.get(key)
+            return float(value) if isinstance(value, int | float) else None
+
+        def by_job(key: str) -> dict[int, JsonValue]:
+            raw = data.get(key) or {}
+            if not isinstance(raw, dict):
+                raise ValueError(f"{key} must be a mapping of job ids, got {raw!r}")
+            return {int(k): v for k, v in raw.items()}
+
         victims = data["victims"]
         nodes = data.get("nodes") or []
         asked = data.get("asked_at")
         pinned = data.get("pinned_from")
+        undo = data.get("undo")
         if not isinstance(victims, list) or not isinstance(nodes, list):
             raise ValueError("victims and nodes must be lists")
         return cls(
@@ -97,7 +130,13 @@ class PlanContext:
             held=ints("held"), pinned_from=pinned if isinstance(pinned, str) else None,
             victims_held=ints("victims_held"), signal=str(data.get("signal") or "USR2"),
             asked_at=float(asked) if isinstance(asked, int | float) else None,
-            released=bool(data.get("released")))
+            released=bool(data.get("released")),
+            seen_end={k: float(v) for k, v in by_job("seen_end").items()
+                      if isinstance(v, int | float)},
+            end_states={k: str(v) for k, v in by_job("end_states").items()},
+            requeue_from=opt("requeue_from"), requeued_at=opt("requeued_at"),
+            missed=ints("missed"), ended={k: str(v) for k, v in by_job("ended").items()},
+            undo=dict(undo) if isinstance(undo, dict) else None)
 
 
 @dataclass
@@ -150,6 +189,41 @@ class Guard:
         except SlurmError as err:  # the holds already keep others away; this only helps
             log.warning("plan %d: could not raise the beneficiary's priority: %s", ctx.plan_id,
                         err)
+        return ctx
+
+    def check(self, at: float, snap: ClusterSnapshot | None = None) -> PlanContext | None:
+        """Re-apply what is missing of a standing guard (a slurmctld restart before its state
+        save loses holds, pins and priorities): jobs the guard held, and victims requeued held,
+        that are pending but not held are held again; a still-pending beneficiary gets its pin
+        back, and its top priority when ``snap`` shows another value. Idempotent, one
+        ``job_facts`` query; returns the (unchanged) context."""
+        ctx = self.context
+        if ctx is None or ctx.released:
+            return ctx
+        held = list(dict.fromkeys([*ctx.held, *ctx.victims_held]))
+        facts = self.slurm.job_facts([*held, ctx.beneficiary])
+        rehold = [j for j in held if j in facts and facts[j].pending and not facts[j].held]
+        if rehold:
+            log.warning("plan %d: guard re-applied: %s pending again without the hold",
+                        ctx.plan_id, rehold)
+            self.slurm.hold(rehold)
+        b = facts.get(ctx.beneficiary)
+        if b is None or not b.pending:
+            return ctx
+        if ctx.pinned_from is not None and ctx.nodes and \
+                set(expand_hostlist(b.req_nodes)) != set(ctx.nodes):
+            log.warning("plan %d: guard re-applied: beneficiary %d lost its pin to %s (%r)",
+                        ctx.plan_id, ctx.beneficiary, ",".join(ctx.nodes), b.req_nodes)
+            self.slurm.set_req_nodes(ctx.beneficiary, ",".join(ctx.nodes))
+        job = snap.job(ctx.beneficiary) if snap is not None else None
+        if job is not None and job.priority != TOP_PRIORITY and not job.held:
+            log.warning("plan %d: guard re-applied: beneficiary %d's priority is %d",
+                        ctx.plan_id, ctx.beneficiary, job.priority)
+            try:
+                self.slurm.set_priorities({ctx.beneficiary: TOP_PRIORITY})
+            except SlurmError as err:
+                log.warning("plan %d: could not raise the beneficiary's priority: %s",
+                            ctx.plan_id, err)
         return ctx
 
     def release(self, at: float, *, keep_pin: bool = False) -> PlanContext | None:

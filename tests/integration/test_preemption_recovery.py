@@ -65,7 +65,7 @@ def _wait_exited(bed: Bed, job_id: int, timeout: float = 20) -> None:
 
 @pytest.mark.parametrize("point", ["phase1_done", "asked"])
 def test_sigkill_mid_plan_then_restart_completes_it(bed: Bed, point: str) -> None:
-    """Kill -9 after phase 1 (victims acked and, soon after, exited; guard up) or right after asking;
+    """Kill -9 after phase 1 (victims acked and, soon after, exited; guard up) or right after asking
     a new executor's recover() requeues the victims, the beneficiary starts on n1+n2,
     everything held is released and the victims resume with 0 steps lost."""
     victims = [bed.toy(f"v{n}", sbatch=["-N1", "--gres=gpu:8", f"--nodelist=n{n}"])

@@ -11,6 +11,7 @@ from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.executor.guard import TOP_PRIORITY
 from hai_slurm.priority.planner.testing import gpu_cluster
 from hai_slurm.priority.planner.types import PlannerConfig
 from hai_slurm.priority.policy.state import EventKind
@@ -22,8 +23,11 @@ from hai_slurm.slurm_plugins.types import JobState
 
 
 def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
-    """Four LOW jobs fill 4 x 8 GPUs; a HIGH 16-GPU job waits; one cycle later it runs on one
-    leaf's two nodes, two victims were requeued, and the plan is done with its events."""
+    """Four LOW jobs fill 4 x 8 GPUs; a HIGH 16-GPU job waits; one cycle starts a plan without
+    waiting for the acks; a second cycle while it waits leaves the beneficiary's top priority
+    alone and plans nothing more; the steps between cycles then finish it: the beneficiary
+    runs on one leaf's two nodes, two victims were requeued, the plan is done with its
+    events."""
     world = make_world(tmp_path)
     victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5)) for i in range(4)]
     world.fake.advance(world.fake.now + 3600)  # they have run an hour
@@ -41,6 +45,18 @@ def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
     report = daemon.run_once()
     assert report.outcome.value == "ok", report.reason
     assert planner.last is not None and len(planner.last.plans) == 1, planner.last
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.SIGNALLED  # the cycle did not wait for the acks
+    assert world.fake.jobs[bene].priority == TOP_PRIORITY
+    report = daemon.run_once()  # a cycle while the plan waits
+    assert report.outcome.value == "ok", report.reason
+    assert world.fake.jobs[bene].priority == TOP_PRIORITY  # the policy left the pin's priority
+    assert len(world.repo.history()) == 1  # nothing planned twice
+    assert daemon._plans_open()
+    for _ in range(20):  # the steps between cycles, every poll_interval
+        world.clock.wait(daemon.stop_event, daemon.executor.poll_interval)  # type: ignore[union-attr]
+        daemon.step_plans()
+    assert not daemon._plans_open()
     (plan,) = world.repo.history()
     assert plan.state is PlanState.DONE
     job = world.fake.jobs[bene]
