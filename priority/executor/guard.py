@@ -169,10 +169,12 @@ class Guard:
             out.append(job.job_id)
         return tuple(out)
 
-    def apply(self, context: PlanContext, snap: ClusterSnapshot, at: float) -> PlanContext:
-        """Hold the competitors and pin the beneficiary (each stored before it is done)."""
+    def apply(self, context: PlanContext, snap: ClusterSnapshot, at: float,
+              exclude: Sequence[int] = ()) -> PlanContext:
+        """Hold the competitors and pin the beneficiary (each stored before it is done);
+        ``exclude``: jobs other open plans claim (their beneficiaries are never held)."""
         held = self.competitors(snap, context.beneficiary, context.nodes,
-                                [v.job_id for v in context.victims])
+                                [*(v.job_id for v in context.victims), *exclude])
         ctx = self.save(replace(context, held=held), at)
         if held:
             result = self.slurm.hold(held)

@@ -237,12 +237,13 @@ class PreemptionExecutor:
             reason=request.reason or f"job {request.beneficiary} needs the GPUs of "
             f"{', '.join(map(str, request.victims))}",
             on_miss=request.on_miss, deadline_at=now + max(v.deadline for v in victims))
+        others = self.claims()
         guard = Guard(self.slurm, self.repo)
         ctx = guard.save(PlanContext(plan.plan_id, request.beneficiary, request.nodes, victims,
                                      signal=self.settings.signal), now)
         self._open = True
         try:
-            ctx = guard.apply(ctx, snap, now)
+            ctx = guard.apply(ctx, snap, now, sorted(others.beneficiaries))
             self._ask(guard, plan.plan_id, [v.job_id for v in victims])
         except SlurmError as err:
             self._begin_undo(guard, self.repo.get_plan(plan.plan_id),
@@ -610,7 +611,7 @@ class PreemptionExecutor:
                                   also=also)
         self.repo.put_value(context_key(plan.plan_id), None, at=self._now())
         self._next_states.pop(plan.plan_id, None)
-        return self._result(plan.plan_id, note, started)
+        return self._result(plan.plan_id, note, started, ctx)
 
     # --------------------------------------------------------------------- abort / undo
     def _begin_undo(self, guard: Guard, plan: Plan, note: str, final: PlanState
@@ -705,12 +706,14 @@ class PreemptionExecutor:
                                                if m.state is VictimState.MISSED}})
         self.repo.put_value(context_key(plan_id), None, at=self._now())
         self._next_states.pop(plan_id, None)
-        return self._result(plan_id, note, ran)
+        return self._result(plan_id, note, ran, ctx)
 
-    def _result(self, plan_id: int, note: str, started: bool) -> ExecutionResult:
-        """The plan's result, from the store's records (the source of truth)."""
+    def _result(self, plan_id: int, note: str, started: bool,
+                ctx: PlanContext | None = None) -> ExecutionResult:
+        """The plan's result, from the store's records (the source of truth) and its context
+        (``ctx``, or the stored one)."""
         plan = self.repo.get_plan(plan_id)
-        ctx = self._context(plan_id)
+        ctx = ctx or self._context(plan_id)
         missed = ctx.missed if ctx is not None else tuple(
             v.job_id for v in plan.victims if v.state is VictimState.MISSED)
         return ExecutionResult(

@@ -56,7 +56,7 @@ def test_plan_converts_with_capped_deadlines_and_the_beneficiary_class_policy(
     assert req.on_miss is DeadlineAction.FORCE
     assert req.nodes == ("n1", "n2") and req.lost_work == 480.0
     assert requests_from(PlanningResult(plans=(plan_for(bene, [v1]),)),
-                         world.fake.snapshot(), PolicyConfig())[0].on_miss is DeadlineAction.ABORT
+                         world.fake.snapshot(), PolicyConfig())[0].on_miss is DeadlineAction.FORCE
     assert requests_from(req, world.fake.snapshot(), cfg) == (req,)
     with pytest.raises(ConfigError, match="cannot run a dict"):
         requests_from({"beneficiary": 1}, world.fake.snapshot(), cfg)
