@@ -193,15 +193,27 @@ class Guard:
                         err)
         return ctx
 
-    def check(self, at: float, snap: ClusterSnapshot | None = None) -> PlanContext | None:
+    def check(self, at: float, snap: ClusterSnapshot | None = None,
+              exclude: Sequence[int] = ()) -> PlanContext | None:
         """Re-apply what is missing of a standing guard (a slurmctld restart before its state
         save loses holds, pins and priorities): jobs the guard held, and victims requeued held,
         that are pending but not held are held again; a still-pending beneficiary gets its pin
-        back, and its top priority when ``snap`` shows another value. Idempotent, one
-        ``job_facts`` query; returns the (unchanged) context."""
+        back, and its top priority when ``snap`` shows another value. With ``snap``, jobs
+        submitted since the guard went up that could use the target nodes are held too (stored
+        first; ``exclude``: other open plans' beneficiaries). Idempotent, one ``job_facts``
+        query; returns the context."""
         ctx = self.context
         if ctx is None or ctx.released:
             return ctx
+        if snap is not None:
+            new = [j for j in self.competitors(snap, ctx.beneficiary, ctx.nodes,
+                                               [*(v.job_id for v in ctx.victims), *exclude])
+                   if j not in ctx.held and j not in ctx.victims_held]
+            if new:
+                ctx = self.save(replace(ctx, held=(*ctx.held, *new)), at)
+                log.warning("plan %d: held %d job(s) submitted during the plan: %s",
+                            ctx.plan_id, len(new), new)
+                self.slurm.hold(new)
         held = list(dict.fromkeys([*ctx.held, *ctx.victims_held]))
         facts = self.slurm.job_facts([*held, ctx.beneficiary])
         rehold = [j for j in held if j in facts and facts[j].pending and not facts[j].held]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from hai_slurm.checkpoint import Ack, JobReport, read_job_report
@@ -290,9 +290,10 @@ class PreemptionExecutor:
         that ended. A Slurm failure in one plan's step leaves it for the next step."""
         out = []
         plans = self.repo.unfinished_plans()
+        beneficiaries = sorted({b.job_id for p in plans for b in p.beneficiaries})
         for plan in plans:
             try:
-                result = self.step(plan, snap)
+                result = self.step(plan, snap, beneficiaries)
             except SlurmError as err:
                 log.warning("plan %d: Slurm failed in this step (%s); the next step retries",
                             plan.plan_id, err)
@@ -328,19 +329,21 @@ class PreemptionExecutor:
                 return result
             self._sleep(self.settings.poll)
 
-    def step(self, plan: Plan, snap: ClusterSnapshot | None = None) -> ExecutionResult | None:
+    def step(self, plan: Plan, snap: ClusterSnapshot | None = None,
+             others: Sequence[int] = ()) -> ExecutionResult | None:
         """Look at one open plan once (acks, Slurm states, deadlines), move it on as far as
         that look allows, and return its result when it ended (else None).
 
         A standing guard is checked first and what a slurmctld restart lost is re-applied
-        (:meth:`Guard.check`; the beneficiary's priority when ``snap`` is given)."""
+        (:meth:`Guard.check`; with ``snap``, the beneficiary's priority, and jobs submitted
+        since are held; ``others``: open plans' beneficiaries, never held)."""
         ctx = self._context(plan.plan_id)
         if ctx is None:
             return self._without_context(plan)
         guard = Guard(self.slurm, self.repo, ctx)
         now = self._now()
         try:
-            guard.check(now, snap)
+            guard.check(now, snap, others)
         except SlurmError as err:  # slurmctld restarting: the acks are still read
             log.warning("plan %d: cannot check the guard (%s)", plan.plan_id, err)
         if ctx.undo is not None:

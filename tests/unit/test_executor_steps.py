@@ -128,3 +128,28 @@ def test_victim_that_missed_an_aborted_plan_is_not_chosen_again_until_requeued(
     world.fake.requeue_any([v], hold=False)
     ex.reconcile(world.fake.snapshot())
     assert v not in ex.claims().victims
+
+
+def test_a_job_submitted_during_the_ack_wait_does_not_take_the_freed_node(world: World
+                                                                          ) -> None:
+    """Backfill on: the beneficiary needs n1+n2; v0 saves in 1 s, v1 in 3 s. A job submitted
+    at 0.5 s would backfill onto n1 once v0 has left; the next step (with the cycle's snapshot)
+    holds it, the beneficiary gets both nodes, and the newcomer is released at the end.
+    (Before: the guard held only jobs pending at plan start.)"""
+    world.fake.backfill = True
+    v = [world.victim("v0", Behaviour(ack_after=1.0)),
+         world.victim("v1", Behaviour(ack_after=3.0)),
+         world.victim("f2", Behaviour(ack_after=None)),
+         world.victim("f3", Behaviour(ack_after=None))]
+    bene = world.pending("bene", gpus=8, nodes=2)
+    ex = world.executor()
+    ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")), world.fake.snapshot())
+    for _ in range(5):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+    late = world.pending("late", gpus=8, priority=50)
+    steps_until_closed(world, ex)
+    b, n = world.fake.jobs[bene], world.fake.jobs[late]
+    assert b.state is JobState.RUNNING and set(b.nodes) == {"n1", "n2"}
+    assert n.state is JobState.PENDING and not n.held
+    nothing_held(world)
