@@ -1,5 +1,12 @@
 """The preemption executor: two phases, all or nothing, every step in the database.
 
+A state machine: :meth:`PreemptionExecutor.start` records a plan, puts up its guard and asks its
+victims; each :meth:`~PreemptionExecutor.step` looks at an open plan once and moves it on; the
+daemon's :meth:`~PreemptionExecutor.execute` steps every open plan once per cycle (and
+:meth:`~PreemptionExecutor.reconcile` between cycles) and never waits; :meth:`run` and
+:meth:`recover` step until the end, for scripts and tests. Stepped or not, a plan goes the
+same way:
+
 :meth:`PreemptionExecutor.run` carries out one
 :class:`~hai_slurm.priority.executor.types.ExecutionRequest`: check the jobs afresh, record the
 plan, put up the :mod:`~hai_slurm.priority.executor.guard` (competitors held, beneficiary pinned);

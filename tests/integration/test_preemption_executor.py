@@ -129,7 +129,7 @@ def test_a_save_in_progress_is_waited_for_not_interrupted(bed: Bed) -> None:
                                deadlines={victim.job_id: 3.0})
     result = bed.executor(saving_extension=30.0).run(request, bed.slurm.snapshot())
     assert result.state is PlanState.DONE, result.note
-    assert result.ack_seconds[victim.job_id] > 5.5
+    assert result.ack_seconds[victim.job_id] > 5.5, result
     bed.wait(victim, "RUNNING", timeout=bed.testbed.shape.cred_expire + 40)
     bed.wait_progress(victim, 3, run=1)
     assert steps_lost(toy_runs(victim)) == [0]
