@@ -27,12 +27,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import SlurmError
 from hai_slurm.priority.executor.types import VictimContext
 from hai_slurm.priority.store.records import JsonValue
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.hostlist import expand_hostlist
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, JobState, SlurmClient
+from hai_slurm.slurm_plugins.job_record import job_record
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState, SlurmClient
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
@@ -139,6 +141,16 @@ class PlanContext:
             undo=dict(undo) if isinstance(undo, dict) else None)
 
 
+def _class_weight(job: Job) -> int:
+    """The weight of the class a job declared (``#HAI --priority``); NORMAL's when none or
+    AUTO."""
+    name = job_record(job).priority
+    try:
+        return PriorityClass(name).weight if name else PriorityClass.NORMAL.weight
+    except ValueError:
+        return PriorityClass.NORMAL.weight
+
+
 @dataclass
 class Guard:
     """Applies and releases the guard of one plan, storing its context before every change."""
@@ -156,13 +168,20 @@ class Guard:
     @staticmethod
     def competitors(snap: ClusterSnapshot, beneficiary: int, nodes: Sequence[str],
                     exclude: Sequence[int] = ()) -> tuple[int, ...]:
-        """Pending, not held jobs other than the beneficiary that could start on ``nodes``."""
+        """Pending, not held jobs other than the beneficiary that could start on ``nodes``,
+        of a lower declared class than the beneficiary's: jobs of its class or above are left
+        free (the planner may preempt for them meanwhile; none outranks the beneficiary's top
+        priority and pin with Slurm's main scheduler)."""
         wanted = set(nodes)
         parts = {p.name for p in snap.partitions if not wanted or wanted & set(p.nodes)}
         skip = {beneficiary, *exclude}
+        bene = snap.job(beneficiary)
+        floor = _class_weight(bene) if bene is not None else None
         out = []
         for job in snap.pending:
             if job.job_id in skip or job.held:
+                continue
+            if floor is not None and _class_weight(job) >= floor:
                 continue
             if wanted and not parts & set(job.partition.split(",")):
                 continue

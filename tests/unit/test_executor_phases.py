@@ -37,7 +37,7 @@ def steps(world: World, plan_id: int) -> list[str]:
 def test_all_acknowledge_then_all_requeued_and_beneficiary_starts(world: World) -> None:
     """Every victim saves; all four are requeued, the 16-GPU beneficiary runs on n1+n2."""
     victims = fill(world, [Behaviour(ack_after=t) for t in (0.5, 1.0, 1.5, 2.0)])
-    other = world.pending("other", gpus=8, priority=5)
+    other = world.pending("other", gpus=8, priority=5, cls="NORMAL")
     bene = world.pending("bene", gpus=8, nodes=2, priority=10)
     req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
                            deadlines=dict.fromkeys(victims[:2], 10.0))
@@ -91,7 +91,7 @@ def test_one_victim_never_acknowledges_abort_requeues_nobody(world: World) -> No
     b = [Behaviour(ack_after=0.5, exits=False), Behaviour(ack_after=None),
          Behaviour(ack_after=1.0, exits=False), Behaviour(ack_after=1.5, exits=False)]
     victims = fill(world, b)
-    other = world.pending("other", gpus=8)
+    other = world.pending("other", gpus=8, cls="NORMAL")
     bene = world.pending("bene", gpus=32, nodes=4)
     req = ExecutionRequest(bene, tuple(victims), nodes=("n1", "n2", "n3", "n4"),
                            deadlines=dict.fromkeys(victims, 5.0), on_miss=ABORT)

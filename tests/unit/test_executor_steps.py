@@ -75,7 +75,7 @@ def test_the_guard_lost_by_slurmctld_is_reapplied_at_the_next_step(world: World)
     v = world.victim("v", Behaviour(ack_after=1.0))
     for i in range(3):
         world.victim(f"f{i}", Behaviour(ack_after=None))
-    other = world.pending("other", gpus=8, priority=100)
+    other = world.pending("other", gpus=8, priority=100, cls="NORMAL")
     bene = world.pending("bene", gpus=8)
     ex = world.executor()
     ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
@@ -147,7 +147,7 @@ def test_a_job_submitted_during_the_ack_wait_does_not_take_the_freed_node(world:
     for _ in range(5):
         world.clock.wait(ex.stop, 0.1)
         ex.reconcile(world.fake.snapshot())
-    late = world.pending("late", gpus=8, priority=50)
+    late = world.pending("late", gpus=8, priority=50, cls="NORMAL")
     steps_until_closed(world, ex)
     b, n = world.fake.jobs[bene], world.fake.jobs[late]
     assert b.state is JobState.RUNNING and set(b.nodes) == {"n1", "n2"}
