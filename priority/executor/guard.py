@@ -5,8 +5,9 @@ the beneficiary starts, Slurm's scheduler would give the freed GPUs to whichever
 first. The guard prevents that, and is written down before it acts so that a daemon killed in
 the middle can undo it (:class:`PlanContext`, stored as a named value in the daemon's database):
 
-1. **before any victim is asked**: every pending, not already held job that could use the target
-   nodes (same partition; all pending jobs when the plan names no nodes) is held
+1. **before any victim is asked**: every pending, not already held job of a lower declared class
+   than the beneficiary's that could use the target nodes (same partition; all pending jobs
+   when the plan names no nodes) is held
    (``scontrol hold``) and the list is stored first; the beneficiary is pinned to the target
    nodes (``scontrol update JobId=B ReqNodeList=...``, the old value stored) and given the top
    priority, so neither the main scheduler nor backfill starts anything else there;
@@ -17,8 +18,9 @@ the middle can undo it (:class:`PlanContext`, stored as a named value in the dae
    it still waits. Jobs that were held before the plan (by their user or an admin) are never
    touched.
 
-The daemon writes priorities every cycle but never to held jobs, and its cycle does not run while
-the executor works, so nothing undoes the guard behind its back.
+The daemon writes priorities every cycle but never to held jobs nor to an open plan's
+beneficiary, and :meth:`Guard.check` (each step) re-applies what slurmctld lost and holds lower
+jobs submitted since, so nothing undoes the guard behind its back.
 """
 
 from __future__ import annotations
