@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from executor_world import Behaviour, make_world
 
 from hai_slurm.classes import ClassOrigin
@@ -70,3 +71,34 @@ def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
     counts = world.repo.event_counts(0)
     assert counts[("team-a", EventKind.PREEMPTED)] == 2
     assert counts[("team-b", EventKind.PREEMPTING)] == 1
+
+
+def test_the_wait_between_cycles_steps_open_plans(tmp_path: Path) -> None:
+    """With a 10-s cycle, the plan a cycle started is finished during the wait before the next
+    cycle (steps every poll_interval), not 10 s later; with no plan open the wait is one
+    plain wait."""
+    world = make_world(tmp_path)
+    for i in range(4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    world.fake.advance(world.fake.now + 3600)
+    world.clock.now = float(world.fake.now)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=2,
+                      gpus_per_node=8, admin_comment=format_admin_comment(info),
+                      now=world.fake.now - 600)
+    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0)),
+                    executor=world.executor(), interval=10.0)
+    report = daemon.run_once()
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.SIGNALLED
+    started = world.clock.now
+    daemon._wait(report)
+    assert world.clock.now - started == pytest.approx(10.0, abs=0.01)  # the cycle's interval
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.DONE  # stepped during the wait, not at the next cycle
+    done_at = max(s.at for s in plan.steps)
+    assert done_at - started < 3.0
