@@ -238,7 +238,7 @@ def _read_classes(table: Table, description: ClusterDescription | None,
             grace_cap=sub.get("grace_cap", grace, _duration, _DURATION_FORMS),
             preemptible_optional=sub.get("preemptible_optional", optional, boolean,
                                          "true or false"),
-            on_deadline=sub.get("on_deadline", DeadlineAction.ABORT, _deadline,
+            on_deadline=sub.get("on_deadline", DeadlineAction.FORCE, _deadline,
                                 "'abort' or 'force'"),
         )
         sub.finish()

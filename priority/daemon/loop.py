@@ -15,12 +15,18 @@ the
    priorities that differ from Slurm's, batched (all in one call; the CLI backend runs one
    ``scontrol`` reading one ``update`` line per distinct value);
 4. calls the optional preemption :class:`~hai_slurm.priority.hooks.Planner` and
-   :class:`~hai_slurm.priority.hooks.Executor`;
+   :class:`~hai_slurm.priority.hooks.Executor` (which steps every open plan once and starts new
+   ones, never waiting for a victim); jobs open plans claim are left out of step 3's writes and
+   shown to the planner;
 5. commits jobs, policy state (round-robin tags, epoch), protections, the executor's events and
    credits, and the counter totals in one transaction.
 
 :meth:`Daemon.run` loops like rq's worker: SIGTERM/SIGINT handlers only set a flag, the first
-signal lets the current cycle finish, a second exits at once; waits use ``Event.wait``.
+signal lets the current cycle finish, a second exits at once; waits use ``Event.wait``. While
+the executor has open plans, the wait between cycles is cut into ``poll_interval`` slices and
+each slice steps the open plans (:meth:`Daemon.step_plans`: acks, states, deadlines only); the
+policy and planner still run once per cycle, so a plan reacts to an ack within the poll and
+the priorities are still written every cycle.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from hai_slurm.priority.daemon.cycle import (
     with_preemptions,
 )
 from hai_slurm.priority.daemon.metrics import TOTALS_KEY, DaemonMetrics, Totals
-from hai_slurm.priority.hooks import CycleExtras, CycleView, Executor, Planner
+from hai_slurm.priority.hooks import Claims, CycleExtras, CycleView, Executor, Planner
 from hai_slurm.priority.store import AuditEntry, CycleWrite, JsonValue, TrackedJob
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.lock import LeaderLock, default_owner
@@ -108,6 +114,7 @@ class Daemon:
         self._last_snapshot: float | None = None
         self._last_cycle: float | None = None  # ``now`` of the last committed cycle
         self._standby_logged = False
+        self._last_renew = 0.0
 
     # ------------------------------------------------------------------------ stop requests
     @property
@@ -228,11 +235,16 @@ class Daemon:
             self.metrics.cycles.labels("standby").inc()
             return CycleReport(Outcome.STANDBY, self.interval, reason="lease lost mid-cycle",
                                seconds=time.monotonic() - started)
-        done, write_error = self._write(decision.writes)
+        claims = self._claims()
+        # Open plans' beneficiaries keep the guard's top priority, and jobs a guard holds are
+        # left to it (a priority write would release a hold).
+        mine = claims.beneficiaries | claims.held
+        done, write_error = self._write({j: v for j, v in decision.writes.items()
+                                         if j not in mine})
         jobs = tuple(j if j.job_id not in decision.writes or j.job_id in done else replace(
             j, priority=tracked[j.job_id].priority if j.job_id in tracked else None)
             for j in decision.jobs)
-        extras = self._hooks(decision, snap, tracked, now)
+        extras = self._hooks(decision, snap, tracked, now, claims)
         self.totals.add("slurm_writes", len(done))
         self.metrics.slurm_writes.inc(len(done))
         ch = decision.changes
@@ -310,14 +322,24 @@ class Daemon:
             log.info("priority of job %d not written (%s): %s", s.job_id, s.reason.value,
                      s.message)
 
+    def _claims(self) -> Claims:
+        """What the executor's open plans claim (empty for an executor without plans)."""
+        claims = getattr(self.executor, "claims", None)
+        if claims is None:
+            return Claims()
+        result = claims()
+        return result if isinstance(result, Claims) else Claims()
+
     def _hooks(self, decision: Decision, snap: ClusterSnapshot,
-               tracked: Mapping[int, TrackedJob], now: float) -> CycleExtras:
+               tracked: Mapping[int, TrackedJob], now: float,
+               claims: Claims | None = None) -> CycleExtras:
         if self.planner is None and self.executor is None:
             return CycleExtras()
         view = CycleView(now=now, snapshot=snap, pending=decision.inputs.pending,
                          running=decision.inputs.running, result=decision.result,
                          tracked=tracked, config=self.config.policy,
-                         slurm=self.slurm, repository=self.repository)
+                         slurm=self.slurm, repository=self.repository,
+                         claims=claims or Claims())
         try:
             plan = self.planner.plan(view) if self.planner is not None else None
             if self.executor is None:
@@ -326,6 +348,45 @@ class Daemon:
         except HaiSlurmError as err:
             log.warning("preemption step failed this cycle: %s", err)
             return CycleExtras()
+
+    # ------------------------------------------------------------------ plans between cycles
+    def _plans_open(self) -> bool:
+        has_open = getattr(self.executor, "has_open_plans", None)
+        return bool(self.leader and has_open is not None and has_open())
+
+    def step_plans(self) -> None:
+        """Step the executor's open plans once between two cycles (no policy, no planner):
+        the acknowledgements, Slurm states and deadlines of each open plan are looked at, so
+        a plan moves on within ``poll_interval`` of its victims' acks, not a whole cycle."""
+        reconcile = getattr(self.executor, "reconcile", None)
+        if reconcile is None:
+            return
+        now = self.clock.time()
+        if now - self._last_renew >= min(5.0, self.config.intervals.lock_ttl / 3):
+            self._last_renew = now
+            if not self._take_lead(now):
+                return
+        try:
+            reconcile()
+        except HaiSlurmError as err:
+            log.warning("stepping the open plans failed: %s", err)
+
+    def _wait(self, report: CycleReport) -> None:
+        """Wait for the next cycle; while plans are open (and this daemon leads), step them
+        every ``poll_interval`` s meanwhile."""
+        end = self.clock.time() + report.next_wait
+        poll = float(getattr(self.executor, "poll_interval", 0.0) or 0.0)
+        self._last_renew = self.clock.time()
+        while not self.stop_event.is_set():
+            left = end - self.clock.time()
+            if left <= 0:
+                return
+            if poll <= 0 or report.outcome is not Outcome.OK or not self._plans_open():
+                self.clock.wait(self.stop_event, left)
+                return
+            self.clock.wait(self.stop_event, min(poll, left))
+            if self.clock.time() < end:
+                self.step_plans()
 
     # --------------------------------------------------------------------------------- loop
     def run(self, *, once: bool = False) -> CycleReport | None:
@@ -339,7 +400,7 @@ class Daemon:
                     report = self.run_once()
                     if once or self._stop_requested:
                         break
-                    self.clock.wait(self.stop_event, report.next_wait)
+                    self._wait(report)
             finally:
                 if self.leader:
                     try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hai_slurm.priority.daemon.metrics import DaemonMetrics
-from hai_slurm.priority.hooks import CycleExtras, CycleView, Executor
+from hai_slurm.priority.hooks import Claims, CycleExtras, CycleView, Executor
 from hai_slurm.priority.store import FINAL_PLAN_STATES, Plan, PlanState, VictimState
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, JobState
@@ -98,6 +98,30 @@ class ObservedExecutor:
     def __init__(self, inner: Executor, observer: PlanObserver) -> None:
         self.inner = inner
         self.observer = observer
+
+    # The optional hooks of an executor whose plans span cycles (see hooks.Executor), passed
+    # through: without them the daemon would step open plans once per cycle only.
+    @property
+    def poll_interval(self) -> float:
+        """The inner executor's, else 0 (no stepping between cycles)."""
+        return float(getattr(self.inner, "poll_interval", 0.0) or 0.0)
+
+    def has_open_plans(self) -> bool:
+        """The inner executor's answer (False for one without plans that span cycles)."""
+        has_open = getattr(self.inner, "has_open_plans", None)
+        return bool(has_open()) if has_open is not None else False
+
+    def claims(self) -> Claims:
+        """What the inner executor's open plans claim."""
+        claims = getattr(self.inner, "claims", None)
+        result = claims() if claims is not None else None
+        return result if isinstance(result, Claims) else Claims()
+
+    def reconcile(self) -> object:
+        """Step the inner executor's open plans (observed at the next cycle, which reads the
+        plans that ended meanwhile from the store)."""
+        reconcile = getattr(self.inner, "reconcile", None)
+        return reconcile() if reconcile is not None else []
 
     def execute(self, plan: object | None, view: CycleView) -> CycleExtras:
         """The inner executor's step, then the observation (read-only)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from hai_slurm.conf.topology import Topology
 from hai_slurm.priority.hooks import CycleView
@@ -51,18 +52,30 @@ class SnapshotPlanner:
         snap = view.snapshot
         topology = self.source if isinstance(self.source, Topology) else self.source(snap)
         self.topology = topology
-        running_ids = {j.job_id for j in view.running}
+        claims = view.claims
+        # Open plans' victims (and victims that missed an aborted plan and still run) keep
+        # their GPUs in the planner's eyes but are not chosen twice; open plans' beneficiaries
+        # are not planned again, nor are held jobs (the guard's, a user's or an admin's: none
+        # of them can start).
+        held = {j.job_id for j in snap.pending if j.held}
+        running = view.running
+        pending = tuple(j for j in view.pending
+                        if j.job_id not in claims.beneficiaries and j.job_id not in held
+                        and j.job_id not in claims.held)
+        running_ids = {j.job_id for j in running}
         counts = {j.job_id: dict(j.gpus_per_node) for j in snap.running
                   if j.job_id in running_ids and j.gpus_per_node}
         gpus = gpus_from_counts(topology, counts)
         records = {j.job_id: (r.checkpoint_dir, r.grace) for j in snap.running
                    if j.job_id in running_ids for r in (job_record(j),)}
-        holders = holders_from_policy(view.running, view.result.running, gpus,
-                                      saves=save_estimates(records))
+        holders = tuple(
+            replace(h, preemptible=False) if h.job_id in claims.victims else h
+            for h in holders_from_policy(running, view.result.running, gpus,
+                                         saves=save_estimates(records)))
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}
-        waiting = waiting_from_policy(view.pending, view.result.pending, nodes=nodes,
+        waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
                                       switches=switches)
         return PlanSnapshot(topology, holders, waiting, float(snap.time))
 

@@ -5,8 +5,9 @@ the beneficiary starts, Slurm's scheduler would give the freed GPUs to whichever
 first. The guard prevents that, and is written down before it acts so that a daemon killed in
 the middle can undo it (:class:`PlanContext`, stored as a named value in the daemon's database):
 
-1. **before any victim is asked**: every pending, not already held job that could use the target
-   nodes (same partition; all pending jobs when the plan names no nodes) is held
+1. **before any victim is asked**: every pending, not already held job of a lower declared class
+   than the beneficiary's that could use the target nodes (same partition; all pending jobs
+   when the plan names no nodes) is held
    (``scontrol hold``) and the list is stored first; the beneficiary is pinned to the target
    nodes (``scontrol update JobId=B ReqNodeList=...``, the old value stored) and given the top
    priority, so neither the main scheduler nor backfill starts anything else there;
@@ -17,8 +18,9 @@ the middle can undo it (:class:`PlanContext`, stored as a named value in the dae
    it still waits. Jobs that were held before the plan (by their user or an admin) are never
    touched.
 
-The daemon writes priorities every cycle but never to held jobs, and its cycle does not run while
-the executor works, so nothing undoes the guard behind its back.
+The daemon writes priorities every cycle but never to held jobs nor to an open plan's
+beneficiary, and :meth:`Guard.check` (each step) re-applies what slurmctld lost and holds lower
+jobs submitted since, so nothing undoes the guard behind its back.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import SlurmError
 from hai_slurm.priority.executor.types import VictimContext
 from hai_slurm.priority.store.records import JsonValue
 from hai_slurm.priority.store.repository import Repository
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, JobState, SlurmClient
+from hai_slurm.slurm_plugins.hostlist import expand_hostlist
+from hai_slurm.slurm_plugins.job_record import job_record
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState, SlurmClient
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
@@ -62,6 +67,21 @@ class PlanContext:
     signal: str = "USR2"
     asked_at: float | None = None
     released: bool = False
+    seen_end: Mapping[int, float] = field(default_factory=dict)
+    """Victims seen ended (not running) -> when first seen; watched ``_ACK_SETTLE`` s more."""
+    end_states: Mapping[int, str] = field(default_factory=dict)
+    """Victims seen ended -> their Slurm state at that look ("" when slurmctld forgot them)."""
+    requeue_from: float | None = None
+    """When phase 2 (or the undo's requeue) first tried to requeue (its retry window)."""
+    requeued_at: float | None = None
+    """When phase 2 requeued the victims (the start wait counts from there)."""
+    missed: tuple[int, ...] = ()
+    """Victims that missed their deadline (in the order seen)."""
+    ended: Mapping[int, str] = field(default_factory=dict)
+    """Victims that ended without an acknowledgement and are requeued -> their Slurm state."""
+    undo: Mapping[str, JsonValue] | None = None
+    """An abort or roll-back in progress: ``final``, ``note``, ``settled_at`` (None while asked
+    victims are still waited out)."""
 
     def victim(self, job_id: int) -> VictimContext:
         """The context of one victim."""
@@ -73,7 +93,13 @@ class PlanContext:
                 "nodes": list(self.nodes), "victims": [v.to_json() for v in self.victims],
                 "held": list(self.held), "pinned_from": self.pinned_from,
                 "victims_held": list(self.victims_held), "signal": self.signal,
-                "asked_at": self.asked_at, "released": self.released}
+                "asked_at": self.asked_at, "released": self.released,
+                "seen_end": {str(k): v for k, v in self.seen_end.items()},
+                "end_states": {str(k): v for k, v in self.end_states.items()},
+                "requeue_from": self.requeue_from, "requeued_at": self.requeued_at,
+                "missed": list(self.missed),
+                "ended": {str(k): v for k, v in self.ended.items()},
+                "undo": dict(self.undo) if self.undo is not None else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, JsonValue]) -> PlanContext:
@@ -84,10 +110,21 @@ class PlanContext:
                 raise ValueError(f"{key} must be a list of job ids, got {raw!r}")
             return tuple(x for x in raw if isinstance(x, int))
 
+        def opt(key: str) -> float | None:
+            value = data.get(key)
+            return float(value) if isinstance(value, int | float) else None
+
+        def by_job(key: str) -> dict[int, JsonValue]:
+            raw = data.get(key) or {}
+            if not isinstance(raw, dict):
+                raise ValueError(f"{key} must be a mapping of job ids, got {raw!r}")
+            return {int(k): v for k, v in raw.items()}
+
         victims = data["victims"]
         nodes = data.get("nodes") or []
         asked = data.get("asked_at")
         pinned = data.get("pinned_from")
+        undo = data.get("undo")
         if not isinstance(victims, list) or not isinstance(nodes, list):
             raise ValueError("victims and nodes must be lists")
         return cls(
@@ -97,7 +134,23 @@ class PlanContext:
             held=ints("held"), pinned_from=pinned if isinstance(pinned, str) else None,
             victims_held=ints("victims_held"), signal=str(data.get("signal") or "USR2"),
             asked_at=float(asked) if isinstance(asked, int | float) else None,
-            released=bool(data.get("released")))
+            released=bool(data.get("released")),
+            seen_end={k: float(v) for k, v in by_job("seen_end").items()
+                      if isinstance(v, int | float)},
+            end_states={k: str(v) for k, v in by_job("end_states").items()},
+            requeue_from=opt("requeue_from"), requeued_at=opt("requeued_at"),
+            missed=ints("missed"), ended={k: str(v) for k, v in by_job("ended").items()},
+            undo=dict(undo) if isinstance(undo, dict) else None)
+
+
+def _class_weight(job: Job) -> int:
+    """The weight of the class a job declared (``#HAI --priority``); NORMAL's when none or
+    AUTO."""
+    name = job_record(job).priority
+    try:
+        return PriorityClass(name).weight if name else PriorityClass.NORMAL.weight
+    except ValueError:
+        return PriorityClass.NORMAL.weight
 
 
 @dataclass
@@ -117,23 +170,32 @@ class Guard:
     @staticmethod
     def competitors(snap: ClusterSnapshot, beneficiary: int, nodes: Sequence[str],
                     exclude: Sequence[int] = ()) -> tuple[int, ...]:
-        """Pending, not held jobs other than the beneficiary that could start on ``nodes``."""
+        """Pending, not held jobs other than the beneficiary that could start on ``nodes``,
+        of a lower declared class than the beneficiary's: jobs of its class or above are left
+        free (the planner may preempt for them meanwhile; none outranks the beneficiary's top
+        priority and pin with Slurm's main scheduler)."""
         wanted = set(nodes)
         parts = {p.name for p in snap.partitions if not wanted or wanted & set(p.nodes)}
         skip = {beneficiary, *exclude}
+        bene = snap.job(beneficiary)
+        floor = _class_weight(bene) if bene is not None else None
         out = []
         for job in snap.pending:
             if job.job_id in skip or job.held:
+                continue
+            if floor is not None and _class_weight(job) >= floor:
                 continue
             if wanted and not parts & set(job.partition.split(",")):
                 continue
             out.append(job.job_id)
         return tuple(out)
 
-    def apply(self, context: PlanContext, snap: ClusterSnapshot, at: float) -> PlanContext:
-        """Hold the competitors and pin the beneficiary (each stored before it is done)."""
+    def apply(self, context: PlanContext, snap: ClusterSnapshot, at: float,
+              exclude: Sequence[int] = ()) -> PlanContext:
+        """Hold the competitors and pin the beneficiary (each stored before it is done);
+        ``exclude``: jobs other open plans claim (their beneficiaries are never held)."""
         held = self.competitors(snap, context.beneficiary, context.nodes,
-                                [v.job_id for v in context.victims])
+                                [*(v.job_id for v in context.victims), *exclude])
         ctx = self.save(replace(context, held=held), at)
         if held:
             result = self.slurm.hold(held)
@@ -150,6 +212,53 @@ class Guard:
         except SlurmError as err:  # the holds already keep others away; this only helps
             log.warning("plan %d: could not raise the beneficiary's priority: %s", ctx.plan_id,
                         err)
+        return ctx
+
+    def check(self, at: float, snap: ClusterSnapshot | None = None,
+              exclude: Sequence[int] = ()) -> PlanContext | None:
+        """Re-apply what is missing of a standing guard (a slurmctld restart before its state
+        save loses holds, pins and priorities): jobs the guard held, and victims requeued held,
+        that are pending but not held are held again; a still-pending beneficiary gets its pin
+        back, and its top priority when ``snap`` shows another value. With ``snap``, jobs
+        submitted since the guard went up that could use the target nodes are held too (stored
+        first; ``exclude``: other open plans' beneficiaries). Idempotent, one ``job_facts``
+        query; returns the context."""
+        ctx = self.context
+        if ctx is None or ctx.released:
+            return ctx
+        if snap is not None:
+            new = [j for j in self.competitors(snap, ctx.beneficiary, ctx.nodes,
+                                               [*(v.job_id for v in ctx.victims), *exclude])
+                   if j not in ctx.held and j not in ctx.victims_held]
+            if new:
+                ctx = self.save(replace(ctx, held=(*ctx.held, *new)), at)
+                log.warning("plan %d: held %d job(s) submitted during the plan: %s",
+                            ctx.plan_id, len(new), new)
+                self.slurm.hold(new)
+        held = list(dict.fromkeys([*ctx.held, *ctx.victims_held]))
+        facts = self.slurm.job_facts([*held, ctx.beneficiary])
+        rehold = [j for j in held if j in facts and facts[j].pending and not facts[j].held]
+        if rehold:
+            log.warning("plan %d: guard re-applied: %s pending again without the hold",
+                        ctx.plan_id, rehold)
+            self.slurm.hold(rehold)
+        b = facts.get(ctx.beneficiary)
+        if b is None or not b.pending:
+            return ctx
+        if ctx.pinned_from is not None and ctx.nodes and \
+                set(expand_hostlist(b.req_nodes)) != set(ctx.nodes):
+            log.warning("plan %d: guard re-applied: beneficiary %d lost its pin to %s (%r)",
+                        ctx.plan_id, ctx.beneficiary, ",".join(ctx.nodes), b.req_nodes)
+            self.slurm.set_req_nodes(ctx.beneficiary, ",".join(ctx.nodes))
+        job = snap.job(ctx.beneficiary) if snap is not None else None
+        if job is not None and job.priority != TOP_PRIORITY and not job.held:
+            log.warning("plan %d: guard re-applied: beneficiary %d's priority is %d",
+                        ctx.plan_id, ctx.beneficiary, job.priority)
+            try:
+                self.slurm.set_priorities({ctx.beneficiary: TOP_PRIORITY})
+            except SlurmError as err:
+                log.warning("plan %d: could not raise the beneficiary's priority: %s",
+                            ctx.plan_id, err)
         return ctx
 
     def release(self, at: float, *, keep_pin: bool = False) -> PlanContext | None:

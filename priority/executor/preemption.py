@@ -1,5 +1,12 @@
 """The preemption executor: two phases, all or nothing, every step in the database.
 
+A state machine: :meth:`PreemptionExecutor.start` records a plan, puts up its guard and asks its
+victims; each :meth:`~PreemptionExecutor.step` looks at an open plan once and moves it on; the
+daemon's :meth:`~PreemptionExecutor.execute` steps every open plan once per cycle (and
+:meth:`~PreemptionExecutor.reconcile` between cycles) and never waits; :meth:`run` and
+:meth:`recover` step until the end, for scripts and tests. Stepped or not, a plan goes the
+same way:
+
 :meth:`PreemptionExecutor.run` carries out one
 :class:`~hai_slurm.priority.executor.types.ExecutionRequest`: check the jobs afresh, record the
 plan, put up the :mod:`~hai_slurm.priority.executor.guard` (competitors held, beneficiary pinned);
@@ -21,8 +28,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from hai_slurm.checkpoint import Ack, JobReport, read_job_report
 from hai_slurm.errors import SlurmError, StateError
@@ -42,10 +49,11 @@ from hai_slurm.priority.executor.types import (
     ExecutorSettings,
     VictimContext,
 )
-from hai_slurm.priority.hooks import CycleExtras, CycleView
+from hai_slurm.priority.hooks import Claims, CycleExtras, CycleView
 from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store import AuditEntry, Plan, PlanState, VictimState
 from hai_slurm.priority.store.repository import Repository
+from hai_slurm.priority.store.states import FINAL_PLAN_STATES
 from hai_slurm.slurm_plugins.types import (
     ClusterSnapshot,
     JobFacts,
@@ -68,21 +76,10 @@ _ACK_SETTLE = 1.0
 ended without one (it is requeued either way; this only makes the record true)."""
 _REQUEUE_RETRY = 10.0
 """Seconds a requeue refused by a victim in transition is retried."""
+MISSED_KEY = "executor.missed"
+"""Named value: victims that missed an aborted plan -> the restart count they missed with."""
 _NOT_REQUEUED = frozenset({JobState.COMPLETED, JobState.CANCELLED})
 """End states of a victim that are not requeued: a real completion (exit 0), or a cancel."""
-
-
-@dataclass
-class _Watch:
-    """Phase-1 bookkeeping for one plan."""
-
-    ctx: PlanContext
-    asked_at: float
-    acked: dict[int, float] = field(default_factory=dict)
-    ack_steps: dict[int, int | None] = field(default_factory=dict)
-    missed: set[int] = field(default_factory=set)
-    ended: dict[int, str] = field(default_factory=dict)
-    """Victims that ended without an acknowledgement -> their Slurm state."""
 
 
 class PreemptionExecutor:
@@ -104,30 +101,68 @@ class PreemptionExecutor:
         self.reader = reader
         self.hook = hook or (lambda _point, _plan: None)
         self._last_beat = time.monotonic()
+        self._next_states: dict[int, float] = {}
+        self._open = True  # unknown until the first reconcile: look once
 
     # ------------------------------------------------------------------------ daemon hook
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between two steps of the open plans the daemon makes between its cycles
+        (the executor's Slurm state poll: each step reads Slurm once per open plan)."""
+        return self.settings.state_poll
+
+    def has_open_plans(self) -> bool:
+        """True when the latest look found a plan still open (cheap: no query)."""
+        return self._open
+
     def execute(self, plan: object | None, view: CycleView) -> CycleExtras:
-        """The daemon's hook: settle unfinished plans, then run what the planner proposed
-        (converted with :func:`~hai_slurm.priority.executor.requests.requests_from`), one plan
-        after the other."""
+        """The daemon's hook: step every open plan once (:meth:`reconcile`), then start what
+        the planner proposed (converted with
+        :func:`~hai_slurm.priority.executor.requests.requests_from`) and is not claimed by an
+        open plan. Never waits: the plans move on at the next steps."""
         from hai_slurm.priority.executor.requests import requests_from
 
-        self.recover()  # one cheap query when nothing is unfinished
+        late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
+                        self.settings.clock_skew)
+        self.reconcile(view.snapshot)
         if plan is None:
             return CycleExtras()
         audit: list[AuditEntry] = []
+        claims = self.claims()
         for request in requests_from(plan, view.snapshot, view.config,
                                      self.settings.default_deadline):
+            busy = sorted({request.beneficiary, *request.victims} & claims.jobs)
+            if busy:
+                log.info("preemption for job %d not started: jobs %s are claimed by open "
+                         "plans", request.beneficiary, busy)
+                continue
             victims = self.prepare(request, view.snapshot)
             if isinstance(victims, str):
                 log.info("preemption for job %d not started: %s", request.beneficiary, victims)
                 audit.append(AuditEntry(at=self._now(), kind="plan-refused",
                                         job_id=request.beneficiary, message=victims))
                 continue
-            result = self.run(request, view.snapshot, victims)
-            log.warning("plan %d for job %d ended %s: %s", result.plan_id, request.beneficiary,
-                        result.state, result.note)
+            plan_id = self.start(request, view.snapshot, victims)
+            log.warning("plan %d for job %d started: victims %s", plan_id, request.beneficiary,
+                        list(request.victims))
+            claims = self.claims()
         return CycleExtras(audit=tuple(audit))
+
+    def claims(self) -> Claims:
+        """Beneficiaries, victims and held jobs of the open plans (the store's plan records
+        and guard contexts), plus victims that missed an aborted plan and still run (one
+        query when nothing is open)."""
+        bene: set[int] = set()
+        victims: set[int] = set(self._missed())
+        held: set[int] = set()
+        for plan in self.repo.unfinished_plans():
+            bene.update(b.job_id for b in plan.beneficiaries)
+            victims.update(v.job_id for v in plan.victims)
+            ctx = self._context(plan.plan_id)
+            if ctx is not None and not ctx.released:
+                held.update(ctx.held)
+                held.update(ctx.victims_held)
+        return Claims(frozenset(bene), frozenset(victims), frozenset(held))
 
     # ---------------------------------------------------------------------------- helpers
     def _now(self) -> float:
@@ -145,12 +180,40 @@ class PreemptionExecutor:
         self.repo.audit(AuditEntry(at=self._now(), kind="plan", plan_id=plan_id,
                                    message=message, data=dict(data)))
 
-    def _report(self, w: _Watch, jid: int) -> JobReport | None:
-        v = w.ctx.victim(jid)
+    def _context(self, plan_id: int) -> PlanContext | None:
+        raw = self.repo.get_value(context_key(plan_id))
+        return PlanContext.from_json(raw) if isinstance(raw, dict) else None
+
+    def _report(self, ctx: PlanContext, asked_at: float, jid: int) -> JobReport | None:
+        v = ctx.victim(jid)
         if v.control_dir is None:
             return None
         return self.reader(v.control_dir, str(jid), v.uid, restart_count=v.restart_count,
-                           not_before=w.asked_at - self.settings.clock_skew)
+                           not_before=asked_at - self.settings.clock_skew)
+
+    # ---------------------------------------------------------- shunned (missed) victims
+    def _missed(self) -> dict[int, int]:
+        raw = self.repo.get_value(MISSED_KEY)
+        if not isinstance(raw, dict):
+            return {}
+        return {int(k): v for k, v in raw.items() if isinstance(v, int)}
+
+    def _remember_missed(self, restart_counts: Mapping[int, int]) -> None:
+        if restart_counts:
+            kept = {**self._missed(), **restart_counts}
+            self.repo.put_value(MISSED_KEY, {str(k): v for k, v in kept.items()},
+                                at=self._now())
+
+    def _prune_missed(self, snap: ClusterSnapshot) -> None:
+        """Forget missed victims that no longer run at the restart count they missed with."""
+        missed = self._missed()
+        if not missed:
+            return
+        running = {j.job_id: j.restart_count for j in snap.running}
+        kept = {j: rc for j, rc in missed.items() if running.get(j) == rc}
+        if kept != missed:
+            self.repo.put_value(MISSED_KEY, {str(k): v for k, v in kept.items()},
+                                at=self._now())
 
     # -------------------------------------------------------------------------- phase 0
     def prepare(self, request: ExecutionRequest, snap: ClusterSnapshot
@@ -162,14 +225,12 @@ class PreemptionExecutor:
         facts = self.slurm.job_facts([request.beneficiary, *request.victims])
         return victim_contexts(request, snap, facts, self.settings.default_deadline)
 
-    def run(self, request: ExecutionRequest, snap: ClusterSnapshot,
-            victims: tuple[VictimContext, ...] | None = None) -> ExecutionResult:
-        """Carry out ``request`` from start to end (blocks up to the victims' deadlines).
-
-        ``victims`` is what :meth:`prepare` returned (it is called when not given); raises
-        StateError, with nothing done, when the request cannot start.
-        """
-        started = time.monotonic()
+    def start(self, request: ExecutionRequest, snap: ClusterSnapshot,
+              victims: tuple[VictimContext, ...] | None = None) -> int:
+        """Record the plan, put up the guard and ask the victims; return the plan id at once
+        (the plan moves on at each :meth:`step`). ``victims`` is what :meth:`prepare` returned
+        (it is called when not given); raises StateError, with nothing done, when the request
+        cannot start. A Slurm failure here starts the plan's roll-back."""
         if victims is None:
             prepared = self.prepare(request, snap)
             if isinstance(prepared, str):
@@ -183,26 +244,180 @@ class PreemptionExecutor:
             reason=request.reason or f"job {request.beneficiary} needs the GPUs of "
             f"{', '.join(map(str, request.victims))}",
             on_miss=request.on_miss, deadline_at=now + max(v.deadline for v in victims))
+        others = self.claims()
         guard = Guard(self.slurm, self.repo)
         ctx = guard.save(PlanContext(plan.plan_id, request.beneficiary, request.nodes, victims,
                                      signal=self.settings.signal), now)
-        w = _Watch(ctx, now)
+        self._open = True
         try:
-            ctx = guard.apply(ctx, snap, now)
-            w = self._ask(guard, plan.plan_id, [v.job_id for v in victims])
-            result = self._continue(guard, self.repo.get_plan(plan.plan_id), w)
+            ctx = guard.apply(ctx, snap, now, sorted(others.beneficiaries))
+            self._ask(guard, plan.plan_id, [v.job_id for v in victims])
         except SlurmError as err:
-            if self.repo.get_plan(plan.plan_id).state in (PlanState.ALL_ACKED, PlanState.FORCED,
-                                                          PlanState.REQUEUED):
-                # The victims saved (or ended): undoing would requeue them all the same, and
-                # needs slurmctld just as much. The next cycle's recover() finishes the plan.
-                raise
-            result = self._undo(guard, plan.plan_id, f"Slurm failed during the plan: {err}",
-                                PlanState.ROLLED_BACK, w)
-        return replace(result, seconds=time.monotonic() - started)
+            self._begin_undo(guard, self.repo.get_plan(plan.plan_id),
+                             f"Slurm failed during the plan: {err}", PlanState.ROLLED_BACK)
+        return plan.plan_id
+
+    def run(self, request: ExecutionRequest, snap: ClusterSnapshot,
+            victims: tuple[VictimContext, ...] | None = None) -> ExecutionResult:
+        """:meth:`start`, then :meth:`step` every ``poll`` s until the plan ends (blocks up to
+        the victims' deadlines; for scripts and tests, the daemon steps instead).
+
+        A Slurm failure before phase 2 rolls the plan back; one after (the victims saved or
+        ended: undoing would requeue them all the same) is raised, and the next
+        :meth:`reconcile` or :meth:`recover` finishes the plan.
+        """
+        started = time.monotonic()
+        plan_id = self.start(request, snap, victims)
+        while True:
+            plan = self.repo.get_plan(plan_id)
+            if plan.state in FINAL_PLAN_STATES:
+                final = self._result(plan_id, plan.steps[-1].note if plan.steps else "", False)
+                return replace(final, seconds=time.monotonic() - started)
+            result: ExecutionResult | None
+            try:
+                result = self.step(plan)
+            except SlurmError as err:
+                plan = self.repo.get_plan(plan_id)
+                if plan.state in (PlanState.ALL_ACKED, PlanState.FORCED, PlanState.REQUEUED):
+                    raise
+                ctx = self._context(plan_id)
+                if ctx is None or ctx.undo is not None:
+                    raise
+                result = self._begin_undo(Guard(self.slurm, self.repo, ctx), plan,
+                                          f"Slurm failed during the plan: {err}",
+                                          PlanState.ROLLED_BACK)
+            if result is not None:
+                return replace(result, seconds=time.monotonic() - started)
+            self._sleep(self.settings.poll)
+
+    # ------------------------------------------------------------------ the reconcile step
+    def reconcile(self, snap: ClusterSnapshot | None = None) -> list[ExecutionResult]:
+        """Step every open plan once (the daemon calls this each cycle with its snapshot, and
+        every :attr:`poll_interval` between cycles while plans are open); returns the plans
+        that ended. A Slurm failure in one plan's step leaves it for the next step."""
+        out = []
+        plans = self.repo.unfinished_plans()
+        beneficiaries = sorted({b.job_id for p in plans for b in p.beneficiaries})
+        for plan in plans:
+            try:
+                result = self.step(plan, snap, beneficiaries)
+            except SlurmError as err:
+                log.warning("plan %d: Slurm failed in this step (%s); the next step retries",
+                            plan.plan_id, err)
+                continue
+            if result is not None:
+                out.append(result)
+                log.warning("plan %d for job %d ended %s: %s", result.plan_id,
+                            plan.beneficiaries[0].job_id if plan.beneficiaries else 0,
+                            result.state, result.note)
+        self._open = len(plans) > len(out)
+        if snap is not None:
+            self._prune_missed(snap)
+        return out
+
+    def recover(self) -> list[ExecutionResult]:
+        """Finish every open plan (after a daemon restart, or for a script): requeue victims of
+        aborted plans that acknowledged late, then :meth:`reconcile` every ``poll`` s until no
+        plan is open (or the stop event is set). The daemon does not call this: it reconciles
+        once per step and never waits."""
+        late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
+                        self.settings.clock_skew)
+        out = self.reconcile()
+        while self._open and not self.stop.is_set():
+            self._sleep(self.settings.poll)
+            out += self.reconcile()
+        return out
+
+    def resume(self, plan: Plan) -> ExecutionResult:
+        """Take up one unfinished plan and step it until it ends."""
+        while True:
+            result = self.step(self.repo.get_plan(plan.plan_id))
+            if result is not None:
+                return result
+            self._sleep(self.settings.poll)
+
+    def step(self, plan: Plan, snap: ClusterSnapshot | None = None,
+             others: Sequence[int] = ()) -> ExecutionResult | None:
+        """Look at one open plan once (acks, Slurm states, deadlines), move it on as far as
+        that look allows, and return its result when it ended (else None).
+
+        A standing guard is checked first and what a slurmctld restart lost is re-applied
+        (:meth:`Guard.check`; with ``snap``, the beneficiary's priority, and jobs submitted
+        since are held; ``others``: open plans' beneficiaries, never held)."""
+        ctx = self._context(plan.plan_id)
+        if ctx is None:
+            return self._without_context(plan)
+        guard = Guard(self.slurm, self.repo, ctx)
+        now = self._now()
+        try:
+            guard.check(now, snap, others)
+        except SlurmError as err:  # slurmctld restarting: the acks are still read
+            log.warning("plan %d: cannot check the guard (%s)", plan.plan_id, err)
+        if ctx.undo is not None:
+            return self._step_undo(guard, plan)
+        if plan.state is PlanState.PLANNED:
+            asked = [v.job_id for v in plan.victims if v.state is not VictimState.CHOSEN]
+            b = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
+            alive = b is not None and (b.pending or b.running)
+            if not asked or not alive:
+                why = "nobody had been asked yet" if not asked else \
+                    f"beneficiary {ctx.beneficiary} no longer waits ({b.state if b else 'gone'})"
+                return self._begin_undo(guard, plan, f"recovered: {why}", PlanState.ROLLED_BACK)
+            chosen = [v.job_id for v in plan.victims if v.state is VictimState.CHOSEN]
+            self.repo.update_victims(plan.plan_id, chosen, VictimState.ASKED, at=now)
+            self.slurm.signal(chosen, ctx.signal, target=SignalTarget.WORKLOAD)
+            self.repo.transition_plan(plan.plan_id, PlanState.SIGNALLED, at=self._now(),
+                                      note="recovered: asked the remaining victims")
+            plan = self.repo.get_plan(plan.plan_id)
+        if plan.state is PlanState.SIGNALLED:
+            waiting = {v.job_id for v in plan.victims if v.state is VictimState.ASKED}
+            b = self._look(guard, plan, waiting) if waiting else None
+            if b is not None and not (b.pending or b.running):
+                return self._begin_undo(guard, self.repo.get_plan(plan.plan_id),
+                                        f"beneficiary {ctx.beneficiary} no longer waits "
+                                        f"({b.state})", PlanState.ROLLED_BACK)
+            plan = self.repo.get_plan(plan.plan_id)
+            if any(v.state is VictimState.ASKED for v in plan.victims):
+                return None
+            self.hook("phase1_done", plan.plan_id)
+            ctx = guard.context or ctx
+            missed = [v.job_id for v in plan.victims if v.state is VictimState.MISSED]
+            could_ack = [j for j in missed if ctx.victim(j).control_dir is not None]
+            if could_ack and plan.on_miss is DeadlineAction.ABORT:
+                return self._begin_undo(guard, plan, f"victim(s) {sorted(could_ack)} missed the "
+                                        "deadline; nobody requeued", PlanState.ABORTED)
+            ended = sorted(v.job_id for v in plan.victims if v.state is VictimState.ENDED)
+            if missed or ended:
+                parts = [f"victim(s) {sorted(missed)} missed the deadline (requeued without an "
+                       "acknowledgement: policy force, or they cannot acknowledge)"] \
+                    if missed else []
+                parts += [f"victim(s) {ended} ended without an acknowledgement"] if ended else []
+                self.repo.transition_plan(plan.plan_id, PlanState.FORCED, at=self._now(),
+                                          note="; ".join(parts) + "; requeued anyway, to resume "
+                                          "from their newest valid checkpoints")
+            else:
+                self.repo.transition_plan(plan.plan_id, PlanState.ALL_ACKED, at=self._now(),
+                                          note="every victim acknowledged its checkpoint")
+            plan = self.repo.get_plan(plan.plan_id)
+        if plan.state in (PlanState.ALL_ACKED, PlanState.FORCED):
+            requeued = self._requeue(guard, plan)
+            if requeued is None:
+                return None
+            plan = requeued
+        return self._step_requeued(guard, plan)
+
+    def _without_context(self, plan: Plan) -> ExecutionResult:
+        if plan.state is PlanState.REQUEUED:  # context already cleared: only DONE missing
+            self.repo.transition_plan(plan.plan_id, PlanState.DONE, at=self._now(),
+                                      note="recovered", also=settle_records(plan, self._now()))
+            return self._result(plan.plan_id, "recovered", False)
+        self.repo.transition_plan(plan.plan_id, PlanState.ROLLED_BACK, at=self._now(),
+                                  note="recovered without a stored context: nothing had "
+                                  "been done yet")
+        return self._result(plan.plan_id, "rolled back (no context)", False)
 
     # -------------------------------------------------------------------------- phase 1
-    def _ask(self, guard: Guard, plan_id: int, job_ids: list[int]) -> _Watch:
+    def _ask(self, guard: Guard, plan_id: int, job_ids: list[int]) -> None:
         assert guard.context is not None
         now = self._now()
         ctx = guard.save(replace(guard.context, asked_at=now), now)
@@ -216,242 +431,255 @@ class PreemptionExecutor:
                                   note=f"asked {len(result.done)} victim(s) to checkpoint with "
                                   f"SIG{ctx.signal}")
         self.hook("asked", plan_id)
-        return _Watch(ctx, now)
 
-    def _acked(self, plan_id: int, w: _Watch, jid: int, ack: Ack, now: float) -> None:
+    def _acked(self, plan_id: int, asked_at: float, jid: int, ack: Ack, now: float) -> None:
         """Record a trusted acknowledgement at the time the job wrote it (its own clock, kept
         between the request and now: a node clock may lag or lead the daemon's)."""
-        at = min(max(ack.time, w.asked_at), now)
+        at = min(max(ack.time, asked_at), now)
         self.repo.update_victims(plan_id, [jid], VictimState.ACKED, at=at, ack_step=ack.step)
-        w.acked[jid], w.ack_steps[jid] = at, ack.step
 
-    def _ended(self, plan_id: int, w: _Watch, jid: int, f: JobFacts | None, now: float) -> None:
+    def _ended(self, guard: Guard, plan_id: int, jid: int, state: JobState | None,
+               now: float) -> None:
         """A victim ended without a trusted acknowledgement: requeue it (``ended``) unless it
         completed, was cancelled or is forgotten by slurmctld (``gone``, each with an audit
         line)."""
-        if f is not None and f.state not in _NOT_REQUEUED:
+        if state is not None and state not in _NOT_REQUEUED:
             self.repo.update_victims(plan_id, [jid], VictimState.ENDED, at=now)
-            w.ended[jid] = f.state.value
+            assert guard.context is not None
+            guard.save(replace(guard.context,
+                               ended={**guard.context.ended, jid: state.value}), now)
             how = ("was requeued by Slurm (RequeueExit) before an acknowledgement was read"
-                   if f.pending else f"ended ({f.state}) without an acknowledgement")
+                   if state is JobState.PENDING else
+                   f"ended ({state}) without an acknowledgement")
             self._audit(plan_id, f"plan {plan_id}: victim {jid} {how}; it is requeued (held) "
                         "and resumes from its newest valid checkpoint", job_id=jid,
-                        state=f.state.value)
+                        state=state.value)
             return
         self.repo.update_victims(plan_id, [jid], VictimState.GONE, at=now)
         why = ("is no longer known to slurmctld (MinJobAge passed?): it cannot be requeued "
-               "and is LOST" if f is None else
-               f"{'completed (exit 0)' if f.state is JobState.COMPLETED else 'was cancelled'} "
+               "and is LOST" if state is None else
+               f"{'completed (exit 0)' if state is JobState.COMPLETED else 'was cancelled'} "
                "during the plan; not requeued")
         self._audit(plan_id, f"plan {plan_id}: victim {jid} {why}", job_id=jid,
-                    state=f.state.value if f else None)
+                    state=state.value if state else None)
 
-    def _collect(self, plan_id: int, w: _Watch, waiting: set[int]) -> None:
-        """Phase 1's wait: until each victim in ``waiting`` acked, ended or missed.
+    def _look(self, guard: Guard, plan: Plan, waiting: set[int]) -> JobFacts | None:
+        """One look at the victims in ``waiting`` (each acked, ended, missed, or still asked),
+        and at most every ``state_poll`` s one Slurm query of their states and the
+        beneficiary's (returned; None when not queried or the query failed).
 
         A victim seen ended is watched ``_ACK_SETTLE`` s more (an ack written just before or
-        after the job's end still counts); a Slurm query that fails is retried at the next state
-        poll (the acknowledgements on disk are still read, the deadlines still count), so a
-        slurmctld restart does not undo a plan whose victims are saving.
+        after the job's end still counts); a Slurm query that fails is retried at the next
+        state poll (the acknowledgements on disk are still read, the deadlines still count), so
+        a slurmctld restart does not undo a plan whose victims are saving.
         """
-        next_states = 0.0
-        seen_end: dict[int, float] = {}  # victim -> when it was first seen ended
-        last: dict[int, JobFacts | None] = {}
-        while waiting:
-            now = self._now()
-            for jid in sorted(waiting):
-                report = self._report(w, jid)
-                if report is not None and report.ack is not None:
-                    self._acked(plan_id, w, jid, report.ack, now)
+        assert guard.context is not None
+        ctx = guard.context
+        plan_id = plan.plan_id
+        asked_at = ctx.asked_at or plan.created_at
+        now = self._now()
+        for jid in sorted(waiting):
+            report = self._report(ctx, asked_at, jid)
+            if report is not None and report.ack is not None:
+                self._acked(plan_id, asked_at, jid, report.ack, now)
+                waiting.discard(jid)
+                continue
+            if jid in ctx.seen_end:
+                if now - ctx.seen_end[jid] >= _ACK_SETTLE:
+                    raw = ctx.end_states.get(jid, "")
+                    self._ended(guard, plan_id, jid, JobState(raw) if raw else None, now)
                     waiting.discard(jid)
-                    continue
-                if jid in seen_end:
-                    if now - seen_end[jid] >= _ACK_SETTLE:
-                        self._ended(plan_id, w, jid, last.get(jid), now)
-                        waiting.discard(jid)
-                    continue
-                due = w.asked_at + w.ctx.victim(jid).deadline
-                saving = report is not None and report.saving
-                if now >= due and not (saving and now < due + self.settings.saving_extension):
-                    self.repo.update_victims(plan_id, [jid], VictimState.MISSED, at=now)
-                    w.missed.add(jid)
-                    waiting.discard(jid)
-                    why = "still saving at the extended deadline" if saving else \
-                        "no acknowledgement" + (f" ({'; '.join(report.problems)})"
-                                                if report and report.problems else "")
-                    self._audit(plan_id, f"plan {plan_id}: victim {jid} missed its deadline "
-                                f"of {w.ctx.victim(jid).deadline:g} s: {why}", job_id=jid)
-            if waiting and now >= next_states:
-                next_states = now + self.settings.state_poll
-                try:
-                    facts = self.slurm.job_facts(waiting)
-                except SlurmError as err:
-                    log.warning("plan %d: cannot read the victims' states (%s); retrying in "
-                                "%g s", plan_id, err, self.settings.state_poll)
-                    facts = None
-                for jid in sorted(waiting) if facts is not None else ():
-                    f = facts.get(jid) if facts is not None else None
-                    if f is None or not f.running:  # pending: Slurm requeued it (RequeueExit)
-                        last[jid] = f
-                        seen_end.setdefault(jid, now)
-            if waiting:
-                self._sleep(self.settings.poll)
+                continue
+            v = ctx.victim(jid)
+            due = asked_at + v.deadline
+            saving = report is not None and report.saving
+            if now >= due and not (saving and now < due + self.settings.saving_extension):
+                self.repo.update_victims(plan_id, [jid], VictimState.MISSED, at=now)
+                ctx = guard.save(replace(guard.context, missed=(*guard.context.missed, jid)),
+                                 now)
+                waiting.discard(jid)
+                why = ("it cannot acknowledge (no #HAI --checkpoint-dir)"
+                       if v.control_dir is None else "still saving at the extended deadline"
+                       if saving else "no acknowledgement" + (
+                           f" ({'; '.join(report.problems)})"
+                           if report and report.problems else ""))
+                self._audit(plan_id, f"plan {plan_id}: victim {jid} missed its deadline "
+                            f"of {v.deadline:g} s: {why}", job_id=jid)
+        if now < self._next_states.get(plan_id, 0.0):
+            return None
+        self._next_states[plan_id] = now + self.settings.state_poll
+        query = sorted(j for j in waiting if j not in ctx.seen_end)
+        try:
+            facts = self.slurm.job_facts([*query, ctx.beneficiary])
+        except SlurmError as err:
+            log.warning("plan %d: cannot read the victims' states (%s); retrying in %g s",
+                        plan_id, err, self.settings.state_poll)
+            return None
+        seen = {}
+        for jid in query:
+            f = facts.get(jid)
+            if f is None or not f.running:  # pending: Slurm requeued it (RequeueExit)
+                seen[jid] = f.state.value if f is not None else ""
+        if seen:
+            assert guard.context is not None
+            guard.save(replace(guard.context,
+                               seen_end={**guard.context.seen_end, **dict.fromkeys(seen, now)},
+                               end_states={**guard.context.end_states, **seen}), now)
+        return facts.get(ctx.beneficiary)
 
     # -------------------------------------------------------------------------- phase 2
-    def _continue(self, guard: Guard, plan: Plan, w: _Watch | None) -> ExecutionResult:
-        """Drive a plan from wherever it is to a final state."""
-        assert guard.context is not None
-        state = plan.state
-        if state is PlanState.SIGNALLED:
-            assert w is not None
-            self._collect(plan.plan_id, w, {v.job_id for v in plan.victims
-                                            if v.state is VictimState.ASKED})
-            self.hook("phase1_done", plan.plan_id)
-            plan = self.repo.get_plan(plan.plan_id)
-            missed = sorted(v.job_id for v in plan.victims if v.state is VictimState.MISSED)
-            if missed and plan.on_miss is DeadlineAction.ABORT:
-                return self._undo(guard, plan.plan_id,
-                                  f"victim(s) {missed} missed the deadline; nobody "
-                                  "requeued", PlanState.ABORTED, w)
-            ended = sorted(v.job_id for v in plan.victims if v.state is VictimState.ENDED)
-            if missed or ended:
-                why = [f"victim(s) {missed} missed the deadline (policy force)"] if missed else []
-                why += [f"victim(s) {ended} ended without an acknowledgement"] if ended else []
-                self.repo.transition_plan(plan.plan_id, PlanState.FORCED, at=self._now(),
-                                          note="; ".join(why) + "; requeued anyway, to resume "
-                                          "from their newest valid checkpoints")
-            else:
-                self.repo.transition_plan(plan.plan_id, PlanState.ALL_ACKED, at=self._now(),
-                                          note="every victim acknowledged its checkpoint")
-            plan = self.repo.get_plan(plan.plan_id)
-            state = plan.state
-        if state in (PlanState.ALL_ACKED, PlanState.FORCED):
-            plan = self._requeue(guard, plan)
-        started = self._wait_beneficiary(guard.context.beneficiary)
-        guard.release(self._now())
-        note = (f"beneficiary {plan.beneficiaries[0].job_id} started" if started else
-                f"beneficiary did not start within {self.settings.start_timeout:g} s; guard "
-                "released anyway")
-        plan = self.repo.get_plan(plan.plan_id)
-        also = settle_records(plan, self._now())
-        note += "; " + victim_summary(plan, w.ended if w else {})
-        self.repo.transition_plan(plan.plan_id, PlanState.DONE, at=self._now(), note=note,
-                                  also=also)
-        self.repo.put_value(context_key(plan.plan_id), None, at=self._now())
-        return self._result(plan.plan_id, note, w, started)
-
-    def _late_acks(self, plan: Plan) -> Plan:
+    def _late_acks(self, plan: Plan, ctx: PlanContext) -> Plan:
         """Victims recorded ``ended`` whose acknowledgement has landed since become ``acked``."""
         if not any(v.state is VictimState.ENDED for v in plan.victims):
             return plan
-        raw = self.repo.get_value(context_key(plan.plan_id))
-        if not isinstance(raw, dict):
-            return plan
-        ctx = PlanContext.from_json(raw)
-        w = _Watch(ctx, ctx.asked_at or plan.created_at)
+        asked_at = ctx.asked_at or plan.created_at
         changed = False
         for v in plan.victims:
             if v.state is VictimState.ENDED:
-                report = self._report(w, v.job_id)
+                report = self._report(ctx, asked_at, v.job_id)
                 if report is not None and report.ack is not None:
-                    self._acked(plan.plan_id, w, v.job_id, report.ack, self._now())
+                    self._acked(plan.plan_id, asked_at, v.job_id, report.ack, self._now())
                     changed = True
         return self.repo.get_plan(plan.plan_id) if changed else plan
 
-    def _requeue(self, guard: Guard, plan: Plan) -> Plan:
+    def _requeue_some(self, guard: Guard, plan_id: int, todo: list[int], *, hold: bool
+                      ) -> list[int] | None:
+        """Requeue ``todo`` (recording each one done ``requeued``); the ones slurmctld does not
+        requeue for good, or None while some it still knows are retried: a job in transition
+        (COMPLETING, or being requeued by ``RequeueExit=75``) refuses the requeue and the hold
+        for a moment, so refusals are retried at each step for up to ``_REQUEUE_RETRY`` s."""
         assert guard.context is not None
-        plan = self._late_acks(plan)
+        now = self._now()
+        if guard.context.requeue_from is None:
+            guard.save(replace(guard.context, requeue_from=now), now)
+        assert guard.context.requeue_from is not None
+        done = set(self.slurm.requeue_any(todo, hold=hold)) if todo else set()
+        if done:
+            self.repo.update_victims(plan_id, sorted(done), VictimState.REQUEUED,
+                                     at=self._now())
+        left = [j for j in todo if j not in done]
+        if not left:
+            return []
+        known = self.slurm.job_facts(left)
+        if any(j in known for j in left) and now < guard.context.requeue_from + _REQUEUE_RETRY:
+            return None
+        return left
+
+    def _requeue(self, guard: Guard, plan: Plan) -> Plan | None:
+        """Phase 2: requeue held every acked, ended and missed victim; None while retrying."""
+        assert guard.context is not None
+        plan = self._late_acks(plan, guard.context)
         todo = [v.job_id for v in plan.victims
                 if v.state in (VictimState.ACKED, VictimState.MISSED, VictimState.ENDED)]
         now = self._now()
-        guard.save(replace(guard.context, victims_held=tuple(todo)), now)
-        done = self._requeue_all(todo, hold=True)
+        held = tuple(dict.fromkeys([*guard.context.victims_held, *todo]))
+        if held != guard.context.victims_held:
+            guard.save(replace(guard.context, victims_held=held), now)
+        lost = self._requeue_some(guard, plan.plan_id, todo, hold=True)
+        if lost is None:
+            return None
         now = self._now()
-        if done:
-            self.repo.update_victims(plan.plan_id, sorted(done), VictimState.REQUEUED, at=now)
-        lost = [j for j in todo if j not in done]
         if lost:
             self.repo.update_victims(plan.plan_id, lost, VictimState.GONE, at=now)
             self._audit(plan.plan_id, f"plan {plan.plan_id}: slurmctld did not requeue "
                         f"victim(s) {lost} (no longer known: MinJobAge passed?); LOST")
+        done = sorted(v.job_id for v in self.repo.get_plan(plan.plan_id).victims
+                      if v.state is VictimState.REQUEUED)
         self.repo.transition_plan(plan.plan_id, PlanState.REQUEUED, at=now,
-                                  note=f"requeued (held) {sorted(done)}")
+                                  note=f"requeued (held) {done}")
+        assert guard.context is not None
+        guard.save(replace(guard.context, requeued_at=now), now)
         self.hook("requeued", plan.plan_id)
         return self.repo.get_plan(plan.plan_id)
 
-    def _requeue_all(self, job_ids: list[int], *, hold: bool) -> set[int]:
-        """``requeue_any``, retried for up to ``_REQUEUE_RETRY`` s for the victims it skipped
-        but slurmctld still knows: a job in transition (COMPLETING, or being requeued by
-        ``RequeueExit=75``) refuses the requeue and the hold for a moment."""
-        done = set(self.slurm.requeue_any(job_ids, hold=hold)) if job_ids else set()
-        end = self._now() + _REQUEUE_RETRY
-        left = [j for j in job_ids if j not in done]
-        while left and self._now() < end:
-            self._sleep(self.settings.poll)
-            try:
-                known = self.slurm.job_facts(left)
-                left = [j for j in left if j in known]
-                done |= set(self.slurm.requeue_any(left, hold=hold)) if left else set()
-            except SlurmError as err:
-                log.warning("requeue of %s failed (%s); retrying", left, err)
-            left = [j for j in left if j not in done]
-        return done
-
-    def _wait_beneficiary(self, job_id: int) -> bool:
-        end = self._now() + self.settings.start_timeout
-        while True:
-            try:
-                f = self.slurm.job_facts([job_id]).get(job_id)
-            except SlurmError as err:  # slurmctld restarting: ask again until the timeout
-                log.warning("cannot read beneficiary %d's state (%s)", job_id, err)
-                if self._now() >= end:
-                    return False
-                self._sleep(self.settings.poll)
-                continue
-            if f is None or not f.pending:
-                return f is not None and (f.running or f.finished)
-            if self._now() >= end:
-                return False
-            self._sleep(self.settings.poll)
+    def _step_requeued(self, guard: Guard, plan: Plan) -> ExecutionResult | None:
+        """The start wait: done once the beneficiary runs (or after ``start_timeout``)."""
+        assert guard.context is not None
+        ctx = guard.context
+        now = self._now()
+        if ctx.requeued_at is None:  # a plan requeued by an older daemon
+            ctx = guard.save(replace(ctx, requeued_at=now), now)
+        assert ctx.requeued_at is not None
+        try:
+            f = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
+        except SlurmError as err:  # slurmctld restarting: ask again until the timeout
+            log.warning("cannot read beneficiary %d's state (%s)", ctx.beneficiary, err)
+            if now < ctx.requeued_at + self.settings.start_timeout:
+                return None
+            raise
+        if f is not None and f.pending and now < ctx.requeued_at + self.settings.start_timeout:
+            return None
+        started = f is not None and (f.running or f.finished)
+        guard.release(self._now())
+        note = (f"beneficiary {ctx.beneficiary} started" if started else
+                f"beneficiary did not start within {self.settings.start_timeout:g} s; guard "
+                "released anyway")
+        plan = self.repo.get_plan(plan.plan_id)
+        also = settle_records(plan, self._now())
+        note += "; " + victim_summary(plan, ctx.ended)
+        self.repo.transition_plan(plan.plan_id, PlanState.DONE, at=self._now(), note=note,
+                                  also=also)
+        self.repo.put_value(context_key(plan.plan_id), None, at=self._now())
+        self._next_states.pop(plan.plan_id, None)
+        return self._result(plan.plan_id, note, started, ctx)
 
     # --------------------------------------------------------------------- abort / undo
-    def _undo(self, guard: Guard, plan_id: int, note: str, final: PlanState,
-              w: _Watch | None = None) -> ExecutionResult:
-        """Abort or roll back: requeue victims that acknowledged and exited, release the guard.
+    def _begin_undo(self, guard: Guard, plan: Plan, note: str, final: PlanState
+                    ) -> ExecutionResult | None:
+        """Start an abort or roll-back (stored, so a restarted daemon carries it on) and take
+        its first step."""
+        if plan.state is PlanState.REQUEUED:
+            raise StateError(f"plan {plan.plan_id} already requeued its victims; it can only "
+                             "finish")
+        assert guard.context is not None
+        guard.save(replace(guard.context, undo={"final": final.value, "note": note,
+                                                "settled_at": None}), self._now())
+        return self._step_undo(guard, plan)
+
+    def _step_undo(self, guard: Guard, plan: Plan) -> ExecutionResult | None:
+        """One step of an abort or roll-back: requeue victims that acknowledged and exited,
+        and those that ended, release the guard, end the plan.
 
         Victims that were asked but have not answered yet may still save and exit: their
-        deadlines are waited out first, so none of them is left exited and not requeued.
+        deadlines are waited out first (one look per step), so none of them is left exited
+        and not requeued; acknowledged ones get ``_EXIT_WAIT`` s to exit.
         """
-        plan = self.repo.get_plan(plan_id)
-        if plan.state is PlanState.REQUEUED:
-            raise StateError(f"plan {plan_id} already requeued its victims; it can only finish")
+        assert guard.context is not None and guard.context.undo is not None
+        plan_id = plan.plan_id
+        undo = dict(guard.context.undo)
+        note, final = str(undo.get("note") or ""), PlanState(str(undo.get("final")))
         asked = {v.job_id for v in plan.victims if v.state is VictimState.ASKED}
         if asked:
-            w = w or _Watch(guard.context or PlanContext(plan_id, 0, (), ()), self._now())
-            self._collect(plan_id, w, asked)
+            self._look(guard, plan, asked)
             plan = self.repo.get_plan(plan_id)
-        plan = self._late_acks(plan)
+            if any(v.state is VictimState.ASKED for v in plan.victims):
+                return None
+        assert guard.context is not None
+        plan = self._late_acks(plan, guard.context)
+        now = self._now()
+        settled = undo.get("settled_at")
+        if not isinstance(settled, int | float):
+            settled = now
+            guard.save(replace(guard.context, undo={**undo, "settled_at": now}), now)
         acked = [v.job_id for v in plan.victims if v.state is VictimState.ACKED]
         ended = [v.job_id for v in plan.victims if v.state is VictimState.ENDED]
-        exited: list[int] = []
-        end = self._now() + _EXIT_WAIT
-        while acked:
-            try:
-                facts = self.slurm.job_facts(acked)
-            except SlurmError as err:
-                log.warning("plan %d: cannot read the victims' states (%s)", plan_id, err)
-                facts = {}
-            exited = [j for j in acked if j in facts and not facts[j].running]
-            if len(exited) == len(acked) or self._now() >= end:
-                break
-            self._sleep(self.settings.poll)
+        try:
+            facts = self.slurm.job_facts(acked) if acked else {}
+        except SlurmError as err:
+            log.warning("plan %d: cannot read the victims' states (%s)", plan_id, err)
+            facts = {}
+        exited = [j for j in acked if j in facts and not facts[j].running]
+        if len(exited) < len(acked) and now < settled + _EXIT_WAIT:
+            return None
         todo = [*exited, *ended]
-        requeued = tuple(j for j in todo if j in self._requeue_all(todo, hold=False))
+        lost_ended = self._requeue_some(guard, plan_id, todo, hold=False)
+        if lost_ended is None:
+            return None
+        plan = self.repo.get_plan(plan_id)
+        requeued = [j for j in todo if j not in lost_ended]
         if requeued:
-            self.repo.update_victims(plan_id, list(requeued), VictimState.REQUEUED,
-                                     at=self._now())
-            note += f"; requeued {list(requeued)}, which had already saved or ended"
-        lost = [j for j in ended if j not in requeued]
+            note += f"; requeued {requeued}, which had already saved or ended"
+        lost = [j for j in ended if j in lost_ended]
         if lost:
             self.repo.update_victims(plan_id, lost, VictimState.GONE, at=self._now())
             self._audit(plan_id, f"plan {plan_id}: slurmctld did not requeue ended victim(s) "
@@ -470,72 +698,40 @@ class PreemptionExecutor:
         # counts as preempting only when it got the GPUs.
         plan = self.repo.get_plan(plan_id)
         also = settle_records(plan, self._now(), preempting=ran)
-        note += "; " + victim_summary(plan, w.ended if w else {})
+        assert guard.context is not None
+        ctx = guard.context
+        note += "; " + victim_summary(plan, ctx.ended)
         self.repo.transition_plan(plan_id, final, at=self._now(), note=note, also=also)
-        if guard.context is not None:
-            # Missed victims may still acknowledge; acknowledged ones that have not exited yet
-            # (slurmctld slow to see them end) will: both are requeued once they have exited.
-            watch = [guard.context.victim(v.job_id) for v in self.repo.get_plan(plan_id).victims
-                     if v.state is VictimState.MISSED
-                     or (v.state is VictimState.ACKED and v.job_id not in exited)]
-            late_acks.remember(self.repo, plan_id, watch, guard.context.asked_at or
-                               self._now(), self._now() + self.settings.late_ack_window,
-                               self._now())
-        self.repo.put_value(context_key(plan_id), None, at=self._now())
-        return replace(self._result(plan_id, note, w, ran), requeued=tuple(requeued))
-
-    def _result(self, plan_id: int, note: str, w: _Watch | None, started: bool
-                ) -> ExecutionResult:
+        # Missed victims may still acknowledge; acknowledged ones that have not exited yet
+        # (slurmctld slow to see them end) will: both are requeued once they have exited.
         plan = self.repo.get_plan(plan_id)
+        watch = [ctx.victim(v.job_id) for v in plan.victims
+                 if v.state is VictimState.MISSED
+                 or (v.state is VictimState.ACKED and v.job_id not in exited)]
+        late_acks.remember(self.repo, plan_id, watch, ctx.asked_at or self._now(),
+                           self._now() + self.settings.late_ack_window, self._now())
+        # A victim that missed is not chosen again until it has been requeued (no gaming).
+        self._remember_missed({v.job_id: v.restart_count for v in ctx.victims
+                               if v.job_id in {m.job_id for m in plan.victims
+                                               if m.state is VictimState.MISSED}})
+        self.repo.put_value(context_key(plan_id), None, at=self._now())
+        self._next_states.pop(plan_id, None)
+        return self._result(plan_id, note, ran, ctx)
+
+    def _result(self, plan_id: int, note: str, started: bool,
+                ctx: PlanContext | None = None) -> ExecutionResult:
+        """The plan's result, from the store's records (the source of truth) and its context
+        (``ctx``, or the stored one)."""
+        plan = self.repo.get_plan(plan_id)
+        ctx = ctx or self._context(plan_id)
+        missed = ctx.missed if ctx is not None else tuple(
+            v.job_id for v in plan.victims if v.state is VictimState.MISSED)
         return ExecutionResult(
             plan_id=plan_id, state=plan.state, note=note,
             requeued=tuple(v.job_id for v in plan.victims if v.state is VictimState.REQUEUED),
-            missed=tuple(sorted(w.missed)) if w else (),
-            ack_steps=dict(w.ack_steps) if w else {},
-            ack_seconds={j: t - w.asked_at for j, t in w.acked.items()} if w else {},
+            missed=tuple(sorted(missed)),
+            ack_steps={v.job_id: v.ack_step for v in plan.victims if v.acked_at is not None},
+            ack_seconds={v.job_id: v.acked_at - (v.asked_at if v.asked_at is not None
+                                                 else plan.created_at)
+                         for v in plan.victims if v.acked_at is not None},
             beneficiary_started=started)
-
-    # -------------------------------------------------------------------------- recovery
-    def recover(self) -> list[ExecutionResult]:
-        """Finish or roll back every unfinished plan (after a daemon restart); requeue victims
-        of aborted plans that acknowledged late."""
-        late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
-                        self.settings.clock_skew)
-        out = []
-        for plan in self.repo.unfinished_plans():
-            out.append(self.resume(plan))
-            log.warning("recovered plan %d: %s (%s)", plan.plan_id, out[-1].state, out[-1].note)
-        return out
-
-    def resume(self, plan: Plan) -> ExecutionResult:
-        """Take up one unfinished plan where a killed daemon left it."""
-        raw = self.repo.get_value(context_key(plan.plan_id))
-        guard = Guard(self.slurm, self.repo)
-        if not isinstance(raw, dict):
-            if plan.state is PlanState.REQUEUED:  # context already cleared: only DONE missing
-                self.repo.transition_plan(plan.plan_id, PlanState.DONE, at=self._now(),
-                                          note="recovered", also=settle_records(plan, self._now()))
-                return self._result(plan.plan_id, "recovered", None, False)
-            self.repo.transition_plan(plan.plan_id, PlanState.ROLLED_BACK, at=self._now(),
-                                      note="recovered without a stored context: nothing had "
-                                      "been done yet")
-            return self._result(plan.plan_id, "rolled back (no context)", None, False)
-        ctx = PlanContext.from_json(raw)
-        guard.context = ctx
-        b = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
-        asked = [v.job_id for v in plan.victims if v.state is not VictimState.CHOSEN]
-        w = _Watch(ctx, ctx.asked_at or plan.created_at)
-        alive = b is not None and (b.pending or b.running)  # running: it got the GPUs already
-        if plan.state in (PlanState.PLANNED, PlanState.SIGNALLED) and (not alive or not asked):
-            why = "nobody had been asked yet" if not asked else \
-                f"beneficiary {ctx.beneficiary} no longer waits ({b.state if b else 'gone'})"
-            return self._undo(guard, plan.plan_id, f"recovered: {why}", PlanState.ROLLED_BACK, w)
-        if plan.state is PlanState.PLANNED:  # asked some, crashed before the others
-            chosen = [v.job_id for v in plan.victims if v.state is VictimState.CHOSEN]
-            if chosen:
-                self.repo.update_victims(plan.plan_id, chosen, VictimState.ASKED, at=self._now())
-                self.slurm.signal(chosen, ctx.signal, target=SignalTarget.WORKLOAD)
-            self.repo.transition_plan(plan.plan_id, PlanState.SIGNALLED, at=self._now(),
-                                      note="recovered: asked the remaining victims")
-            plan = self.repo.get_plan(plan.plan_id)
-        return self._continue(guard, plan, w)

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hai_slurm.priority.executor.types import ExecutionRequest, VictimContext
-from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.priority.store import AuditEntry, CreditEntry, CycleWrite, Plan, PlanJob, VictimState
 from hai_slurm.slurm_plugins.job_record import job_record
@@ -45,8 +44,10 @@ def victim_contexts(request: ExecutionRequest, snap: ClusterSnapshot,
                     facts: Mapping[int, JobFacts], default_deadline: float
                     ) -> tuple[VictimContext, ...] | str:
     """Each victim's uid (from Slurm), control directory, run and deadline — or why the request
-    cannot start: the beneficiary no longer waits, a victim no longer runs, or (policy abort) a
-    victim has no ``#HAI --checkpoint-dir`` and so could never acknowledge."""
+    cannot start: the beneficiary no longer waits, or a victim no longer runs. A victim without
+    ``#HAI --checkpoint-dir`` cannot acknowledge but stays preemptible: it is requeued at its
+    deadline under either miss policy (the planner counted its loss as everything since its
+    start or last periodic save)."""
     b = facts.get(request.beneficiary)
     if b is None or not b.pending:
         return (f"beneficiary {request.beneficiary} is not pending any more "
@@ -58,9 +59,6 @@ def victim_contexts(request: ExecutionRequest, snap: ClusterSnapshot,
             return f"victim {jid} is not running any more ({f.state if f else 'gone'})"
         checkpoint_dir = job_record(job).checkpoint_dir
         ctl = str(Path(checkpoint_dir) / ".hai" / str(jid)) if checkpoint_dir else None
-        if ctl is None and request.on_miss is DeadlineAction.ABORT:
-            return (f"victim {jid} has no #HAI --checkpoint-dir, so it cannot acknowledge; "
-                    "with policy abort the plan could never succeed")
         out.append(VictimContext(jid, job.uid, ctl, f.restart_count,
                                  request.deadline(jid, default_deadline)))
     return tuple(out)

@@ -27,7 +27,7 @@ class ExecutionRequest:
     victims: tuple[int, ...]
     nodes: tuple[str, ...] = ()
     deadlines: Mapping[int, float] = field(default_factory=dict)
-    on_miss: DeadlineAction = DeadlineAction.ABORT
+    on_miss: DeadlineAction = DeadlineAction.FORCE
     reason: str = ""
     lost_work: float = 0.0
 

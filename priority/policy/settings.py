@@ -18,8 +18,10 @@ from hai_slurm.priority.policy.ladder import LADDER
 class DeadlineAction(StrEnum):
     """What the preemption executor does when a victim misses its checkpoint deadline."""
 
-    ABORT = "abort"  # nobody is requeued; the victims go on
-    FORCE = "force"  # requeue anyway
+    ABORT = "abort"  # nobody is requeued; the victims go on (they are not chosen again until
+    #                  they have been requeued)
+    FORCE = "force"  # requeue anyway, without an ack: the loss is counted (the default: one
+    #                  victim that never acknowledges cannot stall anyone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +31,7 @@ class ClassPolicy:
     max_wait: float
     grace_cap: float
     preemptible_optional: bool
-    on_deadline: DeadlineAction = DeadlineAction.ABORT
+    on_deadline: DeadlineAction = DeadlineAction.FORCE
 
 
 #: Defaults per class: (max wait, grace cap, preemptible may be "no").

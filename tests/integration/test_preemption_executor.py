@@ -14,6 +14,7 @@ from preempt_support import Bed, bed_for, bit_identical
 
 from hai_slurm.priority.demo.scenario import steps_lost, toy_runs
 from hai_slurm.priority.executor.types import ExecutionRequest
+from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store import PlanState, VictimState
 
 pytestmark = pytest.mark.slow
@@ -98,7 +99,8 @@ def test_one_victim_never_acknowledges_nothing_is_requeued(bed: Bed) -> None:
                    sbatch=["-N4", "--gres=gpu:8"])
     request = ExecutionRequest(bene.job_id, tuple(v.job_id for v in victims),
                                nodes=("n1", "n2", "n3", "n4"),
-                               deadlines=dict.fromkeys((v.job_id for v in victims), 4.0))
+                               deadlines=dict.fromkeys((v.job_id for v in victims), 4.0),
+                               on_miss=DeadlineAction.ABORT)  # the default is force
     result = bed.executor().run(request, bed.slurm.snapshot())
     assert result.state is PlanState.ABORTED
     assert result.missed == (victims[2].job_id,)
@@ -127,7 +129,7 @@ def test_a_save_in_progress_is_waited_for_not_interrupted(bed: Bed) -> None:
                                deadlines={victim.job_id: 3.0})
     result = bed.executor(saving_extension=30.0).run(request, bed.slurm.snapshot())
     assert result.state is PlanState.DONE, result.note
-    assert result.ack_seconds[victim.job_id] > 5.5
+    assert result.ack_seconds[victim.job_id] > 5.5, result
     bed.wait(victim, "RUNNING", timeout=bed.testbed.shape.cred_expire + 40)
     bed.wait_progress(victim, 3, run=1)
     assert steps_lost(toy_runs(victim)) == [0]

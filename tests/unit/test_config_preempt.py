@@ -124,7 +124,7 @@ def test_config_check_summary_mentions_planner_and_executor() -> None:
         '[executor]\ndefault_grace = "45s"\n[classes.HIGH]\non_deadline = "force"\n')))
     assert "preemption: on; planner: victims run >= 1m30s" in on
     assert "checkpoint request by SIGUSR2 + Redis" in on and "(default 45s)" in on
-    assert "HIGH force" in on and "LOW abort" in on
+    assert "HIGH force" in on and "LOW force" in on
     off = summary(parse_config("[planner]\nenabled = false\n"))
     assert off[-1].startswith("preemption: off")
 

@@ -65,9 +65,17 @@ def _fill_and_wait(world: World) -> tuple[list[int], int]:
     return victims, bene
 
 
+def step_between_cycles(world: World, daemon: Daemon, steps: int = 20) -> None:
+    """The steps the daemon makes between two cycles while plans are open."""
+    for _ in range(steps):
+        world.clock.wait(daemon.stop_event, daemon.executor.poll_interval)  # type: ignore
+        daemon.step_plans()
+
+
 def test_built_daemon_has_planner_and_executor_and_preempts_end_to_end(tmp_path: Path) -> None:
-    """Config -> build_daemon -> one cycle: the HIGH job runs on one leaf's two nodes, two LOW
-    victims acknowledged and were requeued, the plan is done with its fairness events."""
+    """Config -> build_daemon -> one cycle (starts the plan) and the steps between cycles: the
+    HIGH job runs on one leaf's two nodes, two LOW victims acknowledged and were requeued, the
+    plan is done with its fairness events."""
     world = make_world(tmp_path)
     victims, bene = _fill_and_wait(world)
     cfg = _config(tmp_path, "[executor]\ndefault_grace = \"20s\"\n")
@@ -80,6 +88,7 @@ def test_built_daemon_has_planner_and_executor_and_preempts_end_to_end(tmp_path:
     assert "preemption on" in describe_preemption(daemon)
     report = daemon.run_once()
     assert report.outcome.value == "ok", report.reason
+    step_between_cycles(world, daemon)
     (plan,) = world.repo.history()
     assert plan.state is PlanState.DONE, plan
     job = world.fake.jobs[bene]

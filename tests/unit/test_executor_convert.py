@@ -56,14 +56,15 @@ def test_plan_converts_with_capped_deadlines_and_the_beneficiary_class_policy(
     assert req.on_miss is DeadlineAction.FORCE
     assert req.nodes == ("n1", "n2") and req.lost_work == 480.0
     assert requests_from(PlanningResult(plans=(plan_for(bene, [v1]),)),
-                         world.fake.snapshot(), PolicyConfig())[0].on_miss is DeadlineAction.ABORT
+                         world.fake.snapshot(), PolicyConfig())[0].on_miss is DeadlineAction.FORCE
     assert requests_from(req, world.fake.snapshot(), cfg) == (req,)
     with pytest.raises(ConfigError, match="cannot run a dict"):
         requests_from({"beneficiary": 1}, world.fake.snapshot(), cfg)
 
 
 def test_daemon_hook_runs_the_plan_and_audits_refusals(tmp_path: Path) -> None:
-    """execute(): a plan is carried out; a stale one is refused and audited, nothing done."""
+    """execute(): a plan is started without waiting and carried out by the next calls (one
+    step each); a stale one is refused and audited, nothing done."""
     world = make_world(tmp_path)
     v1 = world.victim("v1", Behaviour(ack_after=0.3))
     bene = world.pending("bene", gpus=8)
@@ -74,6 +75,11 @@ def test_daemon_hook_runs_the_plan_and_audits_refusals(tmp_path: Path) -> None:
                      config=PolicyConfig(), slurm=world.fake, repository=world.repo)
     extras = ex.execute(ExecutionRequest(bene, (v1,)), view)
     assert extras.audit == ()
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.SIGNALLED  # started; the cycle did not wait for the ack
+    for _ in range(30):  # the next cycles' steps (0.1 s apart)
+        world.clock.wait(ex.stop, 0.1)
+        ex.execute(None, view)
     (plan,) = world.repo.history()
     assert plan.state is PlanState.DONE
     extras = ex.execute(ExecutionRequest(bene, (v1,)), view)  # bene runs now, v1 pending

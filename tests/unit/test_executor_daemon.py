@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from executor_world import Behaviour, make_world
 
 from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.executor.guard import TOP_PRIORITY
 from hai_slurm.priority.planner.testing import gpu_cluster
 from hai_slurm.priority.planner.types import PlannerConfig
 from hai_slurm.priority.policy.state import EventKind
@@ -22,8 +24,11 @@ from hai_slurm.slurm_plugins.types import JobState
 
 
 def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
-    """Four LOW jobs fill 4 x 8 GPUs; a HIGH 16-GPU job waits; one cycle later it runs on one
-    leaf's two nodes, two victims were requeued, and the plan is done with its events."""
+    """Four LOW jobs fill 4 x 8 GPUs; a HIGH 16-GPU job waits; one cycle starts a plan without
+    waiting for the acks; a second cycle while it waits leaves the beneficiary's top priority
+    alone and plans nothing more; the steps between cycles then finish it: the beneficiary
+    runs on one leaf's two nodes, two victims were requeued, the plan is done with its
+    events."""
     world = make_world(tmp_path)
     victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5)) for i in range(4)]
     world.fake.advance(world.fake.now + 3600)  # they have run an hour
@@ -42,6 +47,18 @@ def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
     assert report.outcome.value == "ok", report.reason
     assert planner.last is not None and len(planner.last.plans) == 1, planner.last
     (plan,) = world.repo.history()
+    assert plan.state is PlanState.SIGNALLED  # the cycle did not wait for the acks
+    assert world.fake.jobs[bene].priority == TOP_PRIORITY
+    report = daemon.run_once()  # a cycle while the plan waits
+    assert report.outcome.value == "ok", report.reason
+    assert world.fake.jobs[bene].priority == TOP_PRIORITY  # the policy left the pin's priority
+    assert len(world.repo.history()) == 1  # nothing planned twice
+    assert daemon._plans_open()
+    for _ in range(20):  # the steps between cycles, every poll_interval
+        world.clock.wait(daemon.stop_event, daemon.executor.poll_interval)  # type: ignore[union-attr]
+        daemon.step_plans()
+    assert not daemon._plans_open()
+    (plan,) = world.repo.history()
     assert plan.state is PlanState.DONE
     job = world.fake.jobs[bene]
     assert job.state is JobState.RUNNING
@@ -54,3 +71,34 @@ def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
     counts = world.repo.event_counts(0)
     assert counts[("team-a", EventKind.PREEMPTED)] == 2
     assert counts[("team-b", EventKind.PREEMPTING)] == 1
+
+
+def test_the_wait_between_cycles_steps_open_plans(tmp_path: Path) -> None:
+    """With a 10-s cycle, the plan a cycle started is finished during the wait before the next
+    cycle (steps every poll_interval), not 10 s later; with no plan open the wait is one
+    plain wait."""
+    world = make_world(tmp_path)
+    for i in range(4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    world.fake.advance(world.fake.now + 3600)
+    world.clock.now = float(world.fake.now)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=2,
+                      gpus_per_node=8, admin_comment=format_admin_comment(info),
+                      now=world.fake.now - 600)
+    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0)),
+                    executor=world.executor(), interval=10.0)
+    report = daemon.run_once()
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.SIGNALLED
+    started = world.clock.now
+    daemon._wait(report)
+    assert world.clock.now - started == pytest.approx(10.0, abs=0.01)  # the cycle's interval
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.DONE  # stepped during the wait, not at the next cycle
+    done_at = max(s.at for s in plan.steps)
+    assert done_at - started < 3.0

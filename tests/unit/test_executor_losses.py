@@ -145,7 +145,8 @@ def test_acked_victim_slurm_sees_exit_late_is_requeued_after_abort(world: World)
     victims, _bene, req = two_victims(world, Behaviour(ack_after=0.5, exit_lag=8.0),
                                       Behaviour(ack_after=None))
     req = ExecutionRequest(req.beneficiary, req.victims, nodes=req.nodes,
-                           deadlines={victims[0]: 10.0, victims[1]: 1.0})
+                           deadlines={victims[0]: 10.0, victims[1]: 1.0},
+                           on_miss=DeadlineAction.ABORT)
     ex = world.executor(saving_extension=0.0)
     result = ex.run(req, world.fake.snapshot())
     assert result.state is PlanState.ABORTED, result.note

@@ -15,6 +15,8 @@ from hai_slurm.priority.policy.state import EventKind
 from hai_slurm.priority.store import PlanState, VictimState
 from hai_slurm.slurm_plugins.types import JobState
 
+ABORT = DeadlineAction.ABORT  # the policy these tests exercise (the default is force)
+
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
@@ -35,7 +37,7 @@ def steps(world: World, plan_id: int) -> list[str]:
 def test_all_acknowledge_then_all_requeued_and_beneficiary_starts(world: World) -> None:
     """Every victim saves; all four are requeued, the 16-GPU beneficiary runs on n1+n2."""
     victims = fill(world, [Behaviour(ack_after=t) for t in (0.5, 1.0, 1.5, 2.0)])
-    other = world.pending("other", gpus=8, priority=5)
+    other = world.pending("other", gpus=8, priority=5, cls="NORMAL")
     bene = world.pending("bene", gpus=8, nodes=2, priority=10)
     req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
                            deadlines=dict.fromkeys(victims[:2], 10.0))
@@ -89,10 +91,10 @@ def test_one_victim_never_acknowledges_abort_requeues_nobody(world: World) -> No
     b = [Behaviour(ack_after=0.5, exits=False), Behaviour(ack_after=None),
          Behaviour(ack_after=1.0, exits=False), Behaviour(ack_after=1.5, exits=False)]
     victims = fill(world, b)
-    other = world.pending("other", gpus=8)
+    other = world.pending("other", gpus=8, cls="NORMAL")
     bene = world.pending("bene", gpus=32, nodes=4)
     req = ExecutionRequest(bene, tuple(victims), nodes=("n1", "n2", "n3", "n4"),
-                           deadlines=dict.fromkeys(victims, 5.0))
+                           deadlines=dict.fromkeys(victims, 5.0), on_miss=ABORT)
     result = world.executor().run(req, world.fake.snapshot())
     assert result.state is PlanState.ABORTED
     assert result.missed == (victims[1],)
@@ -115,7 +117,7 @@ def test_abort_still_requeues_victims_that_saved_and_exited(world: World) -> Non
                    [Behaviour()] * 2)
     bene = world.pending("bene", gpus=8, nodes=2)
     req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
-                           deadlines=dict.fromkeys(victims[:2], 3.0))
+                           deadlines=dict.fromkeys(victims[:2], 3.0), on_miss=ABORT)
     result = world.executor().run(req, world.fake.snapshot())
     assert result.state is PlanState.ABORTED
     assert result.requeued == (victims[0],)
@@ -156,7 +158,7 @@ def test_a_save_longer_than_the_extension_is_a_miss(world: World) -> None:
     """The extension is a cap: still saving after deadline + extension counts as missed."""
     victims = fill(world, [Behaviour(ack_after=20.0, saving_from=1.0)] + [Behaviour()] * 3)
     bene = world.pending("bene", gpus=8)
-    req = ExecutionRequest(bene, (victims[0],), deadlines={victims[0]: 3.0})
+    req = ExecutionRequest(bene, (victims[0],), deadlines={victims[0]: 3.0}, on_miss=ABORT)
     result = world.executor(saving_extension=5.0).run(req, world.fake.snapshot())
     assert result.state is PlanState.ABORTED
     assert world.clock.now - T0 == pytest.approx(8.0, abs=0.5)
@@ -177,16 +179,18 @@ def test_victim_ending_on_its_own_is_gone_not_missed(world: World) -> None:
     assert states == {victims[0]: VictimState.GONE, victims[1]: VictimState.REQUEUED}
 
 
-def test_refused_when_jobs_changed_or_cannot_acknowledge(world: World) -> None:
-    """Nothing is recorded or signalled when the request no longer fits reality."""
+def test_refused_when_jobs_changed_but_not_when_a_victim_cannot_acknowledge(world: World
+                                                                           ) -> None:
+    """Nothing is recorded or signalled when the request no longer fits reality; a victim
+    without a checkpoint directory is accepted under either policy (it stays preemptible).
+    (Before: refused under abort, so the planner's plans needing it never ran.)"""
     v = world.victim("v", checkpoint=False)
     bene = world.pending("bene", gpus=8)
     ex = world.executor()
     snap = world.fake.snapshot()
-    why = ex.prepare(ExecutionRequest(bene, (v,)), snap)
-    assert isinstance(why, str) and "no #HAI --checkpoint-dir" in why
-    assert not isinstance(ex.prepare(ExecutionRequest(bene, (v,), on_miss=DeadlineAction.FORCE),
-                                     snap), str)
+    for policy in DeadlineAction:
+        assert not isinstance(ex.prepare(ExecutionRequest(bene, (v,), on_miss=policy), snap),
+                              str)
     world.fake.cancel(bene)
     why = ex.prepare(ExecutionRequest(bene, (v,), on_miss=DeadlineAction.FORCE), snap)
     assert why == f"beneficiary {bene} is not pending any more (CANCELLED)"
@@ -214,7 +218,7 @@ def test_a_late_acknowledgement_after_abort_is_still_requeued(world: World) -> N
                    [Behaviour()] * 2)
     bene = world.pending("bene", gpus=8, nodes=2)
     req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
-                           deadlines=dict.fromkeys(victims[:2], 3.0))
+                           deadlines=dict.fromkeys(victims[:2], 3.0), on_miss=ABORT)
     ex = world.executor(saving_extension=0.0)
     assert ex.run(req, world.fake.snapshot()).state is PlanState.ABORTED
     assert world.fake.jobs[victims[0]].state is JobState.RUNNING  # not yet acknowledged

@@ -35,7 +35,7 @@ def world(tmp_path: Path) -> World:
 def setup(world: World) -> tuple[list[int], int, int, ExecutionRequest]:
     """Two 8-GPU victims on n1/n2, a held-able competitor and a 16-GPU beneficiary."""
     victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5 + i)) for i in range(4)]
-    other = world.pending("other", gpus=8, priority=100)
+    other = world.pending("other", gpus=8, priority=100, cls="NORMAL")
     bene = world.pending("bene", gpus=8, nodes=2)
     req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
                            deadlines=dict.fromkeys(victims[:2], 10.0))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from executor_world import make_world
-from test_daemon_factory import SWITCHES, _config, _daemon, _fill_and_wait
+from test_daemon_factory import SWITCHES, _config, _daemon, _fill_and_wait, step_between_cycles
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.daemon.metrics import DaemonMetrics, sample
@@ -25,9 +25,13 @@ def test_a_done_plan_moves_the_preemption_counters(tmp_path: Path) -> None:
     daemon = _daemon(world, _config(tmp_path), switches=SWITCHES)
     m = daemon.metrics
     assert sample(m, "hai_preemption_plans_total", {"outcome": "done"}) == 0
-    assert daemon.run_once().outcome.value == "ok"
+    assert daemon.run_once().outcome.value == "ok"  # starts the plan
+    assert sample(m, "hai_preemption_open_plans") == 1
+    step_between_cycles(world, daemon)  # the steps until the next cycle carry it out
     (plan,) = world.repo.history()
     assert plan.state is PlanState.DONE
+    assert sample(m, "hai_preemption_plans_total", {"outcome": "done"}) == 0  # seen at a cycle
+    assert daemon.run_once().outcome.value == "ok"
     assert sample(m, "hai_preemption_plans_total", {"outcome": "done"}) == 1
     assert sample(m, "hai_preemption_victims_total",
                   {"priority_class": "LOW", "team": "team-a"}) == 2

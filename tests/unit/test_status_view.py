@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from executor_world import make_world
-from test_daemon_factory import SWITCHES, _config, _daemon, _fill_and_wait
+from test_daemon_factory import SWITCHES, _config, _daemon, _fill_and_wait, step_between_cycles
 
 from hai_slurm.cli import cli
 from hai_slurm.priority.daemon.status import gather, render
@@ -23,6 +23,8 @@ def test_frame_shows_classes_teams_late_jobs_and_plans(tmp_path: Path) -> None:
     victims, bene = _fill_and_wait(world)
     cfg = _config(tmp_path, "[teams.team-a]\ngpus = 16\n[teams.team-b]\ngpus = 16\n")
     daemon = _daemon(world, cfg, switches=SWITCHES)
+    assert daemon.run_once().outcome.value == "ok"  # starts the plan
+    step_between_cycles(world, daemon)  # carries it out
     assert daemon.run_once().outcome.value == "ok"
     s = gather(world.fake, world.repo, cfg, now=world.clock.now)
     by_class = {c.cls.value: c for c in s.classes}

@@ -1,0 +1,155 @@
+"""The executor as a state machine stepped by the daemon (FakeSlurm): plans never block a
+cycle, several are open at once, the guard survives a slurmctld that forgot it, a victim that
+cannot acknowledge stays preemptible, and a victim that missed is not chosen again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from executor_world import Behaviour, World, make_world
+
+from hai_slurm.priority.executor.guard import TOP_PRIORITY
+from hai_slurm.priority.executor.types import ExecutionRequest
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.store import PlanState, VictimState
+from hai_slurm.slurm_plugins.types import JobState
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    """Four nodes of 8 GPUs."""
+    return make_world(tmp_path)
+
+
+def steps_until_closed(world: World, ex: object, limit: int = 400) -> int:
+    """Step the open plans every 0.1 s (as the daemon does between cycles) until none is open;
+    return how many steps it took."""
+    from hai_slurm.priority.executor.preemption import PreemptionExecutor
+    assert isinstance(ex, PreemptionExecutor)
+    for n in range(limit):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+        if not ex.has_open_plans():
+            return n + 1
+    raise AssertionError("plans still open")
+
+
+def nothing_held(world: World) -> None:
+    held = [j.job_id for j in world.fake.jobs.values() if j.held]
+    assert held == [], f"jobs left held: {held}"
+
+
+def test_two_plans_open_at_once_each_step_moves_both(world: World) -> None:
+    """Two beneficiaries, each with its own victim saving for 2 s: both plans are started
+    without waiting, are open together, and both end done about 2 s later; one step never
+    waits (the clock does not move inside a step)."""
+    v = [world.victim(f"v{i}", Behaviour(ack_after=2.0)) for i in range(4)]
+    b1 = world.pending("b1", gpus=8)
+    b2 = world.pending("b2", gpus=8)
+    ex = world.executor()
+    snap = world.fake.snapshot()
+    t0 = world.clock.now
+    p1 = ex.start(ExecutionRequest(b1, (v[0],), nodes=("n1",)), snap)
+    p2 = ex.start(ExecutionRequest(b2, (v[1],), nodes=("n2",)), world.fake.snapshot())
+    assert world.clock.now == t0  # starting waits for nothing
+    before = world.clock.now
+    ex.reconcile(world.fake.snapshot())
+    assert world.clock.now == before  # nor does a step
+    assert {p.plan_id for p in world.repo.unfinished_plans()} == {p1, p2}
+    claims = ex.claims()
+    assert claims.beneficiaries == {b1, b2} and claims.victims == {v[0], v[1]}
+    steps_until_closed(world, ex)
+    assert world.clock.now - t0 == pytest.approx(2.0, abs=0.6)
+    for plan_id, bene in ((p1, b1), (p2, b2)):
+        assert world.repo.get_plan(plan_id).state is PlanState.DONE
+        assert world.fake.jobs[bene].state is JobState.RUNNING
+    assert world.fake.jobs[v[0]].restart_count == 1 and world.fake.jobs[v[1]].restart_count == 1
+    nothing_held(world)
+
+
+def test_the_guard_lost_by_slurmctld_is_reapplied_at_the_next_step(world: World) -> None:
+    """slurmctld restarted before saving its state: the competitor's hold, the beneficiary's
+    pin and its top priority are gone. The next step puts them back; the plan ends done and
+    the competitor never took the freed node. (Before: recovery did not re-apply the guard.)"""
+    v = world.victim("v", Behaviour(ack_after=1.0))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    other = world.pending("other", gpus=8, priority=100, cls="NORMAL")
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor()
+    ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
+    assert world.fake.jobs[other].held and world.fake.jobs[bene].req_nodes == "n1"
+    o, b = world.fake.jobs[other], world.fake.jobs[bene]  # what a lost state save does
+    o.held, o.priority = False, 50
+    b.req_nodes, b.priority = "", 10
+    ex.reconcile(world.fake.snapshot())
+    assert o.held and b.req_nodes == "n1" and b.priority == TOP_PRIORITY
+    steps_until_closed(world, ex)
+    assert b.state is JobState.RUNNING and b.nodes == ("n1",)
+    assert o.state is JobState.PENDING
+    nothing_held(world)
+
+
+def test_victim_that_cannot_acknowledge_is_requeued_at_its_deadline_even_under_abort(
+        world: World) -> None:
+    """No #HAI --checkpoint-dir: asked, cannot answer, requeued at its deadline (loss counted
+    by the planner), the plan ends done. (Before: every plan needing it was refused.)"""
+    v = world.victim("v", Behaviour(ack_after=None), checkpoint=False)
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor()
+    result = ex.run(ExecutionRequest(bene, (v,), nodes=("n1",), deadlines={v: 3.0},
+                                     on_miss=DeadlineAction.ABORT), world.fake.snapshot())
+    assert result.state is PlanState.DONE, result.note
+    assert result.missed == (v,)
+    assert world.fake.jobs[v].restart_count == 1
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    notes = [a.message for a in world.repo.audit_entries(plan_id=result.plan_id)]
+    assert any("cannot acknowledge (no #HAI --checkpoint-dir)" in m for m in notes), notes
+    nothing_held(world)
+
+
+def test_victim_that_missed_an_aborted_plan_is_not_chosen_again_until_requeued(
+        world: World) -> None:
+    """Abort: the victim that never answered keeps running but is claimed (the planner skips
+    it) until Slurm shows it requeued (another restart count)."""
+    v = world.victim("v", Behaviour(ack_after=None))
+    for i in range(3):  # the other nodes are busy too
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor(saving_extension=0.0)
+    result = ex.run(ExecutionRequest(bene, (v,), deadlines={v: 2.0},
+                                     on_miss=DeadlineAction.ABORT), world.fake.snapshot())
+    assert result.state is PlanState.ABORTED
+    assert {x.job_id: x.state for x in world.repo.get_plan(result.plan_id).victims} == \
+        {v: VictimState.MISSED}
+    ex.reconcile(world.fake.snapshot())
+    assert v in ex.claims().victims  # still running at the same restart count
+    world.fake.requeue_any([v], hold=False)
+    ex.reconcile(world.fake.snapshot())
+    assert v not in ex.claims().victims
+
+
+def test_a_job_submitted_during_the_ack_wait_does_not_take_the_freed_node(world: World
+                                                                          ) -> None:
+    """Backfill on: the beneficiary needs n1+n2; v0 saves in 1 s, v1 in 3 s. A job submitted
+    at 0.5 s would backfill onto n1 once v0 has left; the next step (with the cycle's snapshot)
+    holds it, the beneficiary gets both nodes, and the newcomer is released at the end.
+    (Before: the guard held only jobs pending at plan start.)"""
+    world.fake.backfill = True
+    v = [world.victim("v0", Behaviour(ack_after=1.0)),
+         world.victim("v1", Behaviour(ack_after=3.0)),
+         world.victim("f2", Behaviour(ack_after=None)),
+         world.victim("f3", Behaviour(ack_after=None))]
+    bene = world.pending("bene", gpus=8, nodes=2)
+    ex = world.executor()
+    ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")), world.fake.snapshot())
+    for _ in range(5):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+    late = world.pending("late", gpus=8, priority=50, cls="NORMAL")
+    steps_until_closed(world, ex)
+    b, n = world.fake.jobs[bene], world.fake.jobs[late]
+    assert b.state is JobState.RUNNING and set(b.nodes) == {"n1", "n2"}
+    assert n.state is JobState.PENDING and not n.held
+    nothing_held(world)
