@@ -165,7 +165,7 @@ def _lua_str(text: str) -> str:
     for byte in text.encode("utf-8"):
         char = chr(byte)
         if char in '"\\' or byte < 32 or byte >= 127:
-            out.append(f"\\{byte}")
+            out.append(f"\\{byte:03d}")
         else:
             out.append(char)
     out.append('"')
