@@ -70,6 +70,8 @@ TRES_COLUMNS = ("AllocTRES", "ReqTRES")
 SACCT_FORMAT = ("JobIDRaw,JobName,User,Account,QOS,Submit,Start,End,State,NNodes,ReqTRES,"
                 "AllocTRES,AdminComment")
 """The ``--format`` the docs give (every required and optional column, AdminComment last)."""
+LAST_TIME = 253402300799
+"""9999-12-31T23:59:59Z: a later "time" is no time a job ran at."""
 _NO_TIME = ("", "Unknown", "None", "N/A", "(null)")
 _ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
 
@@ -114,7 +116,7 @@ def _posix(value: str, field: str) -> int | None:
     if value in _NO_TIME:
         return None
     if value.isascii() and value.isdigit():
-        return int(value) or None
+        return _checked_time(int(value) or None, field, value)
     if _ISO.fullmatch(value):
         try:
             return int(datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp())
@@ -231,10 +233,19 @@ def _get(d: Mapping[str, Any], path: str) -> Any:
 def _json_number(d: Mapping[str, Any], path: str, *, time: bool = False) -> int | None:
     value = _get(d, path)
     try:
-        return time_or_none(value, path) if time else number(value, path)
+        n = time_or_none(value, path) if time else number(value, path)
     except HaiSlurmError:
         raise _BadJobError(path, value, "expected a number (plain or {set, infinite, number})"
                            ) from None
+    return _checked_time(n, path, value) if time else n
+
+
+def _checked_time(n: int | None, field: str, value: object) -> int | None:
+    """A POSIX time before the year 10000 (what a date can show), or None."""
+    if n is not None and not 0 < n <= LAST_TIME:
+        raise _BadJobError(field, value, "not a POSIX time (seconds since 1970, before the "
+                           "year 10000)")
+    return n
 
 
 def _json_text(d: Mapping[str, Any], path: str, *, required: bool = True) -> str:

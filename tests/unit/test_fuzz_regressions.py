@@ -48,3 +48,80 @@ def test_csv_field_over_the_csv_module_limit(tmp_path: Path,
                     + "x" * 200_000 + "\n")
     with pytest.raises(ConfigError, match=r"line \d+: not CSV \(field larger than field limit"):
         reader(path)
+
+
+TOPO = Path(__file__).parents[1] / "data" / "topo"
+
+
+@pytest.mark.parametrize(("cpus", "message"), [
+    ("176-4294967294191", r"bad CPU range '176-4294967294191' .*CPU ids go up to 65535"),
+    ("176-18446744073709551615191", r"bad CPU range .* CPU ids go up to 65535"),
+])
+def test_huge_cpu_affinity_range(cpus: str, message: str) -> None:
+    """Found by test_topo_matrix (HAI_FUZZ_EXAMPLES=1000): a CPU Affinity of 176-4294967294191
+    made discovery build a list of billions of CPUs (MemoryError), one of
+    176-18446744073709551615191 raised OverflowError; both are now errors naming the line."""
+    from hai_slurm.conf.discover_run import Sources, discover
+
+    text = (TOPO / "dgx-a100.txt").read_text().replace("48-63,176-191", f"48-63,{cpus}", 1)
+    with pytest.raises(ConfigError, match=r"line 2: bad CPU Affinity for GPU0: " + message):
+        discover("t", Sources(topo=(text, "topo.txt")))
+
+
+def test_cpu_list_that_runs_backwards() -> None:
+    """Seen with the above: 63-48 was silently an empty list of CPUs."""
+    from hai_slurm.conf.discover_parse import parse_cpu_list
+
+    with pytest.raises(ConfigError, match=r"bad CPU range '63-48' in '63-48': it runs backwards"):
+        parse_cpu_list("63-48")
+
+
+@pytest.mark.parametrize("digit", ["\u00b2", "\u0663"])
+def test_non_ascii_digits_in_lscpu_and_numa_affinity(digit: str) -> None:
+    """Seen while fixing the above: str.isdigit() accepts '²' (then int() raises ValueError)
+    and '٣'; lscpu counts and the NUMA Affinity column now take ASCII digits only."""
+    from hai_slurm.conf.discover_parse import parse_lscpu, parse_topo_matrix
+
+    lscpu = (TOPO / "dgx-a100.lscpu.txt").read_text().replace("Socket(s):                       2",
+                                                              f"Socket(s): {digit}")
+    with pytest.raises(ConfigError, match="Socket.s. is not a number"):
+        parse_lscpu(lscpu)
+    topo = (TOPO / "dgx-a100.txt").read_text().replace("48-63,176-191\t3", f"48-63\t{digit}", 1)
+    with pytest.raises(ConfigError, match="bad NUMA Affinity"):
+        parse_topo_matrix(topo)
+
+
+def test_bad_numa_cpu_list_in_lscpu_names_the_line() -> None:
+    """A NUMA node line of lscpu that is no CPU list: an error at parse time, not a
+    ValueError later in discovery."""
+    from hai_slurm.conf.discover_parse import parse_lscpu
+
+    text = (TOPO / "dgx-a100.lscpu.txt").read_text().replace("0-15,128-143", "0-15,x", 1)
+    with pytest.raises(ConfigError, match=r"NUMA node0 CPU\(s\): bad CPU list '0-15,x'"):
+        parse_lscpu(text)
+
+
+@pytest.mark.parametrize(("start", "message"), [
+    ("NaN", r"field 'time.start': expected a number .*got nan"),
+    ("Infinity", r"field 'time.start': expected a number .*got inf"),
+    ("1e300", r"field 'time.start': not a POSIX time \(seconds since 1970, before the year "
+              r"10000\)"),
+])
+def test_sacct_json_time_that_is_no_time(tmp_path: Path, start: str, message: str) -> None:
+    """Seen while reviewing the sacct fuzz test (its values include NaN, not yet at a time
+    field within the CI budget): json reads NaN and Infinity, and the adapter's number()
+    raised ValueError on them; a time past the year 9999 made a trace datetime cannot show."""
+    path = tmp_path / "sacct.json"
+    path.write_text('{"jobs": [{"job_id": 4, "account": "a", "qos": "high", "time": '
+                    f'{{"submission": 1, "start": {start}, "end": 3}}, "allocation_nodes": 1}}]}}')
+    with pytest.raises(ConfigError, match=r"jobs\[0\] \(job 4\), " + message):
+        read_sacct(path)
+
+
+def test_adapter_number_refuses_non_finite_floats() -> None:
+    """The adapter's number() (squeue/sinfo JSON) says what it got instead of a ValueError."""
+    from hai_slurm.errors import SlurmError
+    from hai_slurm.slurm_plugins.parse import number
+
+    with pytest.raises(SlurmError, match=r"priority: expected a number, got nan"):
+        number(float("nan"), "priority")
