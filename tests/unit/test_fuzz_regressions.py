@@ -5,6 +5,7 @@ test_entitlements_strings_survive_lua_escapes.)"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,8 +83,8 @@ def test_non_ascii_digits_in_lscpu_and_numa_affinity(digit: str) -> None:
     and '٣'; lscpu counts and the NUMA Affinity column now take ASCII digits only."""
     from hai_slurm.conf.discover_parse import parse_lscpu, parse_topo_matrix
 
-    lscpu = (TOPO / "dgx-a100.lscpu.txt").read_text().replace("Socket(s):                       2",
-                                                              f"Socket(s): {digit}")
+    lscpu = re.sub(r"Socket\(s\): +2", f"Socket(s): {digit}",
+                   (TOPO / "dgx-a100.lscpu.txt").read_text())
     with pytest.raises(ConfigError, match="Socket.s. is not a number"):
         parse_lscpu(lscpu)
     topo = (TOPO / "dgx-a100.txt").read_text().replace("48-63,176-191\t3", f"48-63\t{digit}", 1)
