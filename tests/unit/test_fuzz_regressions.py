@@ -85,7 +85,7 @@ def test_non_ascii_digits_in_lscpu_and_numa_affinity(digit: str) -> None:
 
     lscpu = re.sub(r"Socket\(s\): +2", f"Socket(s): {digit}",
                    (TOPO / "dgx-a100.lscpu.txt").read_text())
-    with pytest.raises(ConfigError, match="Socket.s. is not a number"):
+    with pytest.raises(ConfigError, match=r"Socket\(s\) is not a number"):
         parse_lscpu(lscpu)
     topo = (TOPO / "dgx-a100.txt").read_text().replace("48-63,176-191\t3", f"48-63\t{digit}", 1)
     with pytest.raises(ConfigError, match="bad NUMA Affinity"):
