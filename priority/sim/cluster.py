@@ -18,6 +18,9 @@ from hai_slurm.conf.model import ClusterDescription, NodeGroup, NodeType, PcieSw
 from hai_slurm.conf.topology import Topology
 from hai_slurm.errors import ConfigError
 
+MAX_NODE_GPUS = 64
+"""The most GPUs a node of an Alibaba node list may have (the v2023 list has at most 8)."""
+
 
 def node_type(gpus: int, cpus: int, memory_mb: int, model: str) -> NodeType:
     """The assumed layout of a node with ``gpus`` GPUs (see the module docstring)."""
@@ -76,6 +79,10 @@ def alibaba_description(path: str | Path, *, nodes_per_leaf: int = 32,
                                   value=row) from None
             if gpus < 1:
                 continue
+            if gpus > MAX_NODE_GPUS:
+                raise ConfigError(f"line {reader.line_num}: gpu {gpus} is more GPUs than a node "
+                                  f"holds (at most {MAX_NODE_GPUS})", source=str(p),
+                                  key="gpu", value=gpus)
             seen += 1
             if (seen - 1) % every:
                 continue

@@ -126,3 +126,15 @@ def test_adapter_number_refuses_non_finite_floats() -> None:
 
     with pytest.raises(SlurmError, match=r"priority: expected a number, got nan"):
         number(float("nan"), "priority")
+
+
+def test_node_list_with_a_huge_gpu_count(tmp_path: Path) -> None:
+    """Found by test_alibaba_node_list at HAI_FUZZ_EXAMPLES=1000: a node with a GPU count such
+    as 18446744073709551615 made the reader build PCIe switches for every GPU until the machine
+    ran out of memory (the run was OOM-killed); a node now holds at most 64 GPUs."""
+    path = tmp_path / "nodes.csv"
+    path.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,64000,262144,18446744073709551615,"
+                    "P100\n")
+    with pytest.raises(ConfigError, match=r"line 2: gpu 18446744073709551615 is more GPUs than "
+                                          r"a node holds \(at most 64\)"):
+        alibaba_description(path)
