@@ -277,14 +277,14 @@ def parse_deployment(data: Mapping[str, Any], source: str = "<description>",
     return dep
 
 
-def decode_utf8(raw: bytes, source: str) -> str:
-    """``raw`` as UTF-8 text (what TOML requires), or a ConfigError naming the line and byte."""
+def decode_utf8(raw: bytes, source: str, *, kind: str = "TOML files") -> str:
+    """``raw`` as UTF-8 text (what ``kind`` must be), or a ConfigError naming the line and byte."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
         raise ConfigError(
-            f"not UTF-8 text (TOML files must be UTF-8): byte 0x{raw[err.start]:02x} at line "
+            f"not UTF-8 text ({kind} must be UTF-8): byte 0x{raw[err.start]:02x} at line "
             f"{line}, offset {err.start}; save the file as UTF-8 (e.g. `iconv -f latin1 -t "
             "utf-8`)", source=source) from None
 

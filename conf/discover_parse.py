@@ -113,13 +113,17 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
             by_name = dict(zip(attrs, extra, strict=False))
             aff = by_name.get("CPU Affinity")
             cpu[label] = None if aff in (None, "N/A") else aff
-            if aff not in (None, "N/A") and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*",
-                                                                 aff or ""):
-                raise _err(source, lineno, f"bad CPU Affinity {aff!r} for {label}", aff)
+            if aff not in (None, "N/A"):
+                try:
+                    parse_cpu_list(aff or "")
+                except ConfigError as err:
+                    raise _err(source, lineno, f"bad CPU Affinity for {label}: "
+                               + str(err).split(": ", 1)[-1], aff) from None
             node = by_name.get("NUMA Affinity")
-            if node not in (None, "N/A") and not (node or "").isdigit():
+            digits = node is not None and node.isascii() and node.isdigit()
+            if node not in (None, "N/A") and not digits:
                 raise _err(source, lineno, f"bad NUMA Affinity {node!r} for {label}", node)
-            numa[label] = int(node) if node and node.isdigit() else None
+            numa[label] = int(node) if node is not None and digits else None
     missing = [d for d in devices if d not in rows]
     if missing:
         raise _err(source, head + 1 + len(rows) + 1, f"rows missing for {missing}")
@@ -230,12 +234,18 @@ def parse_lscpu(text: str, source: str = "lscpu") -> CpuInfo:
             raise ConfigError(f"no {key!r} line: is this `LC_ALL=C lscpu` output?",
                               source=source, key=key)
         line, value = values[key]
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             raise _err(source, line, f"{key} is not a number", value)
         return int(value)
 
     numa = {int(m.group(1)): v for k, (_, v) in values.items()
-            if (m := re.fullmatch(r"NUMA node(\d+) CPU\(s\)", k))}
+            if (m := re.fullmatch(r"NUMA node([0-9]+) CPU\(s\)", k))}
+    for k, (line, v) in values.items():
+        if re.fullmatch(r"NUMA node([0-9]+) CPU\(s\)", k) and v:
+            try:
+                parse_cpu_list(v)
+            except ConfigError as err:
+                raise _err(source, line, f"{k}: " + str(err).split(": ", 1)[-1], v) from None
     info = CpuInfo(cpus=num("CPU(s)"), sockets=num("Socket(s)"),
                    cores_per_socket=num("Core(s) per socket"),
                    threads_per_core=num("Thread(s) per core"), numa_cpus=numa)
@@ -247,10 +257,24 @@ def parse_lscpu(text: str, source: str = "lscpu") -> CpuInfo:
     return info
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """``"48-63,176-191"`` -> logical CPU ids."""
+MAX_CPU_ID = 65535
+"""The highest logical CPU id discovery accepts (Linux builds allow at most 8192 CPUs)."""
+_CPU_LIST = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*")
+
+
+def parse_cpu_list(text: str, source: str = "CPU list") -> list[int]:
+    """``"48-63,176-191"`` -> logical CPU ids; a ConfigError for anything else (a bad syntax,
+    a range that runs backwards, an id above :data:`MAX_CPU_ID`)."""
+    if _CPU_LIST.fullmatch(text) is None:
+        raise ConfigError(f"bad CPU list {text!r}: expected ids and ranges such as 0-15,32-47",
+                          source=source, value=text)
     out: list[int] = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        first, last = int(lo), int(hi or lo)
+        if last > MAX_CPU_ID or last < first:
+            raise ConfigError(f"bad CPU range {part!r} in {text!r}: "
+                              + (f"CPU ids go up to {MAX_CPU_ID}" if last > MAX_CPU_ID
+                                 else "it runs backwards"), source=source, value=text)
+        out.extend(range(first, last + 1))
     return out

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hai_slurm.errors import ConfigError
-from hai_slurm.slurm_plugins.directives import CLASS_NAMES, CLASS_VALUES, TEAM_RE
+from hai_slurm.slurm_plugins.directives import CLASS_NAMES, CLASS_VALUES, TEAM_RE, ascii_lower
 
 ANY = "*"
 FILE_NAME = "hai_entitlements.lua"
@@ -69,6 +69,15 @@ class Entitlements:
             if rule.name == name:
                 return rule
         raise ConfigError(f"no class {name!r} in the table", source=_SOURCE, key="classes")
+
+    def class_of_qos(self, qos: str) -> ClassRule | None:
+        """The class whose QOS is ``qos`` (ASCII letter case ignored, as job_submit.lua
+        compares), or ``None``: the one QOS -> class mapping (submissions, sacct replays)."""
+        wanted = ascii_lower(qos)
+        for rule in self.classes:
+            if ascii_lower(rule.qos) == wanted:
+                return rule
+        return None
 
     def account_rule(self, account: str) -> AccountRule | None:
         """The rule for ``account`` (already lower case), else the ``*`` rule, else ``None``."""
@@ -156,7 +165,7 @@ def _lua_str(text: str) -> str:
     for byte in text.encode("utf-8"):
         char = chr(byte)
         if char in '"\\' or byte < 32 or byte >= 127:
-            out.append(f"\\{byte}")
+            out.append(f"\\{byte:03d}")
         else:
             out.append(char)
     out.append('"')

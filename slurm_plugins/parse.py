@@ -9,6 +9,7 @@ value, so the daemon skips the cycle instead of acting on a half-read cluster.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -65,6 +66,8 @@ def number(value: Any, where: str = "value") -> int | None:
         return None
     if isinstance(value, bool):
         return int(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SlurmError(f"{where}: expected a number, got {value!r}")
     if isinstance(value, int | float):
         n = int(value)
     elif isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?", value.strip()):

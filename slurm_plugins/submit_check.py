@@ -161,16 +161,16 @@ def evaluate_submission(script: str | None, *, account: str | None, qos: str | N
             priority = asked
     elif qos is not None:
         source = ClassOrigin.QOS
-        match = [c for c in table.classes if ascii_lower(c.qos) == ascii_lower(qos)]
-        if not match:
+        match = table.class_of_qos(qos)
+        if match is None:
             problems.append(f"--qos={qos} is not the QOS of a priority class; use #HAI "
                             "--priority=CLASS instead (class QOS: "
                             + ", ".join(c.qos for c in table.classes) + ")")
-        elif match[0].name not in rule.classes:
-            problems.append(f"--qos={qos} (class {match[0].name}): {who} may not use class "
-                            f"{match[0].name}; allowed: " + _allowed_classes(rule))
+        elif match.name not in rule.classes:
+            problems.append(f"--qos={qos} (class {match.name}): {who} may not use class "
+                            f"{match.name}; allowed: " + _allowed_classes(rule))
         else:
-            priority = match[0].name
+            priority = match.name
     else:
         priority = rule.default_class
 

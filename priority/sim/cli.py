@@ -8,29 +8,51 @@ from typing import Any
 
 import click
 
+from hai_slurm.conf.description import load_description
+from hai_slurm.conf.gen_entitlements import entitlements_of
 from hai_slurm.conf.topology import Topology
-from hai_slurm.priority.config.loader import load_config
+from hai_slurm.priority.config.loader import DaemonConfig, load_config
 from hai_slurm.priority.sim.cluster import load_topology
 from hai_slurm.priority.sim.progress import ProgressBar
 from hai_slurm.priority.sim.report import table, write_json
 from hai_slurm.priority.sim.runner import POLICIES, Setup, apply_param, run_policy
+from hai_slurm.priority.sim.sacct import read_sacct
 from hai_slurm.priority.sim.sweep import front_table, grid, objectives, pareto, parse_axes
 from hai_slurm.priority.sim.synthetic import generate, parse_spec
 from hai_slurm.priority.sim.trace import Trace, compress, limit, load_trace
+from hai_slurm.slurm_plugins.entitlements import Entitlements
 
 
-def _trace(path: str | None, synthetic: str | None, fmt: str, teams: int, skip_bad: bool,
-           seed: int, factor: float, jobs: int) -> Trace:
-    if (path is None) == (synthetic is None):
-        raise click.UsageError("give either --trace FILE or --synthetic SPEC")
-    trace = generate(parse_spec(synthetic), seed) if synthetic is not None else load_trace(
-        path or "", fmt=fmt, teams=teams, skip_bad=skip_bad)
+def _trace(path: str | None, synthetic: str | None, sacct: str | None, fmt: str, teams: int,
+           skip_bad: bool, seed: int, factor: float, jobs: int, cluster_path: str,
+           config: DaemonConfig) -> Trace:
+    if sum(x is not None for x in (path, synthetic, sacct)) != 1:
+        raise click.UsageError("give one of --trace FILE, --sacct FILE or --synthetic SPEC")
+    if synthetic is not None:
+        trace = generate(parse_spec(synthetic), seed)
+    elif sacct is not None:
+        trace = read_sacct(sacct, table=_site_table(config, cluster_path),
+                           default_class=config.policy.default_class, skip_bad=skip_bad)
+    else:
+        trace = load_trace(path or "", fmt=fmt, teams=teams, skip_bad=skip_bad)
     return limit(compress(trace, factor), jobs)
+
+
+def _site_table(config: DaemonConfig, cluster_path: str) -> Entitlements | None:
+    """The site's QOS of each class: from the daemon file's cluster description, else from
+    ``--cluster`` when that is a description (None for an Alibaba node list: default QOS)."""
+    desc = config.description
+    if desc is None and Path(cluster_path).suffix.lower() != ".csv":
+        desc = load_description(cluster_path)
+    return entitlements_of(desc) if desc is not None else None
 
 
 @click.command("simulate")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
               help="Trace CSV (generic or Alibaba v2023 pod list).")
+@click.option("--sacct", "sacct_path", type=click.Path(dir_okay=False),
+              help="A site's own history: a sacct --json or sacct --parsable2 export "
+                   "(teams = accounts, classes from QOS; see priority/sim/README.md).")
 @click.option("--synthetic", metavar="SPEC",
               help="Generate a trace instead, e.g. 'jobs=2000,rate=0.05,sizes=1:60/8:40,"
                    "classes=HIGH:10/NORMAL:60/LOW:30,teams=4'.")
@@ -67,17 +89,19 @@ def _trace(path: str | None, synthetic: str | None, fmt: str, teams: int, skip_b
               help="Run a grid over settings (repeatable) and print its Pareto front.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG figures.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def simulate(trace_path: str | None, synthetic: str | None, fmt: str, cluster_path: str,
+def simulate(trace_path: str | None, sacct_path: str | None, synthetic: str | None, fmt: str,
+             cluster_path: str,
              policies: tuple[str, ...], config_path: str | None, outdir: str, seed: int,
              factor: float, every: int, nodes_per_leaf: int, jobs: int, teams: int,
              skip_bad: bool, no_backfill: bool, settings: tuple[str, ...],
              sweeps: tuple[str, ...], no_plots: bool, quiet: bool) -> None:
     """Replay a trace through the daemon's policy and planner and the baselines."""
-    trace = _trace(trace_path, synthetic, fmt, teams, skip_bad, seed, factor, jobs)
-    topology = load_topology(cluster_path, nodes_per_leaf=nodes_per_leaf, every=every)
     setup = Setup(backfill=not no_backfill)
     if config_path is not None:
         setup = Setup(config=load_config(config_path), backfill=not no_backfill)
+    trace = _trace(trace_path, synthetic, sacct_path, fmt, teams, skip_bad, seed, factor, jobs,
+                   cluster_path, setup.config)
+    topology = load_topology(cluster_path, nodes_per_leaf=nodes_per_leaf, every=every)
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:

@@ -10,12 +10,16 @@ switches of ``nodes_per_leaf`` consecutive nodes in file order under one spine.
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
-from hai_slurm.conf.description import load_description
+from hai_slurm.conf.description import decode_utf8, load_description
 from hai_slurm.conf.model import ClusterDescription, NodeGroup, NodeType, PcieSwitch, Socket, Switch
 from hai_slurm.conf.topology import Topology
 from hai_slurm.errors import ConfigError
+
+MAX_NODE_GPUS = 64
+"""The most GPUs a node of an Alibaba node list may have (the v2023 list has at most 8)."""
 
 
 def node_type(gpus: int, cpus: int, memory_mb: int, model: str) -> NodeType:
@@ -49,31 +53,44 @@ def alibaba_description(path: str | Path, *, nodes_per_leaf: int = 32,
     groups: list[NodeGroup] = []
     seen = 0
     try:
-        with p.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            need = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-            missing = [c for c in need if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ConfigError(f"line 1: header lacks column(s) {', '.join(missing)}",
-                                  source=str(p))
-            for row in reader:
-                try:
-                    gpus, cpus = int(row["gpu"]), int(row["cpu_milli"]) // 1000
-                    memory = int(row["memory_mib"])
-                except ValueError:
-                    raise ConfigError(f"line {reader.line_num}: gpu, cpu_milli and memory_mib "
-                                      "must be whole numbers", source=str(p),
-                                      value=row) from None
-                if gpus < 1:
-                    continue
-                seen += 1
-                if (seen - 1) % every:
-                    continue
-                nt = node_type(gpus, cpus, memory, row["model"])
-                types.setdefault(nt.name, nt)
-                groups.append(NodeGroup(row["sn"], nt.name))
+        raw = p.read_bytes()
     except OSError as err:
         raise ConfigError(f"cannot read the node list: {err.strerror}", source=str(p)) from None
+    reader = csv.DictReader(io.StringIO(decode_utf8(raw, str(p), kind="CSV files"),
+                                        newline=""))
+    need = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+    try:
+        missing = [c for c in need if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(f"line 1: header lacks column(s) {', '.join(missing)}",
+                              source=str(p))
+        for row in reader:
+            if None in row.values() or None in row:
+                extra = row.pop(None, None) or []
+                count = sum(v is not None for v in row.values()) + len(extra)
+                raise ConfigError(f"line {reader.line_num}: has {count} fields, the header "
+                                  f"{len(row)}", source=str(p), value=row)
+            try:
+                gpus, cpus = int(row["gpu"]), int(row["cpu_milli"]) // 1000
+                memory = int(row["memory_mib"])
+            except ValueError:
+                raise ConfigError(f"line {reader.line_num}: gpu, cpu_milli and memory_mib "
+                                  "must be whole numbers", source=str(p),
+                                  value=row) from None
+            if gpus < 1:
+                continue
+            if gpus > MAX_NODE_GPUS:
+                raise ConfigError(f"line {reader.line_num}: gpu {gpus} is more GPUs than a node "
+                                  f"holds (at most {MAX_NODE_GPUS})", source=str(p),
+                                  key="gpu", value=gpus)
+            seen += 1
+            if (seen - 1) % every:
+                continue
+            nt = node_type(gpus, cpus, memory, row["model"])
+            types.setdefault(nt.name, nt)
+            groups.append(NodeGroup(row["sn"], nt.name))
+    except csv.Error as err:
+        raise ConfigError(f"line {reader.line_num}: not CSV ({err})", source=str(p)) from None
     if not groups:
         raise ConfigError("the node list has no GPU node", source=str(p))
     leaves = [Switch(f"leaf{i // nodes_per_leaf + 1}",

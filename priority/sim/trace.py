@@ -19,14 +19,17 @@ mapping of its columns, QoS and (absent) teams.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from hai_slurm.classes import PriorityClass
+from hai_slurm.conf.description import decode_utf8
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.policy.ladder import parse_class
 
@@ -85,32 +88,33 @@ class _Rows:
         self.required = tuple(required)
 
     def rows(self) -> Iterable[tuple[int, dict[str, str]]]:
+        reader = csv.reader(io.StringIO(_read_text(self.path), newline=""))
         try:
-            fh = self.path.open(newline="", encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"cannot read the trace: {err.strerror}",
+            yield from self._rows(reader)
+        except csv.Error as err:
+            raise ConfigError(f"line {reader.line_num}: not CSV ({err})",
                               source=str(self.path)) from None
-        with fh:
-            reader = csv.reader(fh)
-            header = next(reader, None)
-            if header is None:
-                raise ConfigError("the trace is empty (a header line is required)",
-                                  source=str(self.path))
-            names = [h.strip() for h in header]
-            missing = [c for c in self.required if c not in names]
-            if missing:
-                raise ConfigError(
-                    f"line 1: header lacks column(s) {', '.join(missing)}; it has "
-                    f"{', '.join(names)}; required: {', '.join(self.required)}",
-                    source=str(self.path))
-            for row in reader:
-                line = reader.line_num
-                if not row or all(not c.strip() for c in row):
-                    continue
-                if len(row) != len(names):
-                    self.bad(line, None, row, f"has {len(row)} fields, the header {len(names)}")
-                    continue
-                yield line, {n: c.strip() for n, c in zip(names, row, strict=True)}
+
+    def _rows(self, reader: Any) -> Iterable[tuple[int, dict[str, str]]]:
+        header = next(reader, None)
+        if header is None:
+            raise ConfigError("the trace is empty (a header line is required)",
+                              source=str(self.path))
+        names = [h.strip() for h in header]
+        missing = [c for c in self.required if c not in names]
+        if missing:
+            raise ConfigError(
+                f"line 1: header lacks column(s) {', '.join(missing)}; it has "
+                f"{', '.join(names)}; required: {', '.join(self.required)}",
+                source=str(self.path))
+        for row in reader:
+            line = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(names):
+                self.bad(line, None, row, f"has {len(row)} fields, the header {len(names)}")
+                continue
+            yield line, {n: c.strip() for n, c in zip(names, row, strict=True)}
 
     def bad(self, line: int, column: str | None, value: object, why: str) -> None:
         """A malformed row: raise (default) or count it as skipped."""
@@ -147,6 +151,15 @@ def _int(row: Mapping[str, str], column: str, low: int = 0, *, empty: int | None
     if number < low:
         raise _BadValueError(column, text, f"must be >= {low}")
     return number
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; a ConfigError when it cannot be read or is not UTF-8."""
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read the trace: {err.strerror}", source=str(path)) from None
+    return decode_utf8(raw, str(path), kind="traces")
 
 
 def read_generic(path: str | Path, *, skip_bad: bool = False) -> Trace:
@@ -256,11 +269,7 @@ def load_trace(path: str | Path, *, fmt: str = "auto", teams: int = 8,
     """Read ``path`` as ``fmt`` ("generic", "alibaba" or "auto": by the header line)."""
     p = Path(path)
     if fmt == "auto":
-        try:
-            with p.open(encoding="utf-8") as fh:
-                header = fh.readline()
-        except OSError as err:
-            raise ConfigError(f"cannot read the trace: {err.strerror}", source=str(p)) from None
+        header = _read_text(p).split("\n", 1)[0]
         fmt = "alibaba" if "num_gpu" in header and "qos" in header else "generic"
     readers: dict[str, Callable[[], Trace]] = {
         "generic": lambda: read_generic(p, skip_bad=skip_bad),

@@ -41,7 +41,7 @@ def lua_string(text: str) -> str:
     """A Lua string literal for any text (every byte outside printable ASCII as \\ddd)."""
     out = []
     for byte in text.encode("utf-8"):
-        out.append(chr(byte) if 32 <= byte < 127 and chr(byte) not in '"\\' else f"\\{byte}")
+        out.append(chr(byte) if 32 <= byte < 127 and chr(byte) not in '"\\' else f"\\{byte:03d}")
     return '"' + "".join(out) + '"'
 
 
@@ -284,3 +284,26 @@ def test_lua_and_python_agree_on_random_scripts(tmp_path: Path) -> None:
     assert outcomes == {"0", "-1"}  # the mix exercises both paths
     for case in cases:
         assert results[case.id] == python_outcome(case), repr(case.script)
+
+
+def test_control_character_before_a_digit_reaches_lua_intact(tmp_path: Path) -> None:
+    """Regression (found by tests/unit/test_fuzz_directives.py): a byte below 32 followed by a
+    digit ('\\x1f0') was written as the Lua escape \\310, "escape sequence too large"; both
+    sides now see the same script."""
+    cases = [Case("ctl-digit", "\x1f0"), Case("ctl-digits", "#HAI --team=a\x019\n")]
+    results = run_lua(tmp_path, [as_lua_case(c) for c in cases], table=demo_entitlements())
+    for case in cases:
+        assert results[case.id] == python_outcome(case)
+    assert results["ctl-digit"][0] == "0"
+
+
+def test_entitlements_strings_survive_lua_escapes() -> None:
+    """The same escape bug in hai_entitlements.lua's writer: a control byte before a digit
+    must come back from Lua byte for byte."""
+    from hai_slurm.slurm_plugins.entitlements import _lua_str
+
+    text = "a\x1f0\x019é\"\\"
+    assert LUA is not None
+    proc = subprocess.run([LUA, "-e", f"io.write({_lua_str(text)})"], capture_output=True,
+                          timeout=30, check=True)
+    assert proc.stdout == text.encode("utf-8")
