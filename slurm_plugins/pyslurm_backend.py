@@ -37,6 +37,7 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import pwd
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -184,7 +185,22 @@ def _gres_text(gres: Mapping[str, Any] | None) -> str:
     return ",".join(f"{name}:{count}" for name, count in (gres or {}).items())
 
 
-def job_record(pj: Any, extra_gpus: Mapping[str, str] | None = None) -> dict[str, Any]:
+def user_name(uid: int | None, cache: dict[int, str]) -> str:
+    """The login of ``uid`` (cached per snapshot); the number itself when the daemon's host
+    does not know it, as squeue prints it. pyslurm's own ``user_name`` raises KeyError there,
+    and its ``preload_passwd_info`` misses users a directory service does not enumerate."""
+    if uid is None:
+        return ""
+    if uid not in cache:
+        try:
+            cache[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            cache[uid] = str(uid)
+    return cache[uid]
+
+
+def job_record(pj: Any, extra_gpus: Mapping[str, str] | None = None,
+               users: dict[int, str] | None = None) -> dict[str, Any]:
     """A pyslurm job as the fields of a ``squeue --json`` (v0.0.38) record, for parse_job.
 
     pyslurm turns Slurm's "unset" into None and leaves out the TRES strings: the allocation is
@@ -209,7 +225,8 @@ def job_record(pj: Any, extra_gpus: Mapping[str, str] | None = None) -> dict[str
     if array_id and task_id is None and not tasks:
         task_id = 0          # pyslurm reads task 0 as "unset"
     return {
-        "job_id": pj.id, "name": pj.name, "user_name": pj.user_name, "user_id": pj.user_id,
+        "job_id": pj.id, "name": pj.name, "user_id": pj.user_id,
+        "user_name": user_name(pj.user_id, {} if users is None else users),
         "account": pj.account, "partition": pj.partition, "qos": pj.qos,
         "job_state": state, "state_reason": pj.state_reason, "priority": pj.priority,
         "submit_time": pj.submit_time, "eligible_time": pj.eligible_time,
@@ -286,7 +303,7 @@ class PyslurmClient:
 
     def _load_jobs(self) -> list[Any]:
         try:
-            jobs = self._ps.Jobs.load(preload_passwd_info=True)
+            jobs = self._ps.Jobs.load()
         except self._ps.RPCError as err:
             raise SlurmError(f"pyslurm Jobs.load() failed: {err}") from err
         return [pj for cluster in jobs.data.values() for pj in cluster.values()]
@@ -298,7 +315,8 @@ class PyslurmClient:
         extra: dict[int, dict[str, str]] = {}
         if any(not pj.gres_per_node for pj in active):
             extra = self._gpu_requests()
-        parsed = (parse_job(job_record(pj, extra.get(pj.id))) for pj in active)
+        users: dict[int, str] = {}
+        parsed = (parse_job(job_record(pj, extra.get(pj.id), users)) for pj in active)
         return tuple(j for j in parsed if j is not None)
 
     def _gpu_requests(self) -> dict[int, dict[str, str]]:

@@ -23,7 +23,7 @@ from hai_slurm.slurm_plugins.types import JobState, SignalTarget, SkipReason
 def pyslurm_job(**over: Any) -> SimpleNamespace:
     """A pending job with the attributes pyslurm 22.5's Job has (None where Slurm has none)."""
     base: dict[str, Any] = dict(
-        id=7, name="train", user_name="alice", user_id=1001, account="vision", partition="gpu",
+        id=7, name="train", user_id=0, account="vision", partition="gpu",
         qos="normal", state="PENDING", state_reason="Priority", priority=4000,
         submit_time=1_700_000_000, eligible_time=1_700_000_000, start_time=None,
         time_limit=None, num_nodes=2, allocated_nodes=None, gres_per_node={"gpu": 4},
@@ -46,6 +46,13 @@ def test_pending_job_reads_like_squeue_json() -> None:
         JobState.PENDING, 8, 2, ())
     assert (job.cpus, job.memory_mb, job.time_limit) == (8, 32768, INFINITE)
     assert (job.admin_comment, job.comment, job.switches, job.array_job_id) == ("", "c", 0, None)
+    assert job.user == "root"
+
+
+def test_unknown_uid_is_shown_as_its_number() -> None:
+    """A uid the daemon's host cannot resolve is the number (pyslurm itself would raise)."""
+    job = parse_job(job_record(pyslurm_job(user_id=3_999_999)))
+    assert job is not None and (job.user, job.uid) == ("3999999", 3_999_999)
 
 
 def test_running_job_counts_what_slurm_allocated() -> None:
