@@ -181,8 +181,13 @@ def choose_backend(cluster_version: Callable[[], SlurmVersion], slurm_conf: str 
 
 # -- the client ------------------------------------------------------------------------------
 def _gres_text(gres: Mapping[str, Any] | None) -> str:
-    """pyslurm's GRES dict (``{"gpu": 2}``, ``{"gpu:a100": 1}``) as Slurm's text (``gpu:2``)."""
-    return ",".join(f"{name}:{count}" for name, count in (gres or {}).items())
+    """pyslurm's GRES dict as Slurm's text (``gpu:2``): ``{"gpu": 2}``, ``{"gpu:a100": 1}``
+    (requests), or ``{"gpu": {"count": "2", "indexes": "4-5"}}`` (a job's layout per node)."""
+    items = []
+    for name, value in (gres or {}).items():
+        count = value.get("count", 0) if isinstance(value, Mapping) else value
+        items.append(f"{name}:{count}")
+    return ",".join(items)
 
 
 def user_name(uid: int | None, cache: dict[int, str]) -> str:
@@ -263,10 +268,17 @@ def _modifier(desc: Any) -> Callable[[Any], None]:
 class PyslurmClient:
     """SlurmClient over pyslurm, with the CLI backend for what pyslurm cannot do (module doc).
 
+    Writes are one RPC per job (``slurm_update_job`` and friends take one id through pyslurm),
+    about a millisecond each, so :attr:`writes_per_job` is True and ``ActionResult.commands``
+    counts RPCs, where the CLI backend batches one command per distinct value.
+
     ``module`` is the imported pyslurm (default: :func:`load_pyslurm` with ``slurm_conf``);
     ``cli`` the CLI backend for the delegated reads and writes (default: one for the same
     slurm.conf). Refuses Slurm 26.05 and later, and a pyslurm built for another series.
     """
+
+    writes_per_job = True
+    """Each write is one RPC per job (the CLI backend batches ids into one command)."""
 
     def __init__(self, *, slurm_conf: str | None = None, timeout: float = 30.0,
                  module: Any = None, cli: CliSlurmClient | None = None,

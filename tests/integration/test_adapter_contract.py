@@ -234,3 +234,39 @@ def test_workload_signal_reaches_the_step_and_spares_the_batch_shell(
         assert facts.state == "COMPLETED"
     finally:
         h.cleanup()
+
+
+def test_both_backends_read_the_same_jobs(adapter_slurm_conf: str, tmp_path: Path) -> None:
+    """The same jobs read by the CLI and by pyslurm give equal Job values (one parser behind
+    both): running with --gres and with --gpus, held, pending with a time limit, an array."""
+    pyslurm_client = backend_client("pyslurm", adapter_slurm_conf)
+    tmp_path.chmod(0o777)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+    script = tmp_path / "job.sh"
+    script.write_text(_JOB_SCRIPT)
+
+    def sbatch(*options: str) -> int:
+        res = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/%j.out", *options,
+                              str(script)], capture_output=True, text=True, env=h.env,
+                             timeout=30, check=False)
+        assert res.returncode == 0, res.stderr
+        jid = int(res.stdout.strip().split(";")[0])
+        h.submitted.append(jid)
+        return jid
+
+    try:
+        ids = [sbatch("--nodes=1", "--gres=gpu:2", "--comment=c d"),
+               sbatch("--nodes=1", "--gpus=3", "--time=30"),
+               sbatch("--nodes=1", "--gres=gpu:1", "--hold"),
+               sbatch("--nodes=2", "--gres=gpu:1", "--begin=now+3600", "--mem=1G"),
+               sbatch("--array=0-3", "--nodes=1", "--gres=gpu:1", "--begin=now+3600")]
+        h.wait_for(ids[1], "RUNNING", lambda j: j is not None and j.state.value == "RUNNING")
+        cli = {j.job_id: j for j in h.client.snapshot().jobs if j.job_id in ids
+               or j.array_job_id in ids}
+        ours = {j.job_id: j for j in pyslurm_client.snapshot().jobs if j.job_id in ids
+                or j.array_job_id in ids}
+        assert set(cli) == set(ours) and len(cli) >= len(ids)
+        for jid, job in cli.items():
+            assert ours[jid] == job, f"job {jid}: CLI {job} != pyslurm {ours[jid]}"
+    finally:
+        h.cleanup()

@@ -58,8 +58,8 @@ def test_unknown_uid_is_shown_as_its_number() -> None:
 def test_running_job_counts_what_slurm_allocated() -> None:
     """A running job: GPUs per node and memory from its resource layout; no memory in the
     layout (memory not consumable) means 0, as a tres_alloc_str without mem does."""
-    layout = {"n1": {"gres": {"gpu": 2}, "memory": 8192},
-              "n2": {"gres": {"gpu": 2}, "memory": 8192}}
+    layout = {"n1": {"gres": {"gpu": {"count": "2", "indexes": "0-1"}}, "memory": 8192},
+              "n2": {"gres": {"gpu": {"count": "2", "indexes": "4-5"}}, "memory": 8192}}
     running = pyslurm_job(state="RUNNING", allocated_nodes="n[1-2]", start_time=1_700_000_100,
                           time_limit=60, gres_per_node={"gpu": 2}, layout=layout)
     job = parse_job(job_record(running))
