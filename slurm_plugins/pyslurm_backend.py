@@ -322,8 +322,14 @@ class PyslurmClient:
 
     def jobs(self) -> tuple[Job, ...]:
         """The active jobs (pyslurm's listing through :func:`~.parse.parse_job`)."""
-        active = [pj for pj in self._load_jobs()
-                  if job_state(pj.state, f"pyslurm state of job {pj.id}")[0].active]
+        is_active: dict[str, bool] = {}     # one job_state() per distinct state word
+        active = []
+        for pj in self._load_jobs():
+            word = pj.state
+            if word not in is_active:
+                is_active[word] = job_state(word, f"pyslurm state of job {pj.id}")[0].active
+            if is_active[word]:
+                active.append(pj)
         extra: dict[int, dict[str, str]] = {}
         if any(not pj.gres_per_node for pj in active):
             extra = self._gpu_requests()
