@@ -405,7 +405,11 @@ class PyslurmClient:
             if _classify(str(err.msg), (_GONE,)) is not None:
                 return None
             raise SlurmError(f"pyslurm Job.load({job_id}) failed: {err.msg}") from err
-        return pj if pj.id == job_id else None
+        if pj.id == job_id:
+            return pj
+        # an array's own id loads every task of it, and pyslurm keeps the first record: find
+        # the task that has this id in the full listing
+        return next((other for other in self._load_jobs() if other.id == job_id), None)
 
     def switches(self) -> tuple[SwitchInfo, ...]:
         """Delegated to the CLI backend (``scontrol show topology``; no pyslurm API)."""
