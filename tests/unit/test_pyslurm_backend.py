@@ -143,7 +143,13 @@ class FakePyslurm:
             def cancel(self) -> None:
                 self._act("cancel")
 
+        class Jobs:
+            @staticmethod
+            def load() -> SimpleNamespace:
+                return SimpleNamespace(data={"local": dict(fake.jobs)})
+
         self.Job = Job
+        self.Jobs = Jobs
         self.JobSubmitDescription = dict
 
     def _known(self, job_id: int) -> None:
@@ -201,3 +207,14 @@ def test_requeue_only_running_jobs_and_workload_signal_by_steps() -> None:
                                   (2, "send_signal", ("SIGUSR2", "batch"))]
     with pytest.raises(ValueError, match="signal must be a name"):
         c.signal(1, "usr2; rm")
+
+
+def test_job_facts_of_a_task_under_the_array_id() -> None:
+    """Job.load(array id) gives the array's first record; the task with that id is found in
+    the full listing instead of being taken for gone."""
+    task5 = pyslurm_job(id=5, array_id=5, array_task_id=1, state="RUNNING")
+    task6 = pyslurm_job(id=6, array_id=5, array_task_id=0, state="PENDING")
+    c, fake = client({5: task5, 6: task6})
+    fake.Job.load = staticmethod(lambda job_id: task6)
+    facts = c.job_facts([5])
+    assert list(facts) == [5] and facts[5].state is JobState.RUNNING
