@@ -3,7 +3,8 @@
 A blocker job holds every GPU of the cluster (4 nodes x 8 GPUs, one CPU per node); ``--jobs`` GPU
 jobs of mixed classes and two teams wait behind it, and ``--running`` one-CPU jobs run beside it
 (the testbed's nodes claim enough cores for them: ``SlurmdParameters=config_overrides``). Then,
-with the real CLI backend, a SQLite store and the default 30 s interval, it times:
+with the ``--backend`` SlurmClient (``cli`` default, ``pyslurm``), a SQLite store and the default
+30 s interval, it times:
 
 * the first cycle (every pending job gets its priority),
 * steady cycles (nothing changed: no write), and their median,
@@ -20,7 +21,12 @@ up there, else starts one (and stops it again). Every job it submits is cancelle
 unless ``--keep``: then the next run with the same ``--state-dir`` reuses them (the queue is
 topped up to ``--jobs``/``--running``), which saves minutes of sbatch at 10,000 jobs.
 
-    .venv/bin/python bench/priority_cycle_slurm.py [--jobs 1000] [--running 0] [--state-dir DIR]
+``--backend both`` runs the same pending jobs through each backend in turn (no ``--running``
+figures, no burst) and prints a table side by side, with the job listing alone and a priority
+write per job (200 jobs, 200 distinct values: the CLI's worst case).
+
+    .venv/bin/python bench/priority_cycle_slurm.py [--jobs 1000] [--running 0]
+        [--backend cli|pyslurm|both] [--state-dir DIR]
 """
 
 from __future__ import annotations
@@ -34,13 +40,15 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hai_slurm.priority.config.loader import DaemonConfig, Intervals
 from hai_slurm.priority.daemon.loop import CycleReport, Daemon, Outcome, open_store
-from hai_slurm.slurm_plugins.adapter import make_client
+from hai_slurm.slurm_plugins.adapter import CliSlurmClient, make_client
+from hai_slurm.slurm_plugins.parse import parse_jobs
+from hai_slurm.slurm_plugins.pyslurm_backend import PyslurmClient
 from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot, SlurmClient
 from hai_slurm.testbed import local
 from hai_slurm.testbed.layout import Ports
@@ -152,11 +160,92 @@ def cycle(d: Daemon, timed: Timed) -> tuple[CycleReport, str]:
                  f"{ours * 1000:.0f} ms + Slurm commands {kids * 1000:.0f} ms)")
 
 
+def client_for(backend: str, conf: str) -> SlurmClient:
+    """The backend's client (``make_client``: pyslurm raises, saying why, where it is unusable)."""
+    return make_client(backend, slurm_conf=conf)
+
+
+def listing_ms(client: SlurmClient, repeat: int = 5) -> float:
+    """Median time of the job listing alone: ``squeue --json`` + parse, or pyslurm's."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        if isinstance(client, PyslurmClient):
+            client.jobs()
+        else:
+            assert isinstance(client, CliSlurmClient)
+            parse_jobs(client._json(client.plan.jobs))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+def write_ms_per_job(client: SlurmClient, job_ids: list[int]) -> float:
+    """Priority write per job: one distinct value each (the CLI's worst case: a command each)."""
+    t0 = time.perf_counter()
+    client.set_priorities({j: 10_000 + i for i, j in enumerate(job_ids)})
+    return (time.perf_counter() - t0) * 1000 / max(len(job_ids), 1)
+
+
+def run_backend(backend: str, conf: str, pending: list[int], steady_n: int,
+                new_job: Callable[[], None]) -> dict[str, float]:
+    """Every figure of one backend (the jobs' priorities are reset first, so the first cycle
+    writes them all, whichever backend ran before)."""
+    client = client_for(backend, conf)
+    CliSlurmClient(slurm_conf=conf).set_priorities({j: 1 for j in pending})
+    figures = {"listing": listing_ms(client),
+               "write": write_ms_per_job(client, pending[:200])}
+    CliSlurmClient(slurm_conf=conf).set_priorities({j: 1 for j in pending[:200]})
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = DaemonConfig(intervals=Intervals(cycle=30), state_dir=tmp,
+                           database_url=f"sqlite:///{tmp}/hai-slurm.db", metrics_port=0)
+        repo, lock = open_store(cfg)
+        timed = Timed(client)
+        d = Daemon(timed, repo, lock, config=cfg, owner="bench")
+        rep, line = cycle(d, timed)
+        figures["first"] = rep.seconds * 1000
+        n = len(rep.decision.inputs.pending) if rep.decision else 0
+        print(f"[{backend}] first cycle ({n} pending):   {line}")
+        steady = []
+        for _ in range(steady_n):
+            rep, line = cycle(d, timed)
+            steady.append(rep.seconds)
+            print(f"[{backend}] steady cycle:                {line}")
+        figures["steady"] = statistics.median(steady) * 1000
+        figures["snapshot"] = timed.snapshot_s * 1000
+        new_job()
+        rep, line = cycle(d, timed)
+        figures["after_one"] = rep.seconds * 1000
+        print(f"[{backend}] after one new job:           {line}")
+    print(f"[{backend}] job listing {figures['listing']:.1f} ms, priority write "
+          f"{figures['write']:.2f} ms per job, steady median {figures['steady']:.0f} ms")
+    return figures
+
+
+ROWS = (("job listing (median of 5)", "listing", "{:.1f} ms"),
+        ("priority write, per job (200 distinct values)", "write", "{:.2f} ms"),
+        ("first cycle (all priorities written)", "first", "{:.0f} ms"),
+        ("steady cycle (median)", "steady", "{:.0f} ms"),
+        ("  of which snapshot (last steady)", "snapshot", "{:.0f} ms"),
+        ("cycle after one new job", "after_one", "{:.0f} ms"))
+
+
+def side_by_side(results: Mapping[str, Mapping[str, float]]) -> str:
+    """A Markdown table, one column per backend."""
+    names = list(results)
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for label, key, fmt in ROWS:
+        lines.append(f"| {label} | " + " | ".join(fmt.format(results[b][key]) for b in names)
+                     + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000, help="pending jobs")
     parser.add_argument("--running", type=int, default=0, help="running one-CPU jobs")
     parser.add_argument("--steady", type=int, default=5, help="steady cycles to time")
+    parser.add_argument("--backend", choices=("cli", "pyslurm", "both"), default="cli",
+                        help="SlurmClient backend(s) to time (default: cli)")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp/hai-slurm-testbed-bench-daemon"))
     parser.add_argument("--port-base", type=int, default=19800,
@@ -203,11 +292,20 @@ def main() -> None:
               f"{time.perf_counter() - t0:.1f} s (reused {len(have['running'])} running, "
               f"{len(have['pending'])} pending)")
         wait_running(conf, args.running)
+        if args.backend == "both":
+            pending = [int(j) for j in existing(conf)["pending"]]
+            results = {b: run_backend(b, conf, pending, args.steady,
+                                      lambda: jobs.append(sbatch(conf, "HIGH", "team-a")))
+                       for b in ("cli", "pyslurm")}
+            print(f"\n{len(pending)} pending jobs behind a blocker; one testbed, one store per "
+                  "backend")
+            print(side_by_side(results))
+            return
         with tempfile.TemporaryDirectory() as tmp:
             cfg = DaemonConfig(intervals=Intervals(cycle=interval), state_dir=tmp,
                                database_url=f"sqlite:///{tmp}/hai-slurm.db", metrics_port=0)
             repo, lock = open_store(cfg)
-            timed = Timed(make_client())
+            timed = Timed(client_for(args.backend, conf))
             d = Daemon(timed, repo, lock, config=cfg, owner="bench")
             before = sdiag_counts(conf)
             rep, line = cycle(d, timed)

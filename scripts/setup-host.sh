@@ -40,3 +40,48 @@ LIGHTNING_PIN=lightning==2.6.6
 if ! .venv/bin/python -c "import torch, lightning, sys; sys.exit(torch.__version__.split('+')[0] != '${TORCH_PIN#torch==}' or lightning.__version__ != '${LIGHTNING_PIN#lightning==}')" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check "$TORCH_PIN" "$LIGHTNING_PIN" 2> >(grep -v "is ignored: it is neither" >&2)
 fi
+
+# pyslurm, the optional backend (GPL-2.0-only: installed separately, never part of hai-slurm),
+# built from pyslurm's own source archive for the Slurm series installed here. CI cannot reach
+# pyslurm's repository, so the archives sit in ../shared/third_party (relative to this repository;
+# PYSLURM_ARCHIVES overrides). Its build pins old setuptools and Cython: it runs in a throwaway
+# venv under build/pyslurm that makes a wheel, and only that wheel goes into .venv, so the
+# project venv's setuptools (and `pip install -e`) stay as they are. Skipped, saying why, without
+# an archive; nothing to do when the matching pyslurm is already installed in .venv.
+ARCHIVES=${PYSLURM_ARCHIVES:-$(cd .. && pwd)/shared/third_party}
+SLURM_SERIES=$(dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null | sed -nE 's/^([0-9]+)\.([0-9]+).*/\1 \2/p')
+if [ -z "$SLURM_SERIES" ]; then
+  echo "pyslurm: skipped (libslurm-dev is not installed, so there is no Slurm to build against)"
+else
+  read -r S_MAJOR S_MINOR <<<"$SLURM_SERIES"
+  BRANCH="$S_MAJOR.$((10#$S_MINOR)).x"           # Slurm 22.05 -> pyslurm branch 22.5.x
+  if .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(not m.version('pyslurm').startswith('${BRANCH%x}'))" 2>/dev/null; then
+    :                                             # the matching pyslurm is installed already
+  else
+    ARCHIVE=$(ls "$ARCHIVES"/pyslurm-"$BRANCH"-*.tar.gz 2>/dev/null | head -n 1 || true)
+    if [ -z "$ARCHIVE" ]; then
+      echo "pyslurm: skipped (no pyslurm-$BRANCH-*.tar.gz in $ARCHIVES for Slurm $S_MAJOR.$S_MINOR; the pyslurm backend's tests will skip too)"
+    else
+      if [ -f "$ARCHIVES/SHA256SUMS" ]; then
+        (cd "$ARCHIVES" && grep " $(basename "$ARCHIVE")\$" SHA256SUMS | sha256sum -c --quiet -) \
+          || { echo "error: $ARCHIVE does not match $ARCHIVES/SHA256SUMS" >&2; exit 1; }
+      fi
+      WHEELS=build/pyslurm/wheels
+      WHEEL=$(ls "$WHEELS"/pyslurm-"${BRANCH%.x}".*.whl 2>/dev/null | head -n 1 || true)
+      if [ -z "$WHEEL" ] || [ "$ARCHIVE" -nt "$WHEEL" ]; then
+        echo "pyslurm: building $BRANCH from $(basename "$ARCHIVE") (a few minutes)"
+        rm -rf build/pyslurm/venv "$WHEELS"; mkdir -p "$WHEELS"
+        "$PY" -m venv build/pyslurm/venv
+        build/pyslurm/venv/bin/pip install -q --disable-pip-version-check \
+          'Cython>=0.29.30,<3' 'setuptools==59.2.0' 'wheel==0.37.0' 2> >(grep -v "is ignored: it is neither" >&2)
+        SLURM_INCLUDE_DIR=/usr/include SLURM_LIB_DIR=/usr/lib/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu) \
+          build/pyslurm/venv/bin/pip wheel -q --disable-pip-version-check --no-build-isolation \
+          --no-deps -w "$WHEELS" "$ARCHIVE" 2> >(grep -v "is ignored: it is neither" >&2)
+        rm -rf build/pyslurm/venv
+        WHEEL=$(ls "$WHEELS"/pyslurm-*.whl | head -n 1)
+      fi
+      .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall "$WHEEL"
+      echo "pyslurm: installed $(basename "$WHEEL") into .venv"
+    fi
+  fi
+fi

@@ -3,30 +3,27 @@
 The daemon imports from here only::
 
     from hai_slurm.slurm_plugins.adapter import SlurmClient, make_client
-    client = make_client()            # CLI backend, SLURM_CONF from the environment
+    client = make_client()            # pyslurm if a matching one imports, else the CLI
     snap = client.snapshot()          # raises SlurmError rather than return a partial view
 
-Backends: :class:`~.cli_backend.CliSlurmClient` (Slurm's own commands; the default). The
-in-memory :class:`~.fake.FakeSlurm` implements the same interface for tests and the simulator;
-it is imported from its own module, never from here, so production code cannot reach it.
-
-pyslurm backend: NOT implemented. pyslurm's build refuses any Slurm major version but its own,
-PyPI only has 25.11 (and 17/18), and no Debian suite reachable here ships Slurm 25.11, so a
-pyslurm backend could never be run or tested against a real cluster on this project's machines
-(see ../shared/SLURM-NOTES.md). Writing one untested would be dishonest. :func:`make_client`
-therefore always returns the CLI backend; ``backend="pyslurm"`` raises SlurmError with the
-reason (:func:`_pyslurm_usable`), the place where a real pyslurm backend would be chosen.
+Backends: :class:`~.cli_backend.CliSlurmClient` (Slurm's own commands) and
+:class:`~.pyslurm_backend.PyslurmClient` (Slurm's C API through pyslurm, an optional separately
+installed package; see the README's "pyslurm backend"). ``make_client("auto")`` takes pyslurm
+when a pyslurm built for the running Slurm series imports, else the CLI, and logs which and why
+(:func:`~.pyslurm_backend.choose_backend`). The in-memory :class:`~.fake.FakeSlurm` implements
+the same interface for tests and the simulator; it is imported from its own module, never from
+here, so production code cannot reach it.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import logging
 from collections.abc import Callable
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import INFINITE, SlurmVersion
 from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
+from hai_slurm.slurm_plugins.pyslurm_backend import BackendChoice, PyslurmClient, choose_backend
 from hai_slurm.slurm_plugins.runner import CommandRunner, DockerExecRunner, SubprocessRunner
 from hai_slurm.slurm_plugins.types import (
     ActionResult,
@@ -46,43 +43,46 @@ from hai_slurm.slurm_plugins.types import (
 
 __all__ = [
     "INFINITE", "ActionResult", "CliSlurmClient", "ClusterSnapshot", "CommandRunner",
-    "DockerExecRunner", "Job", "JobFacts", "JobState", "Node", "Partition", "Qos",
-    "SignalTarget", "SkipReason", "Skipped", "SlurmClient", "SlurmVersion",
+    "DockerExecRunner", "Job", "JobFacts", "JobState", "Node", "Partition", "PyslurmClient",
+    "Qos", "SignalTarget", "SkipReason", "Skipped", "SlurmClient", "SlurmVersion",
     "SubprocessRunner", "SwitchInfo", "make_client",
 ]
 
-
-def _pyslurm_usable(cluster_version: Callable[[], SlurmVersion]) -> str:
-    """Why the pyslurm backend cannot be used (today there is always a reason).
-
-    ``cluster_version`` is only called when pyslurm is importable, to compare major releases.
-    """
-    if importlib.util.find_spec("pyslurm") is None:
-        return "pyslurm is not installed"
-    try:
-        mod = importlib.import_module("pyslurm")
-    except ImportError as exc:   # built against another libslurm
-        return f"import pyslurm failed: {exc}"
-    version = str(getattr(mod, "__version__", ""))
-    cluster = cluster_version()
-    if not version.startswith(cluster.series):
-        return f"pyslurm {version or '?'} does not match Slurm {cluster}"
-    return "a pyslurm backend is not implemented yet (see the module docstring)"
+log = logging.getLogger(__name__)
 
 
 def make_client(backend: str = "auto", *, slurm_conf: str | None = None,
-                timeout: float = 30.0, runner: CommandRunner | None = None) -> SlurmClient:
+                timeout: float = 30.0, runner: CommandRunner | None = None,
+                choose: Callable[[Callable[[], SlurmVersion], str | None],
+                                 BackendChoice] = choose_backend,
+                ) -> SlurmClient:
     """A SlurmClient for the cluster that ``slurm_conf`` (or ``$SLURM_CONF``) points at.
 
-    ``backend``: ``"cli"``, ``"pyslurm"`` or ``"auto"`` (pyslurm when usable, else the CLI).
-    Today "auto" always ends with the CLI backend; "pyslurm" raises SlurmError saying why.
+    ``backend``: ``"cli"``, ``"pyslurm"`` or ``"auto"``: pyslurm when one built for the running
+    Slurm series is installed and imports, else the CLI; the choice and its reason are logged
+    (INFO). ``"pyslurm"`` raises SlurmError saying why when it cannot be used. pyslurm binds the
+    process to one cluster (see :mod:`.pyslurm_backend`).
     ``runner`` replaces how commands run, e.g. ``DockerExecRunner(container)`` for a cluster
-    inside Docker (``slurm_conf`` and ``timeout`` are then the runner's business).
-    Nothing is run here: the CLI backend detects the Slurm release on first use.
+    inside Docker: pyslurm cannot reach through it, so a runner means the CLI backend.
+    Without pyslurm installed nothing is run here; with it, ``scontrol version`` runs once.
+    ``choose`` is the selection rule (tests pass one with fakes).
     """
     if backend not in ("auto", "cli", "pyslurm"):
         raise ValueError(f"backend must be auto, cli or pyslurm, got {backend!r}")
     cli = CliSlurmClient(runner, slurm_conf=slurm_conf, timeout=timeout)
+    if backend == "cli":
+        return cli
+    if runner is not None:
+        choice = BackendChoice("cli", "commands run through a custom runner "
+                               f"({type(runner).__name__}), which pyslurm cannot use")
+    else:
+        choice = choose(cli.version, slurm_conf)
+    if choice.backend == "pyslurm":
+        client: SlurmClient = PyslurmClient(slurm_conf=slurm_conf, timeout=timeout,
+                                            module=choice.module, cli=cli)
+        log.info("Slurm backend: pyslurm (%s)", choice.reason)
+        return client
     if backend == "pyslurm":
-        raise SlurmError(f"pyslurm backend unavailable: {_pyslurm_usable(cli.version)}")
+        raise SlurmError(f"pyslurm backend unavailable: {choice.reason}")
+    log.info("Slurm backend: CLI (%s)", choice.reason)
     return cli

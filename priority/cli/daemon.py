@@ -94,6 +94,8 @@ def daemon(config_path: str | None, once: bool, interval: float | None, state_di
         return
     if logging.getLogger().level > logging.INFO:
         logging.getLogger("hai_slurm.priority").setLevel(logging.INFO)
+        # which Slurm backend (pyslurm or the CLI) and why, once at start
+        logging.getLogger("hai_slurm.slurm_plugins.adapter").setLevel(logging.INFO)
     cfg = daemon_config(config_path, state_dir, interval)
     preempt = False if no_preempt else None
     d = build_daemon(cfg, preempt=preempt, shadow=True) if shadow else \

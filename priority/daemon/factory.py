@@ -45,7 +45,7 @@ from hai_slurm.priority.planner.slurm_topology import DerivedTopology
 from hai_slurm.priority.store.lock import LeaderLock, default_owner
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.priority.store.shadow import ShadowPlans
-from hai_slurm.slurm_plugins.runner import CommandRunner, SubprocessRunner
+from hai_slurm.slurm_plugins.runner import CommandRunner
 from hai_slurm.slurm_plugins.shadow import ShadowSlurm
 from hai_slurm.slurm_plugins.types import SlurmClient, SwitchInfo
 
@@ -78,12 +78,13 @@ def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
                  shadow: bool = False) -> Daemon:
     """The daemon for ``cfg`` (see the module docstring).
 
-    ``slurm`` defaults to the CLI backend (over ``runner``, else with ``$SLURM_CONF``);
+    ``slurm`` defaults to ``make_client("auto")`` with ``$SLURM_CONF`` (pyslurm when a matching
+    one imports, else the CLI; the choice is logged), or to the CLI backend over ``runner``;
     ``preempt`` None follows ``[planner] enabled``; ``switches`` None reads
     ``scontrol show topology`` (only without a description); ``store`` None opens (and
     migrates) the configured database; ``shadow`` writes nothing to Slurm.
     """
-    client = slurm or _cli_client(runner or SubprocessRunner())
+    client = slurm or _default_client(runner)
     metrics = DaemonMetrics()
     if shadow:
         client = ShadowSlurm(client, on_write=lambda w: metrics.shadow_writes.labels(
@@ -141,7 +142,7 @@ def describe_preemption(daemon: Daemon) -> str:
     return f"preemption on (planner + two-phase executor), {where}"
 
 
-def _cli_client(run: CommandRunner) -> SlurmClient:
+def _default_client(run: CommandRunner | None) -> SlurmClient:
     from hai_slurm.slurm_plugins.adapter import make_client
 
-    return make_client(runner=run)
+    return make_client() if run is None else make_client(runner=run)

@@ -1,9 +1,11 @@
-"""The SlurmClient contract run against the CLI backend on a real Slurm cluster.
+"""The SlurmClient contract run against each real backend (CLI, pyslurm) on a real Slurm cluster.
 
 The cluster is the session testbed (fixture ``testbed`` from tests/integration/conftest.py; set
 ``HAI_TESTBED_STATE_DIR`` to reuse a running one). ``HAI_ADAPTER_SLURM_CONF`` points the suite at
 another running cluster instead (e.g. a throwaway lab without accounting, or another release).
-Every job a test submits is cancelled when the test ends.
+Every job a test submits is cancelled when the test ends. The pyslurm variant is skipped, saying
+why, where pyslurm is not installed (scripts/setup-host.sh builds it from the source archives in
+../shared/third_party, relative to the repository) or does not match the cluster's Slurm.
 """
 
 from __future__ import annotations
@@ -21,10 +23,35 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
 from slurm_client_contract import Harness, SlurmClientContract
 
-from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SignalTarget, SlurmClient
+from hai_slurm.slurm_plugins.adapter import (
+    CliSlurmClient,
+    Job,
+    PyslurmClient,
+    SignalTarget,
+    SlurmClient,
+)
+from hai_slurm.slurm_plugins.pyslurm_backend import choose_backend
 from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
 
 pytestmark = pytest.mark.integration
+
+PYSLURM_ARCHIVES = Path(__file__).resolve().parents[2].parent / "shared" / "third_party"
+"""Where CI finds pyslurm's source archives: ../shared/third_party from the repository root."""
+BACKENDS = ("cli", "pyslurm")
+
+
+def backend_client(backend: str, slurm_conf: str) -> SlurmClient:
+    """The backend's client for ``slurm_conf``; the pyslurm one skips the test, saying what is
+    missing, when it cannot be used here."""
+    if backend == "cli":
+        return CliSlurmClient(slurm_conf=slurm_conf, timeout=30)
+    choice = choose_backend(CliSlurmClient(slurm_conf=slurm_conf).version, slurm_conf)
+    if choice.backend != "pyslurm":
+        archives = (f"the source archives are in {PYSLURM_ARCHIVES}: run scripts/setup-host.sh"
+                    if any(PYSLURM_ARCHIVES.glob("pyslurm-*.tar.gz")) else
+                    f"no pyslurm source archives at {PYSLURM_ARCHIVES} either")
+        pytest.skip(f"pyslurm backend not usable: {choice.reason} ({archives})")
+    return PyslurmClient(slurm_conf=slurm_conf, module=choice.module)
 
 # Runs until cancelled (or until an exit-JOBID file names its exit code); logs each USR2 it
 # gets. `sleep & wait` lets the trap run at once.
@@ -41,9 +68,9 @@ done
 class CliHarness:
     """Submits with sbatch, polls snapshots with a monotonic deadline, cancels what it made."""
 
-    def __init__(self, slurm_conf: str, workdir: Path) -> None:
+    def __init__(self, slurm_conf: str, workdir: Path, client: SlurmClient | None = None) -> None:
         self.env = {**os.environ, "SLURM_CONF": slurm_conf}
-        self.client: SlurmClient = CliSlurmClient(slurm_conf=slurm_conf, timeout=30)
+        self.client: SlurmClient = client or CliSlurmClient(slurm_conf=slurm_conf, timeout=30)
         self.workdir = workdir
         self.submitted: list[int] = []
 
@@ -105,14 +132,16 @@ def adapter_slurm_conf(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("testbed").slurm_conf)
 
 
-class TestCliSlurmContract(SlurmClientContract):
-    """The CLI backend honours the SlurmClient contract on a real cluster."""
+class TestRealSlurmContract(SlurmClientContract):
+    """Each real backend (CLI, pyslurm) honours the SlurmClient contract on a real cluster."""
 
-    @pytest.fixture
-    def harness(self, adapter_slurm_conf: str, tmp_path: Path) -> Iterator[Harness]:
-        """A CLI harness whose jobs are cancelled after the test."""
+    @pytest.fixture(params=BACKENDS)
+    def harness(self, request: pytest.FixtureRequest, adapter_slurm_conf: str,
+                tmp_path: Path) -> Iterator[Harness]:
+        """A harness (jobs made with sbatch, cancelled after the test) around the backend."""
+        client = backend_client(request.param, adapter_slurm_conf)
         tmp_path.chmod(0o777)
-        h = CliHarness(adapter_slurm_conf, tmp_path)
+        h = CliHarness(adapter_slurm_conf, tmp_path, client)
         try:
             yield h
         finally:
@@ -138,11 +167,12 @@ def test_qos_follow_accounting(adapter_slurm_conf: str) -> None:
         assert snap.qos == ()
 
 
-def test_requeue_of_array_task_holding_the_array_id(adapter_slurm_conf: str,
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_requeue_of_array_task_holding_the_array_id(backend: str, adapter_slurm_conf: str,
                                                     tmp_path: Path) -> None:
     """Requeueing the task that runs under the array's own id leaves its sibling running."""
     tmp_path.chmod(0o777)
-    h = CliHarness(adapter_slurm_conf, tmp_path)
+    h = CliHarness(adapter_slurm_conf, tmp_path, backend_client(backend, adapter_slurm_conf))
     script = tmp_path / "job.sh"
     script.write_text(_JOB_SCRIPT)
     res = subprocess.run(["sbatch", "--parsable", "--array=0-1", "--nodes=1", "--gres=gpu:1",
@@ -175,12 +205,13 @@ echo "batch shell survived"
 """
 
 
-def test_workload_signal_reaches_the_step_and_spares_the_batch_shell(adapter_slurm_conf: str,
-                                                                     tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_workload_signal_reaches_the_step_and_spares_the_batch_shell(
+        backend: str, adapter_slurm_conf: str, tmp_path: Path) -> None:
     """signal(WORKLOAD) on a job that trains in srun: the step hears USR2, and the shell (which
     would die of an untrapped USR2 with --full) goes on and the job completes."""
     tmp_path.chmod(0o777)
-    h = CliHarness(adapter_slurm_conf, tmp_path)
+    h = CliHarness(adapter_slurm_conf, tmp_path, backend_client(backend, adapter_slurm_conf))
     script = tmp_path / "srun.sh"
     script.write_text(_SRUN_SCRIPT)
     res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
@@ -282,5 +313,41 @@ def test_priorities_of_many_values_in_one_scontrol(adapter_slurm_conf: str,
         for jid, value in wanted.items():
             job = snap.job(jid)
             assert job is not None and job.priority == value, (jid, job)
+    finally:
+        h.cleanup()
+
+
+def test_both_backends_read_the_same_jobs(adapter_slurm_conf: str, tmp_path: Path) -> None:
+    """The same jobs read by the CLI and by pyslurm give equal Job values (one parser behind
+    both): running with --gres and with --gpus, held, pending with a time limit, an array."""
+    pyslurm_client = backend_client("pyslurm", adapter_slurm_conf)
+    tmp_path.chmod(0o777)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+    script = tmp_path / "job.sh"
+    script.write_text(_JOB_SCRIPT)
+
+    def sbatch(*options: str) -> int:
+        res = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/%j.out", *options,
+                              str(script)], capture_output=True, text=True, env=h.env,
+                             timeout=30, check=False)
+        assert res.returncode == 0, res.stderr
+        jid = int(res.stdout.strip().split(";")[0])
+        h.submitted.append(jid)
+        return jid
+
+    try:
+        ids = [sbatch("--nodes=1", "--gres=gpu:2", "--comment=c d"),
+               sbatch("--nodes=1", "--gpus=3", "--time=30"),
+               sbatch("--nodes=1", "--gres=gpu:1", "--hold"),
+               sbatch("--nodes=2", "--gres=gpu:1", "--begin=now+3600", "--mem=1G"),
+               sbatch("--array=0-3", "--nodes=1", "--gres=gpu:1", "--begin=now+3600")]
+        h.wait_for(ids[1], "RUNNING", lambda j: j is not None and j.state.value == "RUNNING")
+        cli = {j.job_id: j for j in h.client.snapshot().jobs if j.job_id in ids
+               or j.array_job_id in ids}
+        ours = {j.job_id: j for j in pyslurm_client.snapshot().jobs if j.job_id in ids
+                or j.array_job_id in ids}
+        assert set(cli) == set(ours) and len(cli) >= len(ids)
+        for jid, job in cli.items():
+            assert ours[jid] == job, f"job {jid}: CLI {job} != pyslurm {ours[jid]}"
     finally:
         h.cleanup()
