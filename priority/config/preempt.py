@@ -70,6 +70,8 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
                                        integer(1, 16), "an integer from 1 to 16"),
         allow_cross_leaf=pl.get("allow_cross_leaf", d.allow_cross_leaf, boolean,
                                 "true or false"),
+        reserve_after=pl.get("reserve_after", d.reserve_after, number(0.0),
+                             "a number >= 0 (fraction of the class's max_wait; 0: off)"),
     )
     pl.finish()
     try:

@@ -97,6 +97,11 @@ class PlannerConfig:
       can hold it, as Slurm's topology/tree does for a job without ``--switches`` (on by
       default; off: nodes under one leaf switch, or no plan). A job's own ``--switches=N``
       limits it further while it waits for that.
+    * ``reserve_after``: a waiting job of HIGH or above that has waited this fraction of its
+      class's ``max_wait`` gets a reservation: smaller jobs may not backfill onto the nodes it
+      needs (the daemon gives it the top Slurm priority, so Slurm's backfill plans it first; the
+      simulator models the reservation, :meth:`hai_slurm.priority.sim.slurm.SimSlurm.reserve`).
+      0: no reservations.
     """
 
     min_run_time: float = 600.0
@@ -111,6 +116,7 @@ class PlannerConfig:
     plans_per_pending: float = 0.05
     max_candidates_per_node: int = 8
     allow_cross_leaf: bool = True
+    reserve_after: float = 0.5
 
     def limits(self, pending: int) -> tuple[int, int]:
         """(plans, victim searches) allowed in a cycle with ``pending`` jobs waiting."""
@@ -121,7 +127,8 @@ class PlannerConfig:
 
     def __post_init__(self) -> None:
         for key in ("min_run_time", "benefit_threshold", "restart_cost",
-                    "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending"):
+                    "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending",
+                    "reserve_after"):
             _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
         for key in ("max_plans", "max_searches"):
             _check(key, getattr(self, key), "an integer >= 0",

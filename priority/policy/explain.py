@@ -61,7 +61,7 @@ def _team_lines(team: TeamState | None, config: PolicyConfig) -> list[str]:
     if team.protected_until is not None:
         fair += (f" It is protected until {_clock(team.protected_until)}: its running jobs are "
                  f"not preemption victims (more than {config.fairness.protect_after} "
-                 "preemptions in the window).")
+                 f"preemptions in the window{_protect_excess(config)}).")
     if team.demoting:
         fair += (f" It preempted more than {config.fairness.demote_after} times"
                  f"{_excess(config)}, so its new "
@@ -69,6 +69,13 @@ def _team_lines(team: TeamState | None, config: PolicyConfig) -> list[str]:
                  "class until the window clears.")
     lines.append(fair)
     return lines
+
+
+def _protect_excess(config: PolicyConfig) -> str:
+    """The share-relative part of the protection rule, in words ('' when it is off)."""
+    y = config.fairness.protect_excess
+    return (f", and more than {y:g} x as often per quota GPU as the other teams: a team "
+            "preempted only in proportion to its quota is not protected" if y > 0 else "")
 
 
 def _excess(config: PolicyConfig) -> str:
