@@ -127,3 +127,29 @@ def test_matrix_generators_are_pure() -> None:
     q = matrix.quotas(parse_config(""), matrix.family()[1])
     shares = [t.gpus for _, t in sorted(q.policy.teams.items())]
     assert shares == sorted(shares) and shares[0] < shares[-1]
+
+
+def test_min_run_time_is_per_victim_class() -> None:
+    """A LOW job that ran 2 min is too young under the global 10 min, but a victim when LOW's
+    own minimum is 1 min; a NORMAL job of the same age stays too young; the TOML table reaches
+    the planner."""
+    from hai_slurm.priority.planner.search import plan_preemptions, victim_status
+    from hai_slurm.priority.planner.testing import NOW as T
+    from hai_slurm.priority.planner.testing import holder, snapshot, waiting
+    from hai_slurm.priority.planner.types import PlannerConfig
+
+    topo = gpu_cluster(1, 1)
+    node = next(iter(topo.gpus)).node
+    low = holder(1, P.LOW, gpus(node, *range(8)), start=T - 120, can_ack=True)
+    normal = replace(low, effective=P.NORMAL)
+    want = [waiting(9, P.HIGH, 8)]
+    base = PlannerConfig()
+    per_class = PlannerConfig(class_min_run_time={P.LOW: 60.0})
+    assert not plan_preemptions(snapshot(topo, [low], want), config=base, now=T).plans
+    plans = plan_preemptions(snapshot(topo, [low], want), config=per_class, now=T).plans
+    assert [p.victim_ids for p in plans] == [(1,)]
+    assert not plan_preemptions(snapshot(topo, [normal], want), config=per_class, now=T).plans
+    assert "min_run_time 1m00s of LOW" in victim_status(low, per_class, T)
+    cfg = parse_config("[planner.class_min_run_time]\nLOW = '1m'\n")
+    assert cfg.preempt.planner.min_run_for(P.LOW) == 60.0
+    assert cfg.preempt.planner.min_run_for(P.NORMAL) == 600.0
