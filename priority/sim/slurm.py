@@ -264,7 +264,7 @@ class SimSlurm(FakeSlurm):
         closed = 0
         for name in nodes:
             mask = self.view.free(name)
-            held[name] = mask
+            held[name] = held.get(name, 0) | mask   # the job may have closed some itself
             if mask:
                 before = mask.bit_count()
                 self.view.occupy(name, mask)

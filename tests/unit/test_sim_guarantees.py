@@ -153,3 +153,24 @@ def test_min_run_time_is_per_victim_class() -> None:
     cfg = parse_config("[planner.class_min_run_time]\nLOW = '1m'\n")
     assert cfg.preempt.planner.min_run_for(P.LOW) == 60.0
     assert cfg.preempt.planner.min_run_for(P.NORMAL) == 600.0
+
+
+def test_a_matrix_scenario_with_the_new_rules_is_deterministic() -> None:
+    """Two runs of a small overloaded scenario (reservations, urgent looks, aged-in yield all
+    in play) give the same JSON bytes and the same preemptions."""
+    import json
+
+    from hai_slurm.priority.sim.runner import run_policy
+
+    s = replace(matrix.family()[5], jobs=50)
+    outs = []
+    for _ in range(2):
+        setup = Setup(config=matrix.quotas(parse_config(""), s))
+        result, engine = run_policy("hai-slurm", matrix.workload(s), matrix.cluster(s), setup,
+                                    seed=0)
+        outs.append((json.dumps(result, sort_keys=True),
+                     [(p.time, p.victim) for p in engine.preemptions]))
+    assert outs[0] == outs[1]
+    assert outs[0][1], "the scenario should preempt"
+    assert result["totals"]["ended"] == 50   # no GPU left closed by a reservation
+    assert '"reserved_job_cycles"' in outs[0][0] and '"urgent_cycles"' in outs[0][0]
