@@ -166,6 +166,8 @@ def parse_config(text: str, *, source: str = "<string>",
         demote_from=fa.get("demote_from", PriorityClass.HIGH, _cls, ", ".join(class_names())),
         demote_excess=fa.get("demote_excess", 2.0, number(0.0, 100.0), "a number from 0 to 100"),
         protect_borrowed=fa.get("protect_borrowed", False, boolean, "true or false"),
+        protect_excess=fa.get("protect_excess", 2.0, number(0.0, 100.0),
+                              "a number from 0 to 100"),
     )
     fa.finish()
 

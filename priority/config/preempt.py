@@ -55,6 +55,7 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
     given = dict(
         min_run_time=pl.get("min_run_time", d.min_run_time, _duration, _DURATION),
         class_weights=_weights(pl.sub("class_weights"), d),
+        class_min_run_time=_min_runs(pl.sub("class_min_run_time")),
         benefit_threshold=pl.get("benefit_threshold", d.benefit_threshold, number(0.0),
                                  "a number >= 0 (preempt when benefit > this x lost work)"),
         restart_cost=pl.get("restart_cost", d.restart_cost, _duration, _DURATION),
@@ -70,6 +71,8 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
                                        integer(1, 16), "an integer from 1 to 16"),
         allow_cross_leaf=pl.get("allow_cross_leaf", d.allow_cross_leaf, boolean,
                                 "true or false"),
+        reserve_after=pl.get("reserve_after", d.reserve_after, number(0.0),
+                             "a number >= 0 (fraction of the class's max_wait; 0: off)"),
     )
     pl.finish()
     try:
@@ -98,6 +101,18 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
     except ConfigError as err:
         raise ex.error(err.key or "poll", str(err).split(": ", 1)[-1], err.value) from None
     return PreemptConfig(enabled=enabled, planner=planner, executor=executor, redis=redis)
+
+
+def _min_runs(table: Table) -> MappingProxyType[PriorityClass, float]:
+    """``[planner.class_min_run_time]``: per victim class, durations."""
+    out: dict[PriorityClass, float] = {}
+    for name in table.names():
+        try:
+            cls = parse_class(name)
+        except ConfigError as err:
+            raise table.error(name, str(err).split(": ", 1)[-1]) from None
+        out[cls] = table.get(name, 0.0, _duration, _DURATION)
+    return MappingProxyType(out)
 
 
 def _weights(table: Table, d: PlannerConfig) -> MappingProxyType[PriorityClass, float]:

@@ -7,15 +7,23 @@ job
 holds come from the Slurm adapter: exact indices when Slurm reports them, otherwise only counts
 per node, which :func:`gpus_from_counts` turns into indices the way Slurm's topology-aware
 selection would (lowest cell, best fit) so the planner sees a consistent picture.
+
+**Aged-in jobs yield within their class** (:func:`victim_class`): a running job that reached its
+class by aging (it asked for a lower one) is a victim one class below it, so a job that asked for
+that class may preempt it (after ``min_run_time``, and by the benefit test), while the classes
+it overtook still may not. Without it, on an overloaded cluster every node fills with jobs aged
+into HIGH and a job that asked for HIGH waits for them to end (issue 16).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Topology
 from hai_slurm.priority.planner.placement import ClusterView
 from hai_slurm.priority.planner.types import Holder, Waiting
+from hai_slurm.priority.policy.ladder import LADDER, RANK
 from hai_slurm.priority.policy.state import PendingDecision, PendingJob, RunningDecision, RunningJob
 
 
@@ -52,14 +60,26 @@ def gpus_from_counts(topology: Topology, counts: Mapping[int, Mapping[str, int]]
     return out
 
 
+def victim_class(job: RunningJob, decision: RunningDecision) -> PriorityClass:
+    """The class ``job`` has as a preemption victim: its effective class, or one below it when
+    it aged into that class from the class it asked for (see the module doc)."""
+    eff = decision.effective
+    asked = job.requested
+    if isinstance(asked, PriorityClass) and RANK[asked] < RANK[eff]:
+        return LADDER[RANK[eff] - 1]
+    return eff
+
+
 def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, RunningDecision],
                         gpus: Mapping[int, tuple[GpuRef, ...]], *,
                         restart_costs: Mapping[int, float] | None = None,
-                        saves: Mapping[int, float | None] | None = None) -> tuple[Holder, ...]:
+                        saves: Mapping[int, float | None] | None = None,
+                        aged_yield: bool = True) -> tuple[Holder, ...]:
     """One :class:`Holder` per running job the policy decided on, in job id order.
 
     ``saves`` holds the jobs that save on request (``Holder.can_ack``) and their save-time
-    estimates (None: the planner's ``save_cost``); see :func:`save_estimates`."""
+    estimates (None: the planner's ``save_cost``); see :func:`save_estimates`. With
+    ``aged_yield`` a job's class is its :func:`victim_class` (aged-in jobs one class lower)."""
     costs = restart_costs or {}
     acks = saves or {}
     out = []
@@ -68,7 +88,8 @@ def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, R
         if d is None:
             continue
         out.append(Holder(
-            job_id=job.job_id, team=job.team, effective=d.effective,
+            job_id=job.job_id, team=job.team,
+            effective=victim_class(job, d) if aged_yield else d.effective,
             gpus=gpus.get(job.job_id, ()), start_time=job.start_time,
             last_checkpoint=job.last_checkpoint, restart_cost=costs.get(job.job_id),
             borrowed=d.borrowed, protected=d.protected, preemptible=d.preemptible,

@@ -116,8 +116,9 @@ def _why_not(h: Holder, rank: int, claimed: Mapping[int, int], config: PlannerCo
     if h.protected:
         return "protected", f"team {h.team} is protected"
     ran = now - h.start_time
-    if ran < config.min_run_time:
-        return "too young", f"too young (ran {_dur(ran)} < {_dur(config.min_run_time)})"
+    least = config.min_run_for(h.effective)
+    if ran < least:
+        return "too young", f"too young (ran {_dur(ran)} < {_dur(least)})"
     return None
 
 
@@ -132,7 +133,8 @@ def victim_status(holder: Holder, config: PlannerConfig, now: float) -> str:
     lost = lost_seconds(holder, config, now)
     return (f"may give way now to a job of a class higher than {holder.effective.name} "
             f"(ran {_dur(now - holder.start_time)} >= min_run_time "
-            f"{_dur(config.min_run_time)}; would lose {_dur(lost)} x {len(holder.gpus)} GPUs"
+            f"{_dur(config.min_run_for(holder.effective))} of {holder.effective.name}; "
+            f"would lose {_dur(lost)} x {len(holder.gpus)} GPUs"
             f"{', borrowed GPUs go first' if holder.borrowed else ''})")
 
 

@@ -78,7 +78,9 @@ class Waiting:
 class PlannerConfig:
     """Planner settings.
 
-    * ``min_run_time``: a job younger than this (seconds since its start) is never a victim.
+    * ``min_run_time``: a job younger than this (seconds since its start) is never a victim;
+      ``class_min_run_time`` overrides it per victim class (e.g. a shorter one for LOW, whose
+      jobs are expected to give way, a longer one for ABOVE_NORMAL); see :meth:`min_run_for`.
     * ``class_weights``: benefit = weight of the beneficiary's class x wait x GPUs.
     * ``benefit_threshold``: preempt only when benefit > threshold x lost work.
     * ``restart_cost`` + ``restart_cost_per_node`` x nodes: a victim's restart cost in seconds
@@ -97,10 +99,17 @@ class PlannerConfig:
       can hold it, as Slurm's topology/tree does for a job without ``--switches`` (on by
       default; off: nodes under one leaf switch, or no plan). A job's own ``--switches=N``
       limits it further while it waits for that.
+    * ``reserve_after``: a waiting job of HIGH or above that has waited this fraction of its
+      class's ``max_wait`` gets a reservation: smaller jobs may not backfill onto the nodes it
+      needs (the daemon gives it the top Slurm priority, so Slurm's backfill plans it first; the
+      simulator models the reservation, :meth:`hai_slurm.priority.sim.slurm.SimSlurm.reserve`).
+      0: no reservations.
     """
 
     min_run_time: float = 600.0
     class_weights: Mapping[PriorityClass, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
+    class_min_run_time: Mapping[PriorityClass, float] = field(
+        default_factory=lambda: MappingProxyType({}))
     benefit_threshold: float = 1.0
     restart_cost: float = 120.0
     restart_cost_per_node: float = 0.0
@@ -111,6 +120,11 @@ class PlannerConfig:
     plans_per_pending: float = 0.05
     max_candidates_per_node: int = 8
     allow_cross_leaf: bool = True
+    reserve_after: float = 0.5
+
+    def min_run_for(self, cls: PriorityClass) -> float:
+        """The minimum run time of a victim of class ``cls``."""
+        return self.class_min_run_time.get(cls, self.min_run_time)
 
     def limits(self, pending: int) -> tuple[int, int]:
         """(plans, victim searches) allowed in a cycle with ``pending`` jobs waiting."""
@@ -121,7 +135,8 @@ class PlannerConfig:
 
     def __post_init__(self) -> None:
         for key in ("min_run_time", "benefit_threshold", "restart_cost",
-                    "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending"):
+                    "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending",
+                    "reserve_after"):
             _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
         for key in ("max_plans", "max_searches"):
             _check(key, getattr(self, key), "an integer >= 0",
@@ -131,6 +146,8 @@ class PlannerConfig:
                lambda v: isinstance(v, int) and 1 <= v <= 16)
         for cls, weight in self.class_weights.items():
             _check(f"class_weights.{cls.name}", weight, "a number >= 0", lambda v: v >= 0)
+        for cls, secs in self.class_min_run_time.items():
+            _check(f"class_min_run_time.{cls.name}", secs, "a number >= 0", lambda v: v >= 0)
 
 
 def _check(key: str, value: object, allowed: str, ok: Callable[[float], bool]) -> None:

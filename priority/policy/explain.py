@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from enum import Enum
 
-from hai_slurm.classes import ClassOrigin
-from hai_slurm.priority.policy.ladder import RANK
+from hai_slurm.classes import ClassOrigin, PriorityClass
+from hai_slurm.priority.policy.ladder import LADDER, RANK
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
     AUTO,
@@ -61,7 +61,7 @@ def _team_lines(team: TeamState | None, config: PolicyConfig) -> list[str]:
     if team.protected_until is not None:
         fair += (f" It is protected until {_clock(team.protected_until)}: its running jobs are "
                  f"not preemption victims (more than {config.fairness.protect_after} "
-                 "preemptions in the window).")
+                 f"preemptions in the window{_protect_excess(config)}).")
     if team.demoting:
         fair += (f" It preempted more than {config.fairness.demote_after} times"
                  f"{_excess(config)}, so its new "
@@ -69,6 +69,13 @@ def _team_lines(team: TeamState | None, config: PolicyConfig) -> list[str]:
                  "class until the window clears.")
     lines.append(fair)
     return lines
+
+
+def _protect_excess(config: PolicyConfig) -> str:
+    """The share-relative part of the protection rule, in words ('' when it is off)."""
+    y = config.fairness.protect_excess
+    return (f", and more than {y:g} x as often per quota GPU as the other teams: a team "
+            "preempted only in proportion to its quota is not protected" if y > 0 else "")
 
 
 def _excess(config: PolicyConfig) -> str:
@@ -99,7 +106,10 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
                      f"{_name(r.base)}, so it was promoted {r.aging_steps} "
                      f"class{'es' if r.aging_steps > 1 else ''} to {_name(eff)} ({r.depth} "
                      f"job{'s' if r.depth != 1 else ''} pending in {_name(r.base)}; deep queues "
-                     "promote further).")
+                     "promote further). Once running it keeps that rank against the classes it "
+                     f"overtook, but counts one class lower against jobs that asked for "
+                     f"{_name(eff)}: they may preempt it after the minimum run time (aged-in "
+                     "jobs yield within their class).")
     elif RANK[eff] >= RANK[config.aging.max_class]:
         lines.append(f"Aging: it has waited {dur(r.wait)}; {_name(eff)} is at or above the aging "
                      f"ceiling {_name(config.aging.max_class)}, so waiting does not promote it.")
@@ -154,6 +164,12 @@ def explain_running(job: RunningJob, decision: RunningDecision, team: TeamState 
         lines.append(f"It is protected: team {job.team} was preempted often recently.")
     else:
         lines.append(f"Jobs of a class above {_name(decision.effective)} may preempt it.")
+    asked = job.requested
+    eff = decision.effective
+    if isinstance(asked, PriorityClass) and RANK[asked] < RANK[eff] and decision.preemptible:
+        lines.append(f"It asked for {_name(asked)} and reached {_name(eff)} by aging: against "
+                     f"jobs that asked for {_name(eff)} it counts as {_name(LADDER[RANK[eff] - 1])}"
+                     ", so they may preempt it too (aged-in jobs yield within their class).")
     if decision.borrowed:
         lines.append("It runs on borrowed GPUs (beyond its team's quota): it is among the first "
                      "to give way when a team under its quota is waiting.")

@@ -7,6 +7,11 @@ A window ending at ``t`` holds the events with time in ``(t - window, t]``.
   ending at ``t`` exceed ``protect_after`` (N), the team is protected until ``t + protect_for`` (T):
   its running jobs within its quota are not preemption victims (its borrowed jobs stay
   victims, so others can reclaim their quota, unless ``protect_borrowed`` is set).
+  With ``protect_excess`` (Y) > 0 the threshold is relative to the team's share, as demotion's:
+  ``max(N, Y x others x f / (1 - f))`` with ``others`` the other teams' PREEMPTED events in the
+  window: on an overloaded cluster where every team is preempted in proportion to its quota,
+  nobody is protected (otherwise every team is, and nothing can be preempted for anyone: the
+  41.9-hour HIGH waits of issue 16); a team preempted well beyond its share still is.
 * **Demotion.** A job of class ``demote_from`` or higher whose team had more than ``demote_after``
   (M) PREEMPTING events in the window ending at the job's submit time is treated one class lower,
   for as long as the team's count in the window ending *now* is still above M ("until the window
@@ -42,6 +47,7 @@ class FairnessIndex:
     all_preempting: tuple[float, ...]
     user_preempted: Mapping[str, tuple[float, ...]]
     user_preempting: Mapping[str, tuple[float, ...]]
+    all_preempted: tuple[float, ...] = ()
 
 
 def index_events(events: Iterable[FairnessEvent]) -> FairnessIndex:
@@ -62,6 +68,8 @@ def index_events(events: Iterable[FairnessEvent]) -> FairnessIndex:
                                     for t in v)),
         user_preempted=frozen(EventKind.PREEMPTED, True),
         user_preempting=frozen(EventKind.PREEMPTING, True),
+        all_preempted=tuple(sorted(t for v in groups[EventKind.PREEMPTED, False].values()
+                                   for t in v)),
     )
 
 
@@ -70,13 +78,29 @@ def count_in_window(times: tuple[float, ...], end: float, window: float) -> int:
     return bisect_right(times, end) - bisect_right(times, end - window)
 
 
-def protected_until(times: tuple[float, ...], now: float, cfg: FairnessConfig) -> float | None:
-    """When the team's protection ends, or None if it is not protected at ``now``."""
+def protect_limit(own: int, everyone: tuple[float, ...], fraction: float, at: float,
+                  cfg: FairnessConfig) -> float:
+    """The PREEMPTED count in the window ending at ``at`` that a team with ``own`` events there
+    and ``fraction`` of the quotas may reach without being protected."""
+    if cfg.protect_excess <= 0 or not everyone or fraction >= 1.0:
+        return float(cfg.protect_after)
+    others = count_in_window(everyone, at, cfg.window) - own
+    return max(float(cfg.protect_after),
+               cfg.protect_excess * others * fraction / (1.0 - fraction))
+
+
+def protected_until(times: tuple[float, ...], now: float, cfg: FairnessConfig, *,
+                    everyone: tuple[float, ...] = (), fraction: float = 1.0) -> float | None:
+    """When the team's protection ends, or None if it is not protected at ``now``.
+
+    ``everyone``: all teams' PREEMPTED times, sorted; ``fraction``: the team's part of the
+    quotas (without them, or with ``protect_excess`` 0, the limit is N)."""
     until = None
     for i, t in enumerate(times):
         if t > now:
             break
-        if i + 1 - bisect_right(times, t - cfg.window) > cfg.protect_after:
+        own = i + 1 - bisect_right(times, t - cfg.window)
+        if own > protect_limit(own, everyone, fraction, t, cfg):
             end = t + cfg.protect_for
             if end > now and (until is None or end > until):
                 until = end

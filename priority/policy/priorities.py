@@ -157,7 +157,9 @@ def compute_priorities(
     demoting: set[str] = set()
     fractions = quota_fractions(teams, config) if teams else {}
     for team in teams:
-        until = fairness.protected_until(index.preempted.get(team, _EMPTY), now, fair_cfg)
+        until = fairness.protected_until(index.preempted.get(team, _EMPTY), now, fair_cfg,
+                                         everyone=index.all_preempted,
+                                         fraction=fractions[team])
         if until is not None:
             protected[team] = until
         if fairness.demoting(index.preempting.get(team, _EMPTY), now, fair_cfg,

@@ -74,6 +74,8 @@ class FairnessConfig:
     teams together in the window (0: the absolute count M alone decides, as before).
     ``protect_borrowed``: whether protection also covers a team's borrowed (over-quota) jobs;
     off by default, so a protected team's borrowed GPUs can still be reclaimed.
+    ``protect_excess`` (Y) makes protection relative the same way: a team is protected only when
+    it was also preempted more than Y times as often per quota GPU as the others (0: N alone).
     """
 
     window: float = 86400.0
@@ -83,6 +85,7 @@ class FairnessConfig:
     demote_from: PriorityClass = PriorityClass.HIGH
     demote_excess: float = 2.0
     protect_borrowed: bool = False
+    protect_excess: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)

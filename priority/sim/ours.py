@@ -12,6 +12,16 @@ executor's protocol as a cost: victims are signalled, checkpoint (the cost model
 size; the plan waits for the slowest), are requeued, and the beneficiary is pinned to the plan's
 nodes. Fairness events (preempted / preempting) and the victims' checkpoint times go back into
 the tracked state, as the executor records them.
+
+Two rules of issue 16 are modelled here as well:
+
+* **Urgent path.** A new job of class ``urgent_from`` (HIGH) or above is planned at each of
+  ``urgent_after`` seconds after its submission (2 s: the daemon's 1-s fast poll sees it and
+  starts a cycle; 10 s: again, as the benefit test needs a few seconds of wait to outweigh a
+  victim's save + restart) instead of at the next multiple of the cycle interval.
+* **Reservations.** A pending job of HIGH or above that has waited ``reserve_after`` x its
+  class's ``max_wait`` holds a backfill reservation in the simulated Slurm
+  (:meth:`~hai_slurm.priority.sim.slurm.SimSlurm.reserve`).
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import replace
 
-from hai_slurm.classes import ClassOrigin
+from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import decide
 from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
@@ -44,9 +54,14 @@ class HaiSlurm:
     name = "hai-slurm"
     mode = Mode.CHECKPOINT
 
-    def __init__(self, config: DaemonConfig, planner: PlannerConfig) -> None:
+    def __init__(self, config: DaemonConfig, planner: PlannerConfig, *,
+                 urgent_after: tuple[int, ...] = (2, 10),
+                 urgent_from: PriorityClass = PriorityClass.HIGH) -> None:
         self.config = config
         self.planner = planner
+        self.urgent_after = urgent_after        # (): no urgent path
+        self.urgent_from = urgent_from
+        self._urgent: set[int] = set()
         self.cycle: int | None = max(1, round(config.intervals.cycle))
         self.engine: Engine | None = None
         self.tracked: dict[int, TrackedJob] = {}
@@ -67,13 +82,24 @@ class HaiSlurm:
     def submit_args(self, job: SimJob) -> dict[str, str | int]:
         """What job_submit.lua would have recorded for the job: class, team, grace."""
         cls = job.trace.cls
+        if cls.weight >= self.urgent_from.weight:
+            for after in self.urgent_after:
+                at = self.eng.now + after
+                self._urgent.add(at)
+                self.eng.wake(at)
         info = HaiJobInfo(priority=cls.value, job_class=cls.value, team=job.trace.team,
                           preemptible=True, grace=self.eng.costs.checkpoint_time(job.gpus),
                           source=ClassOrigin.DIRECTIVE)
         return {"qos": cls.qos, "priority": 1, "admin_comment": format_admin_comment(info)}
 
     def on_step(self, now: int) -> None:
-        return None
+        """The urgent path: a cycle ``urgent_after`` s after a top-class job arrived."""
+        if now in self._urgent:
+            self._urgent.discard(now)
+            if self.eng.slurm.pending_ids():
+                self.counts["urgent_cycles"] += 1
+                self.on_cycle(now)
+                self.eng.slurm.writes.clear()
 
     def on_cycle(self, now: int) -> None:
         """One daemon cycle at ``now`` (see the module docstring)."""
@@ -96,10 +122,24 @@ class HaiSlurm:
         for p in d.protections:
             self.protections[p.team] = p
         self.state = d.state
+        self._reserve(d.result, now)
         ch = d.changes
         self.counts.update({"promotions": len(ch.promotions), "demotions": len(ch.demotions),
                             "decays": len(ch.decays), "protections": len(ch.protections)})
         self._plan(d.inputs.pending, d.inputs.running, d.result, float(snap.time), now)
+
+    def _reserve(self, result: PolicyResult, now: int) -> None:
+        """Reservations for top-class jobs that waited ``reserve_after`` of their bound."""
+        frac = self.planner.reserve_after
+        if frac <= 0:
+            return
+        classes = self.config.policy.classes
+        top = PriorityClass.HIGH.weight
+        keep = [jid for jid, d in result.pending.items()
+                if d.effective.weight >= top
+                and d.reason.wait >= frac * classes[d.effective].max_wait]
+        self.eng.slurm.reserve(keep)
+        self.counts["reserved_job_cycles"] += len(keep)
 
     def _plan(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
               result: PolicyResult, taken_at: float, now: int) -> None:

@@ -9,18 +9,32 @@ without ``--switches``). With ``backfill`` (the default here) a job that does no
 block lower ones; without it the first job that does not fit stops the pass, as Slurm's main
 scheduler does. A job may be *pinned* to nodes (``ReqNodeList``), as the preemption executor does
 for a beneficiary.
+
+A pending job may hold a *reservation* (:meth:`SimSlurm.reserve`), as Slurm's backfill keeps one
+for its top jobs: when it does not fit, the nodes it would start on first (the ones with the most
+free GPUs of its size, node order breaking ties; not nodes a preemption plan pinned another job
+to) are closed to jobs of a lower class (QOS) for the rest of the pass, so smaller jobs of lower
+classes cannot backfill onto them while their running jobs end; jobs of the same class or above
+still may (they are what the reservation's class is for, and the planner counts them as fitting).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.priority.planner.placement import ClusterView, Placement, place_free
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import ActionResult, JobIds, JobState
 
+if TYPE_CHECKING:
+    from hai_slurm.slurm_plugins.fake import _FakeJob
+
 PARTITION = "gpu"
+#: Class weight of each class's QOS (reservations close nodes to lower classes only).
+QOS_WEIGHT = {c.qos: c.weight for c in PriorityClass}
 
 
 class SimSlurm(FakeSlurm):
@@ -40,6 +54,8 @@ class SimSlurm(FakeSlurm):
         self.placed: dict[int, tuple[tuple[str, int], ...]] = {}
         """Exact GPUs (node, bit mask) of every running job."""
         self.pins: dict[int, tuple[str, ...]] = {}
+        self.reserved: frozenset[int] = frozenset()
+        """Pending jobs the backfill keeps a reservation for (see the module docstring)."""
         self._pending: set[int] = set()
         # Nodes by free GPU count, node layouts by shape, and picks already worked out: a
         # single-node placement then looks at few nodes instead of all (same choice, see
@@ -112,6 +128,38 @@ class SimSlurm(FakeSlurm):
         """Restrict a pending job to ``nodes`` (``scontrol update JobId=.. ReqNodeList=..``)."""
         self.pins[job_id] = nodes
 
+    def reserve(self, job_ids: Iterable[int]) -> None:
+        """Keep reservations for ``job_ids`` (replaces the previous set)."""
+        self.reserved = frozenset(job_ids)
+
+    def _hold_for(self, node_count: int, per_node: int, held: dict[str, int]) -> int:
+        """Close the nodes a reserved job would start on first; the GPUs closed."""
+        view = self.view
+        planned = {n for nodes in self.pins.values() for n in nodes}
+        options = sorted((-view.free(n).bit_count(), layout.order, n)
+                         for n, layout in view.nodes.items()
+                         if n not in held and n not in planned
+                         and layout.full.bit_count() >= per_node)
+        closed = 0
+        for _, _, name in options[:node_count]:
+            mask = view.free(name)
+            held[name] = mask
+            if mask:
+                before = mask.bit_count()
+                view.occupy(name, mask)
+                self._move(name, before)
+                closed += before
+        return closed
+
+    def _reopen(self, held: dict[str, int]) -> None:
+        view = self.view
+        for name, mask in held.items():
+            if not mask:
+                continue
+            before = view.free(name).bit_count()
+            view.release(name, mask)
+            self._move(name, before)
+
     # -- placement -----------------------------------------------------------------------------
     def gpus_of(self, job_id: int) -> tuple[GpuRef, ...]:
         """The exact GPUs a running job holds (what gres_detail shows)."""
@@ -175,44 +223,88 @@ class SimSlurm(FakeSlurm):
         started: list[int] = []
         failed: dict[int, int] = {}   # nodes -> smallest GPUs per node that did not fit
         free_total = self.total_gpus - self.used_gpus
+        held: dict[str, int] = {}     # nodes closed by reservations in this pass -> GPUs closed
+        self._closed_below = -1       # jobs of a class weight below this see the closed nodes
+        try:
+            self._pass(queue, started, failed, free_total, held)
+        finally:
+            self._reopen(held)
+        return tuple(started)
+
+    def _pass(self, queue: list[_FakeJob], started: list[int], failed: dict[int, int],
+              free_total: int, held: dict[str, int]) -> None:
         for j in queue:
             if j.held or j.priority == 0:
                 continue
             if j.eligible_time > self.now:
                 j.reason = "BeginTime"
                 continue
-            need = j.gpus_per_node * j.node_count
-            pinned = self.pins.get(j.job_id)
-            if need > free_total or (pinned is None and j.gpus_per_node >= failed.get(
-                    j.node_count, j.gpus_per_node + 1)):
-                got = None
-            elif pinned is not None:
-                got = self._place_pinned(j.node_count, j.gpus_per_node, pinned)
-            else:
-                got = self._place_one(j.gpus_per_node) if j.node_count == 1 else place_free(
-                    self.view, j.node_count, j.gpus_per_node, cross_leaf=True)
-                if got is None:
-                    failed[j.node_count] = j.gpus_per_node
-            if got is None:
-                j.reason = "Resources"
-                if not self.backfill:
-                    break
-                continue
-            for node, mask in got.masks:
-                before = self.view.free(node).bit_count()
-                self.view.occupy(node, mask)
-                self._move(node, before)
-            self.placed[j.job_id] = got.masks
-            self.used_gpus += need
-            free_total -= need
-            j.nodes = got.nodes
-            j.state, j.reason, j.start_time = JobState.RUNNING, "None", self.now
-            self._pending.discard(j.job_id)
-            self.pins.pop(j.job_id, None)
-            started.append(j.job_id)
-            if free_total <= 0:
+            bypass = list(held) if held and QOS_WEIGHT.get(j.qos, 0) >= self._closed_below \
+                else []
+            if bypass:   # the reservation's class or above: the closed nodes are open to it
+                self._reopen(held)
+                free_total += sum(m.bit_count() for m in held.values())
+                held.clear()
+            was_held = bool(held)
+            placed = self._try(j, free_total, failed, held)
+            if placed is None and not self.backfill:
                 break
-        return tuple(started)
+            if placed is not None:
+                started.append(j.job_id)
+                free_total -= placed
+            elif held and not was_held:   # j now holds a reservation
+                free_total -= sum(m.bit_count() for m in held.values())
+            if bypass:
+                free_total -= self._close(bypass, held)
+            if placed and free_total <= 0:
+                break
+
+    def _close(self, nodes: list[str], held: dict[str, int]) -> int:
+        """Close the free GPUs of ``nodes`` again (after a job that may use them); GPUs closed."""
+        closed = 0
+        for name in nodes:
+            mask = self.view.free(name)
+            held[name] = held.get(name, 0) | mask   # the job may have closed some itself
+            if mask:
+                before = mask.bit_count()
+                self.view.occupy(name, mask)
+                self._move(name, before)
+                closed += before
+        return closed
+
+    def _try(self, j: _FakeJob, free_total: int, failed: dict[int, int],
+             held: dict[str, int]) -> int | None:
+        """Start ``j`` if it fits and return the GPUs it took; None when it did not start (then
+        a job with a reservation closes the nodes it waits for, if none are closed yet)."""
+        need = j.gpus_per_node * j.node_count
+        pinned = self.pins.get(j.job_id)
+        if need > free_total or (pinned is None and j.gpus_per_node >= failed.get(
+                j.node_count, j.gpus_per_node + 1)):
+            got = None
+        elif pinned is not None:
+            got = self._place_pinned(j.node_count, j.gpus_per_node, pinned)
+        else:
+            got = self._place_one(j.gpus_per_node) if j.node_count == 1 else place_free(
+                self.view, j.node_count, j.gpus_per_node, cross_leaf=True)
+            if got is None:
+                failed[j.node_count] = j.gpus_per_node
+        if got is None:
+            j.reason = "Resources"
+            if self.backfill and j.job_id in self.reserved and pinned is None and not held:
+                self._hold_for(j.node_count, j.gpus_per_node, held)
+                self._closed_below = QOS_WEIGHT.get(j.qos, 0)
+            return None
+        for node, mask in got.masks:
+            before = self.view.free(node).bit_count()
+            self.view.occupy(node, mask)
+            self._move(node, before)
+        self.placed[j.job_id] = got.masks
+        self.used_gpus += need
+        j.nodes = got.nodes
+        j.state, j.reason, j.start_time = JobState.RUNNING, "None", self.now
+        self._pending.discard(j.job_id)
+        self.pins.pop(j.job_id, None)
+        return need
 
     def pending_ids(self) -> frozenset[int]:
         """Ids of the jobs waiting in the queue."""

@@ -66,6 +66,22 @@ def test_explain_running_job_tells_decay_borrowed_and_protection() -> None:
     assert "borrowed GPUs" in text
 
 
+def test_explain_tells_aged_in_yield_and_relative_protection() -> None:
+    """A NORMAL job running as HIGH by aging yields to jobs that asked for HIGH; a pending
+    job's protected team is explained with the share-relative rule."""
+    job = running_job(6, P.NORMAL, team="vision", start_class=P.HIGH)
+    result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, now=NOW)
+    text = explain_running(job, result.running[6], config=CONFIG)
+    assert "running in class HIGH" in text
+    assert "reached HIGH by aging" in text and "counts as ABOVE_NORMAL" in text
+    events = [FairnessEvent(EventKind.PREEMPTED, "vision", "ana", NOW - 60 * i)
+              for i in range(1, 6)]
+    result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, events=events,
+                                now=NOW)
+    text = explain_running(job, result.running[6], result.teams["vision"], config=CONFIG)
+    assert "more than 2 x as often per quota GPU as the other teams" in text
+
+
 def snapshot(tmp_path: Path) -> Path:
     data = {
         "now": NOW, "cluster": {"gpus": 16, "cpus": 256, "memory_mb": 1048576},

@@ -1,0 +1,176 @@
+"""Hand-made schedules for issue 16's rules: relative protection, aged-in jobs yielding within
+their class, backfill reservations, the urgent path, lost work on request; and the matrix's
+generators being pure."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.conf.topology import Level
+from hai_slurm.priority.config.loader import parse_config
+from hai_slurm.priority.planner.inputs import holders_from_policy, victim_class
+from hai_slurm.priority.planner.testing import gpu_cluster, gpus
+from hai_slurm.priority.policy import fairness
+from hai_slurm.priority.policy.settings import FairnessConfig
+from hai_slurm.priority.policy.state import EventKind, FairnessEvent, RunningDecision
+from hai_slurm.priority.policy.testing import NOW, running_job
+from hai_slurm.priority.sim import matrix
+from hai_slurm.priority.sim.engine import T0, Engine
+from hai_slurm.priority.sim.ours import HaiSlurm
+from hai_slurm.priority.sim.runner import Setup, with_quotas
+from hai_slurm.priority.sim.slurm import SimSlurm
+from hai_slurm.priority.sim.trace import Trace, TraceJob
+
+CFG = FairnessConfig(window=86400.0, protect_after=3, protect_for=3600.0)
+
+
+def events(team: str, kind: EventKind, count: int) -> list[FairnessEvent]:
+    return [FairnessEvent(kind, team, "u", NOW - 100 * (i + 1)) for i in range(count)]
+
+
+def test_protection_is_relative_to_the_other_teams_preemptions() -> None:
+    """Y = 2, equal quotas: 4 preemptions protect team a when b had none, not when b had 4 too
+    (limit max(3, 2 x 4 x 0.5 / 0.5) = 8); Y = 0 protects a in both cases."""
+    alone = fairness.index_events(events("a", EventKind.PREEMPTED, 4))
+    both = fairness.index_events(events("a", EventKind.PREEMPTED, 4)
+                                 + events("b", EventKind.PREEMPTED, 4))
+    for index, protected in ((alone, True), (both, False)):
+        until = fairness.protected_until(index.preempted["a"], NOW, CFG,
+                                         everyone=index.all_preempted, fraction=0.5)
+        assert (until is not None) is protected
+    absolute = replace(CFG, protect_excess=0.0)
+    assert fairness.protected_until(both.preempted["a"], NOW, absolute,
+                                    everyone=both.all_preempted, fraction=0.5) is not None
+
+
+def test_a_job_aged_into_its_class_is_a_victim_one_class_below() -> None:
+    """A NORMAL job running as HIGH by aging counts as ABOVE_NORMAL for the planner; a job that
+    asked for HIGH stays HIGH; aged_yield=False keeps the effective class."""
+    aged = running_job(1, P.NORMAL, start_class=P.HIGH)
+    asked = running_job(2, P.HIGH)
+    d = {j: RunningDecision(j, "t1", P.HIGH, False, False, False, True) for j in (1, 2)}
+    assert victim_class(aged, d[1]) is P.ABOVE_NORMAL
+    assert victim_class(asked, d[2]) is P.HIGH
+    held = {1: gpus("n1", 0), 2: gpus("n1", 1)}
+    hs = holders_from_policy([aged, asked], d, held)
+    assert [h.effective for h in hs] == [P.ABOVE_NORMAL, P.HIGH]
+    hs = holders_from_policy([aged, asked], d, held, aged_yield=False)
+    assert [h.effective for h in hs] == [P.HIGH, P.HIGH]
+
+
+def _slurm() -> SimSlurm:
+    return SimSlurm(gpu_cluster(1, 1), now=T0)
+
+
+def test_a_reservation_keeps_lower_classes_off_the_node_it_waits_for() -> None:
+    """One 8-GPU node, A (4 GPUs) running. B (HIGH, 8 GPUs) waits; without a reservation C
+    (LOW, 1 GPU) backfills; with one C waits and D (HIGH, 1 GPU: B's class) still starts."""
+    for reserve, started in ((False, {"c", "d"}), (True, {"d"})):
+        s = _slurm()
+        ids = {}
+        ids["a"] = s.submit_gpus(gpus=4, nodes=1, name="a", user="u", account="t", qos="low",
+                                 priority=10)
+        s.schedule(T0)
+        ids["b"] = s.submit_gpus(gpus=8, nodes=1, name="b", user="u", account="t", qos="high",
+                                 priority=100)
+        ids["d"] = s.submit_gpus(gpus=1, nodes=1, name="d", user="u", account="t", qos="high",
+                                 priority=90)
+        ids["c"] = s.submit_gpus(gpus=1, nodes=1, name="c", user="u", account="t", qos="low",
+                                 priority=50)
+        if reserve:
+            s.reserve([ids["b"]])
+        got = set(s.schedule(T0 + 1))
+        assert got == {ids[k] for k in started}
+        assert s.used_gpus == 4 + len(started)   # the closed GPUs were given back after the pass
+        assert s.view.free(next(iter(s.view.nodes))).bit_count() == 8 - 4 - len(started)
+
+
+def _engine(jobs: list[TraceJob], **kw: object) -> Engine:
+    trace = Trace(tuple(jobs), "test")
+    setup = Setup(config=with_quotas(parse_config(""), trace.teams, 8))
+    policy = HaiSlurm(setup.config, setup.planner_config(), **kw)  # type: ignore[arg-type]
+    return Engine(trace, gpu_cluster(1, 1), policy, costs=setup.costs).run()
+
+
+JOBS = [TraceJob(1, 0, 5000, 8, "t1", P.LOW, 0, "t1"),
+        TraceJob(2, 1005, 100, 8, "t2", P.HIGH, 0, "t2")]
+
+
+def test_the_urgent_path_plans_a_high_job_seconds_after_it_arrives() -> None:
+    """LOW A holds the node; HIGH B arrives at 1005. Its loss (save 70 + restart 70 s) x 8 GPUs
+    needs a wait over 140 / 30 s: not at 1007 (wait 2 s), but at 1015 (10 s), B's second urgent
+    look; without the urgent path at the next cycle, 1020. B starts after A's 70-s save."""
+    fast = _engine(JOBS)
+    assert [(p.time - T0, p.victim) for p in fast.preemptions] == [(1015, 1)]
+    assert fast.jobs[2].first_start == T0 + 1015 + 70
+    slow = _engine(JOBS, urgent_after=())
+    assert [(p.time - T0, p.victim) for p in slow.preemptions] == [(1020, 1)]
+
+
+def test_a_victim_that_saves_on_request_loses_its_save_and_restart_only() -> None:
+    """A, preempted at 1015 after 1015 s of work, keeps all of it: it held the GPUs 70 s more
+    (the save) and spends 70 s restarting, so it loses (70 + 70) x 8 GPU-s, not 1015 x 8."""
+    a = _engine(JOBS).jobs[1]
+    assert a.held_gpu_s - 8 * 5000 == (70 + 70) * 8
+
+
+def test_matrix_generators_are_pure() -> None:
+    """The same scenario gives the same trace and cluster; another seed another trace."""
+    s = matrix.family()[0]
+    assert matrix.workload(s) == matrix.workload(s)
+    assert matrix.workload(s) != matrix.workload(replace(s, seed=s.seed + 1))
+    topo = matrix.cluster(s)
+    assert len(topo.gpus) == 8 * s.nodes
+    many = matrix.cluster(matrix.family()[1])
+    assert len(many.cells_at(Level.LEAF_SWITCH)) == 3
+    q = matrix.quotas(parse_config(""), matrix.family()[1])
+    shares = [t.gpus for _, t in sorted(q.policy.teams.items())]
+    assert shares == sorted(shares) and shares[0] < shares[-1]
+
+
+def test_min_run_time_is_per_victim_class() -> None:
+    """A LOW job that ran 2 min is too young under the global 10 min, but a victim when LOW's
+    own minimum is 1 min; a NORMAL job of the same age stays too young; the TOML table reaches
+    the planner."""
+    from hai_slurm.priority.planner.search import plan_preemptions, victim_status
+    from hai_slurm.priority.planner.testing import NOW as T
+    from hai_slurm.priority.planner.testing import holder, snapshot, waiting
+    from hai_slurm.priority.planner.types import PlannerConfig
+
+    topo = gpu_cluster(1, 1)
+    node = next(iter(topo.gpus)).node
+    low = holder(1, P.LOW, gpus(node, *range(8)), start=T - 120, can_ack=True)
+    normal = replace(low, effective=P.NORMAL)
+    want = [waiting(9, P.HIGH, 8)]
+    base = PlannerConfig()
+    per_class = PlannerConfig(class_min_run_time={P.LOW: 60.0})
+    assert not plan_preemptions(snapshot(topo, [low], want), config=base, now=T).plans
+    plans = plan_preemptions(snapshot(topo, [low], want), config=per_class, now=T).plans
+    assert [p.victim_ids for p in plans] == [(1,)]
+    assert not plan_preemptions(snapshot(topo, [normal], want), config=per_class, now=T).plans
+    assert "min_run_time 1m00s of LOW" in victim_status(low, per_class, T)
+    cfg = parse_config("[planner.class_min_run_time]\nLOW = '1m'\n")
+    assert cfg.preempt.planner.min_run_for(P.LOW) == 60.0
+    assert cfg.preempt.planner.min_run_for(P.NORMAL) == 600.0
+
+
+def test_a_matrix_scenario_with_the_new_rules_is_deterministic() -> None:
+    """Two runs of a small overloaded scenario (reservations, urgent looks, aged-in yield all
+    in play) give the same JSON bytes and the same preemptions."""
+    import json
+
+    from hai_slurm.priority.sim.runner import run_policy
+
+    s = replace(matrix.family()[5], jobs=50)
+    outs = []
+    for _ in range(2):
+        setup = Setup(config=matrix.quotas(parse_config(""), s))
+        result, engine = run_policy("hai-slurm", matrix.workload(s), matrix.cluster(s), setup,
+                                    seed=0)
+        outs.append((json.dumps(result, sort_keys=True),
+                     [(p.time, p.victim) for p in engine.preemptions]))
+    assert outs[0] == outs[1]
+    assert outs[0][1], "the scenario should preempt"
+    assert result["totals"]["ended"] == 50   # no GPU left closed by a reservation
+    assert '"reserved_job_cycles"' in outs[0][0] and '"urgent_cycles"' in outs[0][0]
