@@ -159,7 +159,7 @@ class _Pass:
         self.on_node: dict[str, list[int]] = {}   # running jobs with GPUs on a node, id order
         self.problem: str | None = None
         view, busy, cands = self.view, self.view.busy, self.cands
-        min_run = config.min_run_time
+        min_run = config.min_run_for
         # why each candidate may not give way, leaving class and claims aside (None: it may);
         # the categories of _why_not, in its order, without its texts
         self.base: dict[int, str | None] = {}
@@ -186,7 +186,7 @@ class _Pass:
                 for node in masks:
                     self.on_node.setdefault(node, []).append(jid)
                 cat = ("not preemptible" if not h.preemptible else "protected" if h.protected
-                       else "too young" if now - h.start_time < min_run else None)
+                       else "too young" if now - h.start_time < min_run(h.effective) else None)
                 self.base[jid] = cat
                 self.left_out[rank, cat] = self.left_out.get((rank, cat), 0) + 1
         self.index = VictimIndex(self.view, self.cands,
