@@ -14,12 +14,15 @@ Precedence, per setting: an explicit argument (``Checkpointer.from_env(directory
 ``hai-run --grace``) > a variable already in the environment (job_submit.lua's, or the user's own
 ``export`` / ``sbatch --export=VAR=...``) > the job's record read here > the defaults.
 
-One ``scontrol show job`` per run of the job, not per rank: rank 0 runs it and writes what it
-found to ``~/.cache/hai-slurm/jobs/<job id>.<restart count>.json`` (the home directory, from the
-password database, is the directory every node of a cluster normally shares); the other ranks,
-and later steps of the same run, read that file (other ranks wait up to
-:data:`SHARE_TIMEOUT_S`). If rank 0's lookup fails, the file carries the error, so every rank
-stops with the same message.
+One ``scontrol show job`` per step, not per rank: rank 0 runs it and writes what it found to
+``~/.cache/hai-slurm/jobs/<cluster>.<job id>.<restart count>.json`` (the home directory, from the
+password database, is the directory every node of a cluster normally shares; ``<cluster>`` is
+``SLURM_CLUSTER_NAME``); the other ranks read that file, waiting up to :data:`SHARE_TIMEOUT_S`
+for one written at most :data:`SHARE_FRESH_S` before they started. Job ids are reused (a
+cluster reinstalled, two clusters of one name sharing home directories, a test bed made anew),
+so rank 0 never trusts a file it did not write in this step, and the other ranks never trust an
+old one. If rank 0's lookup fails, the file carries the error, so every rank stops with the same
+message.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ RECORD_PREFIX = "hai:"
 RECORD_V1 = "hai:v1:"
 SHARE_TIMEOUT_S = 120.0
 SHARE_POLL_S = 0.2
+SHARE_FRESH_S = 120.0
+"""A rank other than 0 takes rank 0's file only if it was written at most this long before the
+rank started looking (srun starts a step's tasks within seconds of each other)."""
 STALE_AFTER_S = 14 * 24 * 3600.0
 MAX_SHARE_BYTES = 64 * 1024
 SCONTROL_TIMEOUT_S = 60.0
@@ -206,8 +212,17 @@ def _write_share(path: Path, payload: dict[str, object]) -> None:
     tmp.replace(path)
 
 
-def _read_share(path: Path, job_id: str, restart: int) -> tuple[bool, JobRecord | None]:
-    """(whether the file is there, the shared record); raises rank 0's error."""
+def share_path(job_id: str, restart: int, environ: Mapping[str, str],
+               directory: Path | None = None) -> Path:
+    """Where rank 0 shares the record of ``job_id``'s run ``restart`` (see the module doc)."""
+    cluster = re.sub(r"[^A-Za-z0-9_.-]", "_", environ.get("SLURM_CLUSTER_NAME", "")) or "slurm"
+    return (directory or share_dir()) / f"{cluster}.{job_id}.{restart}.json"
+
+
+def _read_share(path: Path, job_id: str, restart: int,
+                not_before: float) -> tuple[bool, JobRecord | None]:
+    """(whether a file written since ``not_before`` is there, the shared record); raises rank
+    0's error."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -220,6 +235,8 @@ def _read_share(path: Path, job_id: str, restart: int) -> tuple[bool, JobRecord 
         if not stat.S_ISREG(st.st_mode):
             raise CheckpointError(f"{path} is not a regular file; remove it")
         _check_private(path, st, "file")
+        if st.st_mtime < not_before:  # an earlier job's of the same id, or an earlier step's
+            return False, None
         data = f.read(MAX_SHARE_BYTES + 1)
     try:
         doc = json.loads(data) if len(data) <= MAX_SHARE_BYTES else None
@@ -247,13 +264,9 @@ def shared_record(job_id: str, restart: int, rank: int, environ: Mapping[str, st
                   timeout_s: float = SHARE_TIMEOUT_S, poll_s: float = SHARE_POLL_S,
                   clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep) -> JobRecord | None:
-    """The job's record with one Slurm query per run (see the module docstring)."""
-    path = (directory or share_dir()) / f"{job_id}.{restart}.json"
+    """The job's record with one Slurm query per step (see the module docstring)."""
+    path = share_path(job_id, restart, environ, directory)
     if rank == 0:
-        with contextlib.suppress(CheckpointError):
-            there, cached = _read_share(path, job_id, restart)  # an earlier step of this run
-            if there:
-                return cached
         payload: dict[str, object] = {"version": 1, "job_id": job_id, "restart_count": restart}
         try:
             record = record_from_slurm(job_id, environ, show_job)
@@ -272,8 +285,9 @@ def shared_record(job_id: str, restart: int, rank: int, environ: Mapping[str, st
                                   "script") from None
         return record
     end = clock() + timeout_s
+    not_before = time.time() - SHARE_FRESH_S
     while True:
-        there, found = _read_share(path, job_id, restart)
+        there, found = _read_share(path, job_id, restart, not_before)
         if there:
             return found
         if clock() >= end:

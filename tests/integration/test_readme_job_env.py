@@ -150,7 +150,10 @@ def test_step_without_the_variables_reads_the_job_record_once(
     """With the step's environment narrowed to PATH and SLURM_CONF, both ranks still resolve
     the README's settings: rank 0 from `scontrol show job`, rank 1 from rank 0's shared file."""
     job, rows = run_readme_job(submit, "--export=PATH,SLURM_CONF")
-    shared = job_record.share_dir() / f"{job}.0.json"
+    found = sorted(job_record.share_dir().glob(f"*.{job}.0.json"),
+                   key=lambda p: p.stat().st_mtime)
+    assert found, f"rank 0 shared no settings file for job {job}"
+    shared = found[-1]
     try:
         assert [r["rank"] for r in rows] == [0, 1], submit.output(job)
         for r in rows:

@@ -3,8 +3,10 @@ one Slurm query per run shared with the other ranks, precedence of the environme
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from hai_slurm.checkpoint.job_record import (
     admin_comment_of,
     parse_record,
     scontrol_show_job,
+    share_path,
     shared_record,
     with_job_record,
 )
@@ -162,20 +165,47 @@ def test_nothing_is_looked_up_outside_slurm(tmp_path: Path) -> None:
                            directory=tmp_path) == {"PATH": "/bin"}
 
 
-def test_one_query_per_run_shared_with_every_rank(tmp_path: Path) -> None:
-    """Rank 0 asks Slurm once; ranks 1-3 and a later step's rank 0 read the shared file."""
+def test_one_query_per_step_shared_with_every_rank(tmp_path: Path) -> None:
+    """Rank 0 asks Slurm once per step; ranks 1-3 read the shared file, named by cluster, job
+    and run."""
     slurm = FakeSlurm({"8": SHOW_JOB})
-    got = [shared_record("8", 2, 0, environ(), show_job=slurm, directory=tmp_path)]
-    got += [shared_record("8", 2, r, environ(), show_job=never, directory=tmp_path)
+    env = environ(SLURM_CLUSTER_NAME="gpu/a")
+    got = [shared_record("8", 2, 0, env, show_job=slurm, directory=tmp_path)]
+    got += [shared_record("8", 2, r, env, show_job=never, directory=tmp_path)
             for r in (1, 2, 3)]
-    got.append(shared_record("8", 2, 0, environ(), show_job=never, directory=tmp_path))
-    assert got == [JobRecord("/tmp/x", 33)] * 5
+    assert got == [JobRecord("/tmp/x", 33)] * 4
     assert slurm.calls == ["8"]
-    shared = tmp_path / "8.2.json"
+    shared = tmp_path / "gpu_a.8.2.json"
+    assert share_path("8", 2, env, tmp_path) == shared
     assert stat.S_IMODE(shared.stat().st_mode) == 0o600
-    # the next run (after a requeue) asks again
-    shared_record("8", 3, 0, environ(), show_job=slurm, directory=tmp_path)
+    # a later step asks again (it cannot tell this run's file from an earlier job's of that id)
+    shared_record("8", 2, 0, env, show_job=slurm, directory=tmp_path)
     assert slurm.calls == ["8", "8"]
+
+
+def test_an_old_file_of_a_reused_job_id_is_never_used(tmp_path: Path) -> None:
+    """A file left by an earlier job of the same id (another test bed, a reinstalled cluster)
+    is overwritten by rank 0 and ignored by the other ranks, who wait for this step's."""
+    stale = share_path("8", 0, environ(), tmp_path)
+    stale.write_text(json.dumps({"version": 1, "job_id": "8", "restart_count": 0, "record": {
+        "checkpoint_dir": "/elsewhere", "grace": 5}}))
+    stale.chmod(0o600)
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    with pytest.raises(CheckpointError, match="within 1 s"):
+        shared_record("8", 0, 1, environ(), show_job=never, directory=tmp_path, timeout_s=1,
+                      clock=lambda: now[0], sleep=sleep)
+    slurm = FakeSlurm({"8": SHOW_JOB})
+    assert shared_record("8", 0, 0, environ(), show_job=slurm, directory=tmp_path) == \
+        JobRecord("/tmp/x", 33)
+    assert slurm.calls == ["8"]
+    assert shared_record("8", 0, 1, environ(), show_job=never, directory=tmp_path) == \
+        JobRecord("/tmp/x", 33)
 
 
 def test_a_job_without_record_is_shared_as_such(tmp_path: Path) -> None:
@@ -209,7 +239,7 @@ def test_other_ranks_give_up_with_advice(tmp_path: Path) -> None:
 def test_a_shared_file_others_could_write_is_refused(tmp_path: Path) -> None:
     """A group-writable settings file is not trusted."""
     shared_record("8", 0, 0, environ(), show_job=FakeSlurm({"8": SHOW_JOB}), directory=tmp_path)
-    (tmp_path / "8.0.json").chmod(0o620)
+    share_path("8", 0, environ(), tmp_path).chmod(0o620)
     with pytest.raises(CheckpointError, match="writable by group/others"):
         shared_record("8", 0, 1, environ(), show_job=never, directory=tmp_path)
 
@@ -217,7 +247,7 @@ def test_a_shared_file_others_could_write_is_refused(tmp_path: Path) -> None:
 def test_a_shared_file_of_another_job_is_refused(tmp_path: Path) -> None:
     """A file whose content names another job is refused, not used."""
     shared_record("8", 0, 0, environ(), show_job=FakeSlurm({"8": SHOW_JOB}), directory=tmp_path)
-    (tmp_path / "8.0.json").rename(tmp_path / "9.0.json")
+    share_path("8", 0, environ(), tmp_path).rename(share_path("9", 0, environ(), tmp_path))
     with pytest.raises(CheckpointError, match="not a settings file of job 9 run 0"):
         shared_record("9", 0, 1, environ(), show_job=never, directory=tmp_path)
 
