@@ -121,6 +121,9 @@ def load_pyslurm(slurm_conf: str | None = None) -> Any:
     (pyslurm built against another libslurm).
     """
     conf = conf_path(slurm_conf)
+    if not Path(conf).is_file():
+        raise SlurmError(f"slurm.conf {conf} does not exist: pyslurm's slurm_init() would end "
+                         "the process; set SLURM_CONF or pass slurm_conf")
     bound = _BOUND.get("conf")
     if bound is None and "pyslurm" in sys.modules:
         bound = os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
@@ -128,9 +131,6 @@ def load_pyslurm(slurm_conf: str | None = None) -> Any:
         raise SlurmError(f"pyslurm in this process already talks to the cluster of {bound}; it "
                          f"cannot switch to {conf} (slurm_init runs once per process): use the "
                          "CLI backend (backend='cli') for a second cluster")
-    if not Path(conf).is_file():
-        raise SlurmError(f"slurm.conf {conf} does not exist: pyslurm's slurm_init() would end "
-                         "the process; set SLURM_CONF or pass slurm_conf")
     os.environ["SLURM_CONF"] = conf
     mod = importlib.import_module("pyslurm")
     _BOUND["conf"] = conf

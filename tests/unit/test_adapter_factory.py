@@ -10,6 +10,7 @@ import pytest
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
+from hai_slurm.slurm_plugins import pyslurm_backend
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient, SlurmClient, make_client
 from hai_slurm.slurm_plugins.pyslurm_backend import (
     BackendChoice,
@@ -123,6 +124,18 @@ def test_load_refuses_a_missing_slurm_conf(tmp_path: Any) -> None:
     """A missing slurm.conf is refused before slurm_init() could end the process."""
     with pytest.raises(SlurmError, match="does not exist"):
         load_pyslurm(str(tmp_path / "missing.conf"))
+
+
+def test_load_refuses_a_second_cluster(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once pyslurm is bound to one slurm.conf, another one is refused (slurm_init runs once),
+    naming both and the way out; whichever order the tests ran in."""
+    first, second = tmp_path / "a.conf", tmp_path / "b.conf"
+    first.write_text("ClusterName=a\n")
+    second.write_text("ClusterName=b\n")
+    monkeypatch.setattr(pyslurm_backend, "_BOUND", {"conf": str(first)})
+    with pytest.raises(SlurmError, match=r"already talks to the cluster of .*a\.conf; it "
+                       r"cannot switch to .*b\.conf .*backend='cli'"):
+        load_pyslurm(str(second))
 
 
 class _FakeCli(CliSlurmClient):
