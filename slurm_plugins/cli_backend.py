@@ -454,20 +454,7 @@ class CliSlurmClient:
 
     def _running_only(self, ids: tuple[int, ...]) -> tuple[tuple[int, ...], list[Skipped]]:
         # `scontrol requeue` also re-runs jobs that already COMPLETED; never do that by accident.
-        facts = self.job_facts(ids)
-        keep: list[int] = []
-        skipped: list[Skipped] = []
-        for jid in ids:
-            f = facts.get(jid)
-            if f is None:
-                skipped.append(Skipped(jid, SkipReason.GONE, "job not known to slurmctld"))
-            elif f.running:
-                keep.append(jid)
-            elif f.pending:
-                skipped.append(Skipped(jid, SkipReason.PENDING, "job is pending"))
-            else:
-                skipped.append(Skipped(jid, SkipReason.FINISHED, f"job is {f.state}"))
-        return tuple(keep), skipped
+        return running_only(ids, self.job_facts(ids))
 
     def _requeue(self, verb: str, job_ids: JobIds) -> ActionResult:
         keep, skipped = self._running_only(job_id_tuple(job_ids))
@@ -556,3 +543,23 @@ class CliSlurmClient:
             if after is not None and after.pending:
                 raise
             return ActionResult(skipped=(Skipped(job_id, SkipReason.NOT_PENDING, str(err)),))
+
+
+def running_only(ids: tuple[int, ...], facts: Mapping[int, JobFacts]
+                 ) -> tuple[tuple[int, ...], list[Skipped]]:
+    """The running jobs among ``ids``, and why each other one is skipped (a requeue of a job
+    that is not running would re-run a COMPLETED job or act on a pending one). Every backend's
+    requeue uses it."""
+    keep: list[int] = []
+    skipped: list[Skipped] = []
+    for jid in ids:
+        f = facts.get(jid)
+        if f is None:
+            skipped.append(Skipped(jid, SkipReason.GONE, "job not known to slurmctld"))
+        elif f.running:
+            keep.append(jid)
+        elif f.pending:
+            skipped.append(Skipped(jid, SkipReason.PENDING, "job is pending"))
+        else:
+            skipped.append(Skipped(jid, SkipReason.FINISHED, f"job is {f.state}"))
+    return tuple(keep), skipped

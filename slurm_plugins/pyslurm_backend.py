@@ -58,6 +58,7 @@ from hai_slurm.slurm_plugins.cli_backend import (
     CliSlurmClient,
     _classify,
     _Harmless,
+    running_only,
 )
 from hai_slurm.slurm_plugins.parse import job_state, parse_job
 from hai_slurm.slurm_plugins.runner import check
@@ -69,7 +70,6 @@ from hai_slurm.slurm_plugins.types import (
     JobIds,
     SignalTarget,
     Skipped,
-    SkipReason,
     SwitchInfo,
     job_id_tuple,
 )
@@ -517,20 +517,7 @@ class PyslurmClient:
 
     def _running_only(self, ids: tuple[int, ...]) -> tuple[tuple[int, ...], list[Skipped]]:
         # slurm_requeue also re-runs jobs that already COMPLETED; never do that by accident.
-        facts = self.job_facts(ids)
-        keep: list[int] = []
-        skipped: list[Skipped] = []
-        for jid in ids:
-            f = facts.get(jid)
-            if f is None:
-                skipped.append(Skipped(jid, SkipReason.GONE, "job not known to slurmctld"))
-            elif f.running:
-                keep.append(jid)
-            elif f.pending:
-                skipped.append(Skipped(jid, SkipReason.PENDING, "job is pending"))
-            else:
-                skipped.append(Skipped(jid, SkipReason.FINISHED, f"job is {f.state}"))
-        return tuple(keep), skipped
+        return running_only(ids, self.job_facts(ids))
 
     def _requeue(self, job_ids: JobIds, *, hold: bool) -> ActionResult:
         mine, aliased = self._split(job_ids)
