@@ -224,13 +224,15 @@ def healthy(client: Any, state: DockerState) -> bool:
 
 def up(shape: ClusterShape, *, state_dir: Path, suite: str = "bookworm", build: bool = True,
        timeout: float = 120.0, keep_on_failure: bool = False,
-       echo: Echo = lambda _msg: None) -> bool:
+       echo: Echo = lambda _msg: None, image: str | None = None) -> bool:
     """Bring the Docker testbed up; False if it was already up and healthy (nothing done).
 
     Makes the base image and builds the testbed image first unless ``build`` is False. Returns
     only when every node is idle and a GPU job on all nodes completed; otherwise raises
     :class:`TestbedError` with container and Slurm log lines and removes what it created
     (unless ``keep_on_failure``: then the containers stay for a look, ``down`` removes them).
+    ``image`` runs the containers from another image built on the suite's one (the pyslurm
+    layer of :mod:`.docker_pyslurm`); it must exist.
     """
     client = docker_images.connect()
     state_dir = state_dir.resolve()
@@ -252,7 +254,7 @@ def up(shape: ClusterShape, *, state_dir: Path, suite: str = "bookworm", build: 
     if build:
         times = docker_images.prepare_images(client, suite)
         step(f"images ready (base {times.base_image:.1f} s, build {times.build:.1f} s)")
-    image = docker_images.image_tag(suite)
+    image = image or docker_images.image_tag(suite)
     if not docker_images.has_image(client, image):
         raise TestbedError(f"image {image} is missing; `hai-slurm testbed up --docker --slurm "
                            f"{suite}` makes it (docker_mode.up with build=True)")
