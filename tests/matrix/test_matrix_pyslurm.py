@@ -51,6 +51,13 @@ def hai_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
+def _wheel(request: pytest.FixtureRequest) -> Path:
+    """:func:`hai_wheel`, asked for only once a test is sure to run (it takes a while)."""
+    wheel = request.getfixturevalue("hai_wheel")
+    assert isinstance(wheel, Path)
+    return wheel
+
+
 def _in_controller(bed: SuiteCluster, argv: list[str], timeout: float = 60.0) -> Completed:
     return bed.runner(workdir="/")(argv, timeout=timeout)
 
@@ -86,11 +93,12 @@ def _results(junit: str) -> dict[str, str]:
 
 
 def test_contract_through_pyslurm_inside_the_container(suite_cluster: SuiteCluster,
-                                                       hai_wheel: Path) -> None:
+                                                       request: pytest.FixtureRequest) -> None:
     """Every pyslurm variant of the adapter contract passes against the suite's slurmctld, run
     in its controller with the pyslurm built in the image; none of them is skipped."""
     bed = suite_cluster
     _needs_pyslurm(bed)
+    hai_wheel = _wheel(request)
     _install(bed, hai_wheel, files=TEST_FILES)
     res = _in_controller(bed, [f"{VENV}/bin/pip", "install", "-q", "--no-index", "--no-deps",
                                "--force-reinstall", f"{INSIDE}/{hai_wheel.name}"], timeout=120)
@@ -130,11 +138,13 @@ except SlurmError as err:
 """
 
 
-def test_auto_picks_pyslurm_on_24_11(suite_cluster: SuiteCluster, hai_wheel: Path) -> None:
+def test_auto_picks_pyslurm_on_24_11(suite_cluster: SuiteCluster,
+                                     request: pytest.FixtureRequest) -> None:
     """In the trixie controller, with pyslurm 24.11.x installed, ``make_client("auto")`` takes
     the pyslurm backend and logs why."""
     bed = suite_cluster
     _needs_pyslurm(bed)
+    hai_wheel = _wheel(request)
     _install(bed, hai_wheel)
     res = _in_controller(bed, [f"{VENV}/bin/pip", "install", "-q", "--no-index", "--no-deps",
                                "--force-reinstall", f"{INSIDE}/{hai_wheel.name}"], timeout=120)
@@ -142,13 +152,15 @@ def test_auto_picks_pyslurm_on_24_11(suite_cluster: SuiteCluster, hai_wheel: Pat
     res = _in_controller(bed, ["env", f"SLURM_CONF={SLURM_CONF}", f"{VENV}/bin/python", "-c",
                                _AUTO])
     assert res.returncode == 0, res.stderr
+    print(res.stdout)
     assert f"CHOSEN PyslurmClient {bed.series}." in res.stdout, res.stdout
     assert f"Slurm backend: pyslurm (pyslurm 24.11.0 matches Slurm {bed.series}." \
         in res.stdout, res.stdout
     assert "FORCED ok" in res.stdout, res.stdout
 
 
-def test_26_05_refuses_pyslurm(suite_cluster: SuiteCluster, hai_wheel: Path) -> None:
+def test_26_05_refuses_pyslurm(suite_cluster: SuiteCluster,
+                               request: pytest.FixtureRequest) -> None:
     """In the sid controller (Slurm 26.05) with a pyslurm installed (the 24.11.x wheel from the
     trixie image: no pyslurm exists for 26.05), ``auto`` takes the CLI saying why, and asking
     for pyslurm is refused with the same reason; pyslurm is never imported."""
@@ -160,10 +172,18 @@ def test_26_05_refuses_pyslurm(suite_cluster: SuiteCluster, hai_wheel: Path) -> 
     tag = pyslurm_image_tag("trixie")
     if not has_image(bed.docker, tag):
         pytest.skip(f"image {tag} is missing: run trixie first (HAI_SLURM_SUITES=trixie,sid)")
+    hai_wheel = _wheel(request)
     name = bed.docker.containers.run(tag, ["cat", "/etc/hai-testbed-pyslurm"], entrypoint=[],
                                      remove=True, network_mode="none").decode().strip()
-    data = bed.docker.containers.run(tag, ["cat", f"/opt/pyslurm/wheels/{name}"],
-                                     entrypoint=[], remove=True, network_mode="none")
+    box = bed.docker.containers.create(tag, ["true"], entrypoint=[], network_mode="none")
+    try:   # get_archive: a container's output stream is not binary-safe
+        stream, _stat = box.get_archive(f"/opt/pyslurm/wheels/{name}")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile(name)
+            assert member is not None
+            data = member.read()
+    finally:
+        box.remove(force=True)
     pyslurm_wheel = hai_wheel.parent / name
     pyslurm_wheel.write_bytes(data)
     _install(bed, hai_wheel)
@@ -176,6 +196,7 @@ def test_26_05_refuses_pyslurm(suite_cluster: SuiteCluster, hai_wheel: Path) -> 
                                "python3", "-c", _AUTO + _DIRECT])
     assert res.returncode == 0, res.stderr
     out = res.stdout
+    print(out)
     assert f"CHOSEN CliSlurmClient {bed.series}." in out, out
     reason = f"Slurm {bed.series}."
     assert f"Slurm backend: CLI ({reason}" in out and "has no pyslurm (its C API changed in " \
