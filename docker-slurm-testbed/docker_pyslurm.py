@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import tarfile
 import time
 from dataclasses import dataclass
@@ -110,8 +111,10 @@ def build_pyslurm_image(client: Any, suite: str, archive: PyslurmArchive, *,
     """Build ``hai-slurm-testbed:SUITE-pyslurm`` on the suite's testbed image (which must exist).
 
     ``jobs`` is pyslurm's ``PYSLURM_BUILD_JOBS`` (parallel Cython runs): keep it small on a
-    shared machine. Raises :class:`TestbedError` with the build's last lines on failure.
+    shared machine. ``network_mode`` as :func:`~.docker_images.build_image` (default
+    ``HAI_DOCKER_BUILD_NETWORK``). Raises :class:`TestbedError` with the build's last lines.
     """
+    network_mode = network_mode or os.environ.get("HAI_DOCKER_BUILD_NETWORK") or None
     base = image_tag(suite)
     if not has_image(client, base):
         raise TestbedError(f"image {base} is missing; build the testbed image first "
