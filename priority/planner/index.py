@@ -38,13 +38,20 @@ from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, 
 _Best = tuple[tuple[float, ...], int, int, frozenset[int]] | None
 _Bound = tuple[float, float]
 _Elig = tuple[int, list[Candidate], int]
+_Entry = tuple[tuple[float, ...], str, int, int, Option | None]
+"""A ranking's heap entry: (key, node, token, node version or -1, option or None)."""
+
+
+def _ratio(part: tuple[float, int]) -> float:
+    return part[0] / part[1] if part[1] else float("inf")
 
 
 def _cover(need: int, parts: list[tuple[float, int]]) -> float:
     """The least cost of ``need`` GPUs when parts (cost, GPUs) may be taken in fractions: a
-    lower bound of any whole set's cost (kept a hair low so rounding never lifts it above)."""
+    lower bound of any whole set's cost (kept a hair low so rounding never lifts it above).
+    ``parts`` sorted by cost per GPU (stable: as ``sorted(parts, key=_ratio)``)."""
     total = 0.0
-    for cost, gpus in sorted(parts, key=lambda p: p[0] / p[1] if p[1] else float("inf")):
+    for cost, gpus in parts:
         if gpus <= 0:
             continue
         take = min(gpus, need)
@@ -59,7 +66,7 @@ class _Node:
     """One node's candidates and what was derived from them, valid until the node changes
     (then :meth:`VictimIndex.touch` empties the caches and bumps the version)."""
 
-    __slots__ = ("best", "cands", "elig", "group", "low", "name", "version")
+    __slots__ = ("best", "cands", "elig", "group", "low", "name", "parts", "version")
 
     def __init__(self, name: str, group: str) -> None:
         self.name, self.group = name, group
@@ -69,6 +76,9 @@ class _Node:
         # per (GPUs per node, class bucket): key per * 16 + bucket + 1
         self.best: dict[int, _Best] = {}
         self.low: dict[int, _Bound | None] = {}
+        # per class bucket (+ 16: losses spread, see _share): the parts of the lower bounds,
+        # (non-borrowed loss, GPUs) and (loss, GPUs) of each candidate, by cost per GPU
+        self.parts: dict[int, tuple[list[tuple[float, int]], list[tuple[float, int]]]] = {}
 
 
 class _Ranking:
@@ -84,7 +94,7 @@ class _Ranking:
     def __init__(self) -> None:
         # (key, node, token, node version or -1, option); option None: key is a lower bound
         # of 2 items, and with version -1 one from an earlier version (computed again first)
-        self.heap: list[tuple[tuple[float, ...], str, int, int, Option | None]] = []
+        self.heap: list[_Entry] = []
         self.seen: dict[str, int] = {}
         self.live: dict[str, int] = {}
         self.low: dict[str, _Bound] = {}   # nodes that may ever have an option: a lower bound
@@ -117,6 +127,7 @@ class VictimIndex:
         n.elig.clear()
         n.best.clear()
         n.low.clear()
+        n.parts.clear()
         self.changes.append(node)
         self.group_version[n.group] += 1
         self.changed += 1
@@ -207,10 +218,15 @@ class VictimIndex:
         need = per - self.view.free(node).bit_count()
         got: _Bound | None = None
         if need > 0 and reach.bit_count() >= per:
-            parts = [(c.lost_work, (0.0 if c.borrowed else c.lost_work),
-                      c.masks[node].bit_count()) for c in cands]
-            got = (_cover(need, [(nb, g) for _, nb, g in parts]),
-                   _cover(need, [(lw, g) for lw, _, g in parts]))
+            parts = n.parts.get(bucket)
+            if parts is None:
+                gpus = [c.masks[node].bit_count() for c in cands]
+                parts = n.parts[bucket] = (
+                    sorted([(c.cost[0], g) for c, g in zip(cands, gpus, strict=True)],
+                           key=_ratio),
+                    sorted([(c.lost_work, g) for c, g in zip(cands, gpus, strict=True)],
+                           key=_ratio))
+            got = (_cover(need, parts[0]), _cover(need, parts[1]))
         n.low[key] = got
         return got
 
@@ -231,42 +247,50 @@ class VictimIndex:
                     r.live[name] = self.token
                     heapq.heappush(r.heap, (low, name, self.token, -1, None))
             r.cursor = len(self.changes)
-        taken: list[tuple[tuple[float, ...], str, int, int, Option | None]] = []
+        taken: list[_Entry] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
-        heap = r.heap
+        heap, live = r.heap, r.live
+        pop, push = heapq.heappop, heapq.heappush
         while heap and len(out) < keep:
-            entry = heapq.heappop(heap)
-            _, name, token, ver, option = entry
-            if token != r.live[name]:
-                continue  # dead: the node was pushed again since
-            if ver < 0:  # a bound of an earlier version: the node's bound now
-                self._bound(r, name, per, rank, token)
-                continue
-            if option is None:  # a bound: the exact option now (never below the bound)
-                exact = self._option(name, per, rank)
-                if exact is not None:
-                    heapq.heappush(heap, (exact.key, name, token, ver, exact))
-                continue
-            taken.append(entry)
-            if option.victims not in sets:
-                sets.add(option.victims)
-                out.append(option)
+            entry: _Entry | None = pop(heap)
+            # an entry replaced by a new one for its node (a bound, an exact option) is pushed
+            # back, unless it is below the heap's top: then it would be popped next anyway
+            while entry is not None:
+                _, name, token, ver, option = entry
+                if token != live[name]:
+                    break  # dead: the node was pushed again since
+                if ver < 0:  # a bound of an earlier version: the node's bound now
+                    entry = self._bound(r, name, per, rank, token)
+                elif option is None:  # a bound: the exact option now (never below the bound)
+                    exact = self._option(name, per, rank)
+                    entry = None if exact is None else (exact.key, name, token, ver, exact)
+                else:
+                    taken.append(entry)
+                    if option.victims not in sets:
+                        sets.add(option.victims)
+                        out.append(option)
+                    break
+                if entry is not None and heap and heap[0] < entry:
+                    push(heap, entry)
+                    break
         for entry in taken:
-            heapq.heappush(heap, entry)
+            push(heap, entry)
         return out
 
-    def _bound(self, r: _Ranking, name: str, per: int, rank: int, token: int) -> None:
-        """Push ``name``'s lower bound at its version (none when it has no option now)."""
+    def _bound(self, r: _Ranking, name: str, per: int, rank: int, token: int) -> _Entry | None:
+        """``name``'s lower bound at its version as a heap entry (None when it has no option
+        now)."""
         n = self.nodes[name]
         lb = self.lower(name, per, rank)
         if lb is not None:
             r.low[name] = lb
-            heapq.heappush(r.heap, (lb, name, token, n.version, None))
-        elif (n.elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
+            return (lb, name, token, n.version, None)
+        if (n.elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
             r.low[name] = (0.0, 0.0)   # free enough now; a later plan may take them
         else:
             r.low.pop(name, None)      # cannot hold ``per`` GPUs, now or later in the pass
+        return None
 
     def _ranking(self, per: int, rank: int) -> _Ranking:
         """A new ranking: seeded lazily with the bounds of a higher class's ranking (it sees
@@ -287,7 +311,9 @@ class VictimIndex:
                 self.token += 1
                 r.live[name] = self.token
                 r.low[name] = (0.0, 0.0)
-                self._bound(r, name, per, rank, self.token)
+                entry = self._bound(r, name, per, rank, self.token)
+                if entry is not None:
+                    r.heap.append(entry)
         heapq.heapify(r.heap)
         r.cursor = len(self.changes)
         return r
@@ -307,14 +333,18 @@ class VictimIndex:
                 need = per - self.view.free(node).bit_count()
                 got = (0.0, 0.0)
                 if need > 0:
-                    parts = []
-                    for c in cands:
-                        total = sum(m.bit_count() for m in c.masks.values())
-                        on = c.masks[node].bit_count()
-                        parts.append((c.lost_work * on / total,
-                                      0.0 if c.borrowed else c.lost_work * on / total, on))
-                    got = (_cover(need, [(nb, g) for _, nb, g in parts]),
-                           _cover(need, [(lw, g) for lw, _, g in parts]))
+                    spread = n.parts.get(bucket + 16)
+                    if spread is None:
+                        parts = []
+                        for c in cands:
+                            total = sum(m.bit_count() for m in c.masks.values())
+                            on = c.masks[node].bit_count()
+                            parts.append((c.lost_work * on / total,
+                                          0.0 if c.borrowed else c.lost_work * on / total, on))
+                        spread = n.parts[bucket + 16] = (
+                            sorted([(nb, g) for _, nb, g in parts], key=_ratio),
+                            sorted([(lw, g) for lw, _, g in parts], key=_ratio))
+                    got = (_cover(need, spread[0]), _cover(need, spread[1]))
             n.low[key] = got
         return got
 

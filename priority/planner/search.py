@@ -74,16 +74,19 @@ def _gs(value: float) -> str:
     return f"{value:,.0f} GPU-s"
 
 
-def lost_seconds(holder: Holder, config: PlannerConfig, now: float) -> float:
+def lost_seconds(holder: Holder, config: PlannerConfig, now: float,
+                 nodes: int | None = None) -> float:
     """Seconds of work ``holder`` would lose, restart included.
 
     A job that saves on request (``can_ack``) loses its save time (its own estimate, else
     ``config.save_cost``) plus its restart; one that cannot loses everything since its last
-    checkpoint (or its start) plus its restart.
+    checkpoint (or its start) plus its restart. ``nodes``: the number of nodes its GPUs are on,
+    when the caller knows it already.
     """
     restart = holder.restart_cost
     if restart is None:
-        nodes = len({g.node for g in holder.gpus})
+        if nodes is None:
+            nodes = len({g.node for g in holder.gpus})
         restart = config.restart_cost + config.restart_cost_per_node * nodes
     if holder.can_ack:
         save = holder.save_cost if holder.save_cost is not None else config.save_cost
@@ -181,7 +184,7 @@ class _Pass:
                 view.occupy(node, mask)
             if masks:
                 jid, rank = h.job_id, RANK[h.effective]
-                lost = lost_seconds(h, config, now) * len(h.gpus)
+                lost = lost_seconds(h, config, now, len(masks)) * len(h.gpus)
                 cands[jid] = Candidate(jid, rank, h.borrowed, lost, masks)
                 for node in masks:
                     self.on_node.setdefault(node, []).append(jid)

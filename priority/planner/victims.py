@@ -24,7 +24,7 @@ across nodes; it never returns a set that does not free the placement.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hai_slurm.conf.topology import Level
 from hai_slurm.priority.planner.placement import ClusterView, Placement
@@ -39,11 +39,16 @@ class Candidate:
     borrowed: bool
     lost_work: float
     masks: Mapping[str, int]
+    cost: tuple[float, float, int] = field(init=False, repr=False, compare=False)
+    """Its contribution to a set's key (non-borrowed loss, loss, id); set from the others."""
 
-    @property
-    def cost(self) -> tuple[float, float, int]:
-        """Its contribution to a set's key (non-borrowed loss, loss, id)."""
-        return (0.0 if self.borrowed else self.lost_work, self.lost_work, self.job_id)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cost", (0.0 if self.borrowed else self.lost_work,
+                                          self.lost_work, self.job_id))
+
+
+def _cost(c: Candidate) -> tuple[float, float, int]:
+    return c.cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +82,7 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
             base |= c.masks[node]
         else:
             fresh.append(c)
-    fresh.sort(key=lambda c: c.cost)
+    fresh.sort(key=_cost)
     fresh = fresh[:limit]
     reach = base
     for c in fresh:
@@ -105,7 +110,7 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
             if best is not None and cost > best[0][:2]:
                 continue  # already worse than the best set (costs never go down)
             chosen.append(c)
-            visit(i + 1, free | c.masks[node], *cost)
+            visit(i + 1, free | c.masks[node], cost[0], cost[1])
             chosen.pop()
 
     visit(0, base, 0.0, 0.0)
