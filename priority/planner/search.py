@@ -29,6 +29,7 @@ same inputs always give the same plans.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -304,8 +305,19 @@ def _refused(reason: str, pending: tuple[Waiting, ...]) -> PlanningResult:
 
 def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
                      now: float) -> PlanningResult:
-    """Plans that let waiting jobs of higher classes start (see the module doc)."""
-    return _plan(snapshot, config, now, _Pass)
+    """Plans that let waiting jobs of higher classes start (see the module doc).
+
+    The cyclic garbage collector is paused during the pass (and resumed after it if it was
+    on): a pass makes tens of thousands of objects that live until it ends (caches, heap
+    entries, 10,000 decisions), none of them in cycles, and collecting while they pile up
+    took about a seventh of a pass at 10,000 pending jobs (priority/planner/README.md)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _plan(snapshot, config, now, _Pass)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,

@@ -83,37 +83,47 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
         else:
             fresh.append(c)
     fresh.sort(key=_cost)
-    fresh = fresh[:limit]
-    reach = base
-    for c in fresh:
-        reach |= c.masks[node]
-    if reach.bit_count() < per_node:
+    del fresh[limit:]
+    count = len(fresh)
+    masks = [c.masks[node] for c in fresh]
+    nbs = [c.cost[0] for c in fresh]
+    lws = [c.lost_work for c in fresh]
+    rest = [0] * (count + 1)   # GPUs that candidates i, i + 1, ... hold together
+    for i in range(count - 1, -1, -1):
+        rest[i] = rest[i + 1] | masks[i]
+    if (base | rest[0]).bit_count() < per_node:
         return None
     best: tuple[tuple[float, ...], int, int, frozenset[int]] | None = None
-    chosen: list[Candidate] = []
+    bound: tuple[float, float] | None = None   # best's (non-borrowed loss, loss)
+    chosen: list[int] = []                     # indices into fresh, ascending
+    order, pick = layout.order, view.pick
 
     def visit(start: int, free: int, nb: float, loss: float) -> None:
-        nonlocal best
+        nonlocal best, bound
         have = free.bit_count()
         if have >= per_node:
-            got = view.pick(node, free, per_node)
+            got = pick(node, free, per_node)
             if got is not None:
                 level, mask = got
-                key = (*_set_key(chosen), int(level), have - per_node, layout.order,
-                       *sorted(c.job_id for c in chosen))
+                victims = [fresh[i] for i in chosen]
+                ids = sorted(c.job_id for c in victims)
+                key = (*_set_key(victims), int(level), have - per_node, order, *ids)
                 if best is None or key < best[0]:
-                    best = (key, int(level), mask, frozenset(c.job_id for c in chosen))
+                    best = (key, int(level), mask, frozenset(ids))
+                    bound = (key[0], key[1])
             return  # a superset only loses more work
-        for i in range(start, len(fresh)):
-            c = fresh[i]
-            cost = (nb + c.cost[0], loss + c.lost_work)
-            if best is not None and cost > best[0][:2]:
+        for i in range(start, count):
+            if (free | rest[i]).bit_count() < per_node:
+                return  # the candidates left cannot free enough GPUs
+            cost = (nb + nbs[i], loss + lws[i])
+            if bound is not None and cost > bound:
                 continue  # already worse than the best set (costs never go down)
-            chosen.append(c)
-            visit(i + 1, free | c.masks[node], cost[0], cost[1])
+            chosen.append(i)
+            visit(i + 1, free | masks[i], cost[0], cost[1])
             chosen.pop()
 
     visit(0, base, 0.0, 0.0)
+    del visit   # the function refers to itself: no cycle left for the garbage collector
     return best
 
 
