@@ -31,8 +31,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from hai_slurm.conf.topology import Level
-from hai_slurm.priority.planner.placement import ClusterView, Placement
+from hai_slurm.priority.planner.placement import LEVELS, ClusterView, Placement
 from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, group_option
 
 _Best = tuple[tuple[float, ...], int, int, frozenset[int]] | None
@@ -202,7 +201,7 @@ class VictimIndex:
         if got is None or not got[3]:
             return None
         key, level, mask, victims = got
-        return Option(key, victims, Placement(((node, mask),), Level(level)))
+        return Option(key, victims, Placement(((node, mask),), LEVELS[level]))
 
     def lower(self, node: str, per: int, rank: int) -> _Bound | None:
         """A lower bound of the (non-borrowed loss, loss) that opens the node's best set for

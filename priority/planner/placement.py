@@ -22,6 +22,9 @@ from weakref import WeakKeyDictionary
 
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 
+LEVELS: tuple[Level, ...] = tuple(Level(i) for i in range(max(Level) + 1))
+"""``LEVELS[i] is Level(i)``, without calling the enum (a Python-level lookup)."""
+
 
 @dataclass(frozen=True, slots=True)
 class _CellMask:
@@ -271,7 +274,7 @@ def _place_free(view: ClusterView, groups: tuple[tuple[str, tuple[str, ...]], ..
         key = (worst, view.group_free.get(group, 0) if nodes > 1 else 0,
                *chosen[0][0][1:], gi)
         if best is None or key < best[0]:
-            best = (key, Placement(tuple(sorted((n, m) for _, n, m in chosen)), Level(worst)))
+            best = (key, Placement(tuple(sorted((n, m) for _, n, m in chosen)), LEVELS[worst]))
     return None if best is None else best[1]
 
 

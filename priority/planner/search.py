@@ -60,6 +60,11 @@ from hai_slurm.priority.policy.ladder import RANK
 _NAME: dict[PriorityClass | Level, str] = {**{c: c.name for c in PriorityClass},
                                            **{lv: lv.name for lv in Level}}
 """Enum names (an enum's ``name`` is a property: thousands of reasons a pass)."""
+# outcomes as module constants: an enum member looked up on its class costs a Python-level
+# attribute lookup, 10,000 decisions a pass
+_FITS, _PREEMPT, _NO_VICTIMS, _NOT_WORTH = (Outcome.FITS, Outcome.PREEMPT, Outcome.NO_VICTIMS,
+                                            Outcome.NOT_WORTH)
+_IMPOSSIBLE, _NO_GPUS, _SKIPPED = Outcome.IMPOSSIBLE, Outcome.NO_GPUS, Outcome.SKIPPED
 
 
 def _dur(seconds: float) -> str:
@@ -114,7 +119,7 @@ def _why_not(h: Holder, rank: int, claimed: Mapping[int, int], config: PlannerCo
     if h.job_id in claimed:
         return "given to other plans", f"already gives way to job {claimed[h.job_id]}"
     if RANK[h.effective] >= rank:
-        return "not of a lower class", f"class {h.effective.name} is not lower"
+        return "not of a lower class", f"class {_NAME[h.effective]} is not lower"
     if not h.preemptible:
         return "not preemptible", "not preemptible"
     if h.protected:
@@ -282,7 +287,7 @@ class _Pass:
                 continue
             no = _why_not(h, rank, self.claimed, self.config, self.now)
             why = "not needed" if no is None else no[1]
-            out.append(f"job {jid} on {','.join(sorted(nodes & {g.node for g in h.gpus}))} "
+            out.append(f"job {jid} on {','.join(sorted(nodes & self.cands[jid].masks.keys()))} "
                        f"kept: {why}")
         return tuple(out)
 
@@ -349,7 +354,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     max_plans, max_searches = config.limits(len(snapshot.pending))
     shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
     leads: dict[str, str] = {}                  # texts shared by jobs of one shape
-    texts: dict[tuple[str, str], str] = {}
+    texts: dict[tuple[str, str], str] = {}    # (lead, limit or class or "") -> its text
     weights = config.class_weights
     pending = snapshot.pending
     limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
@@ -358,7 +363,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         jid, cls = job.job_id, job.effective
         rank = RANK[cls]
         if job.gpus <= 0:
-            decisions[jid] = _decision(Decision, (jid, Outcome.NO_GPUS,
+            decisions[jid] = _decision(Decision, (jid, _NO_GPUS,
                                                   "needs no GPUs: not planned"))
             continue
         leaves = job.max_leaves
@@ -368,7 +373,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             known = shapes[asked] = _Shape.of(job, view, config)
         nodes, per, what, cross, shape_key, impossible, vkey = known
         if impossible is not None:
-            decisions[jid] = _decision(Decision, (jid, Outcome.IMPOSSIBLE, impossible))
+            decisions[jid] = _decision(Decision, (jid, _IMPOSSIBLE, impossible))
             continue
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross)
@@ -378,7 +383,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 for node, mask in free.masks:
                     st.occupy(node, mask)
                 version += 1
-                decisions[jid] = Decision(jid, Outcome.FITS, (
+                decisions[jid] = Decision(jid, _FITS, (
                     f"{what} fit on free GPUs of {','.join(free.nodes)} "
                     f"(in-node level {_NAME[free.level]}); expected to start without preemption"))
                 continue
@@ -387,8 +392,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         if lead is None:
             lead = leads[what] = f"needs {what}, none free"
         if rank == 0:
-            decisions[jid] = _decision(Decision, (
-                jid, Outcome.NO_VICTIMS, f"{lead}; no class is lower than {_NAME[cls]}"))
+            text = texts.get((lead, cls))
+            if text is None:
+                text = texts[lead, cls] = f"{lead}; no class is lower than {_NAME[cls]}"
+            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, text))
             continue
         if no_victims.get(vkey, -1) >= rank:
             text = texts.get((lead, ""))
@@ -396,13 +403,13 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 text = texts[lead, ""] = (
                     f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
                     f"{_dur(config.min_run_time)} frees such a placement")
-            decisions[jid] = _decision(Decision, (jid, Outcome.NO_VICTIMS, text))
+            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, text))
             continue
         benefit = weights.get(cls, 0.0) * max(0.0, job.wait) * job.gpus
         seen = not_worth.get((rank, *vkey))
         if seen is not None and seen[0] == version and \
                 benefit <= config.benefit_threshold * seen[1]:
-            decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
+            decisions[jid] = Decision(jid, _NOT_WORTH, (
                 f"{lead}; the best victim set loses {_gs(seen[1])}; benefit {benefit:,.0f} is "
                 f"not more than {config.benefit_threshold:g} x that"))
             continue
@@ -411,7 +418,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             text = texts.get((lead, limit))
             if text is None:
                 text = texts[lead, limit] = f"{lead}; this cycle's limit of {limit} was reached"
-            decisions[jid] = _decision(Decision, (jid, Outcome.SKIPPED, text))
+            decisions[jid] = _decision(Decision, (jid, _SKIPPED, text))
             continue
         searches += 1
         limited = searches >= max_searches
@@ -419,7 +426,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
-            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
+            decisions[jid] = Decision(jid, _NO_VICTIMS, (
                 f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
                 f"{_dur(config.min_run_time)} frees such a placement (running jobs left out: "
                 f"{_summary(excluded)})"))
@@ -431,7 +438,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                    f"{job.gpus} GPUs")
         if not benefit > config.benefit_threshold * loss:
             not_worth[(rank, *vkey)] = (version, loss)
-            decisions[jid] = Decision(jid, Outcome.NOT_WORTH, (
+            decisions[jid] = Decision(jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"))
             continue
@@ -453,7 +460,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             placement=best.placement.gpus(view), nodes=best.placement.nodes,
             gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
             not_chosen=not_chosen))
-        decisions[jid] = Decision(jid, Outcome.PREEMPT, reason)
+        decisions[jid] = Decision(jid, _PREEMPT, reason)
         limited = limited or len(plans) >= max_plans
     return PlanningResult(tuple(plans), decisions, None)
 

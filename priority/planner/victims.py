@@ -23,11 +23,10 @@ across nodes; it never returns a set that does not free the placement.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hai_slurm.conf.topology import Level
-from hai_slurm.priority.planner.placement import ClusterView, Placement
+from hai_slurm.priority.planner.placement import LEVELS, ClusterView, Placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +96,7 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
     bound: tuple[float, float] | None = None   # best's (non-borrowed loss, loss)
     chosen: list[int] = []                     # indices into fresh, ascending
     order, pick = layout.order, view.pick
+    recurse: list[Callable[[int, int, float, float], None]] = []   # visit, without a cycle
 
     def visit(start: int, free: int, nb: float, loss: float) -> None:
         nonlocal best, bound
@@ -119,11 +119,12 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
             if bound is not None and cost > bound:
                 continue  # already worse than the best set (costs never go down)
             chosen.append(i)
-            visit(i + 1, free | masks[i], cost[0], cost[1])
+            recurse[0](i + 1, free | masks[i], cost[0], cost[1])
             chosen.pop()
 
+    recurse.append(visit)
     visit(0, base, 0.0, 0.0)
-    del visit   # the function refers to itself: no cycle left for the garbage collector
+    recurse.clear()   # no reference cycle left for the garbage collector
     return best
 
 
@@ -156,7 +157,7 @@ def _search(view: ClusterView, groups: Sequence[tuple[str, Sequence[str]]], node
                                    limit)
                 if got is not None and got[3]:
                     key, level, mask, victims = got
-                    found.append(Option(key, victims, Placement(((name, mask),), Level(level))))
+                    found.append(Option(key, victims, Placement(((name, mask),), LEVELS[level])))
             continue
         option = _greedy_group(view, members, nodes, per_node, by_node, candidates, limit)
         if option is not None:
@@ -209,5 +210,5 @@ def group_option(view: ClusterView, picked: Sequence[tuple[str, int, int]],
     first = min(view.nodes[n].order for n, _, _ in picked)
     ids = sorted(c.job_id for c in victims)
     key = (*_set_key(victims), level, leftover, first, *ids)
-    placement = Placement(tuple(sorted((n, m) for n, _, m in picked)), Level(level))
+    placement = Placement(tuple(sorted((n, m) for n, _, m in picked)), LEVELS[level])
     return Option(key, frozenset(ids), placement)
