@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from types import MappingProxyType
 from weakref import WeakKeyDictionary
 
@@ -237,7 +238,12 @@ class Placement:
 
     def gpus(self, view: ClusterView) -> tuple[GpuRef, ...]:
         """The GPUs of the placement, sorted."""
-        return tuple(sorted(g for n, m in self.masks for g in view.nodes[n].gpus(m)))
+        return tuple(sorted((g for n, m in self.masks for g in view.nodes[n].gpus(m)),
+                            key=_ref_order))
+
+
+_ref_order = attrgetter("node", "index")
+"""A GPU's (node, index): the order of GpuRef, without its Python-level comparisons."""
 
 
 def place_free(view: ClusterView, nodes: int, per_node: int, *,

@@ -173,6 +173,7 @@ class _Pass:
         # the categories of _why_not, in its order, without its texts
         self.base: dict[int, str | None] = {}
         self.left_out: dict[tuple[int, str | None], int] = {}
+        self.counted: dict[int, dict[str, int]] = {}   # excluded() per rank until a claim
         for h in sorted(snap.running, key=_job_id):
             masks = view.masks(h.gpus)
             if not isinstance(masks, dict):
@@ -210,14 +211,18 @@ class _Pass:
     def claim(self, victim: int, beneficiary: int) -> None:
         """``victim`` gives way to ``beneficiary``: later plans may not count it."""
         self.claimed[victim] = beneficiary
+        self.counted.clear()
         key = (self.cands[victim].rank, self.base[victim])
         self.left_out[key] -= 1
         self.index.claim(victim)
 
     def excluded(self, rank: int) -> dict[str, int]:
         """How many running jobs may not give way to a job of ``rank``, per reason (what
-        :meth:`eligible` counts, from running counts)."""
-        out: dict[str, int] = {}
+        :meth:`eligible` counts, from running counts; the dict is shared: never change it)."""
+        out = self.counted.get(rank)
+        if out is not None:
+            return out
+        out = self.counted[rank] = {}
         if self.claimed:
             out["given to other plans"] = len(self.claimed)
         for (r, why), n in self.left_out.items():
