@@ -358,7 +358,6 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     version = searches = 0
     max_plans, max_searches = config.limits(len(snapshot.pending))
     shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
-    leads: dict[str, str] = {}                  # texts shared by jobs of one shape
     texts: dict[tuple[str, str], str] = {}    # (lead, limit or class or "") -> its text
     weights = config.class_weights
     pending = snapshot.pending
@@ -376,7 +375,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         known = shapes.get(asked)
         if known is None:
             known = shapes[asked] = _Shape.of(job, view, config)
-        nodes, per, what, cross, shape_key, impossible, vkey = known
+        nodes, per, what, cross, shape_key, impossible, vkey, lead = known
         if impossible is not None:
             decisions[jid] = _decision(Decision, (jid, _IMPOSSIBLE, impossible))
             continue
@@ -393,9 +392,6 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                     f"(in-node level {_NAME[free.level]}); expected to start without preemption"))
                 continue
             no_free[shape_key] = per
-        lead = leads.get(what)
-        if lead is None:
-            lead = leads[what] = f"needs {what}, none free"
         if rank == 0:
             text = texts.get((lead, cls))
             if text is None:
@@ -485,6 +481,7 @@ class _Shape(NamedTuple):
     key: tuple[int, int]
     impossible: str | None
     vkey: tuple[int, int, int]     # key + (per,): the cache key of victim verdicts
+    lead: str                      # "needs <what>, none free"
 
     @classmethod
     def of(cls, job: Waiting, view: ClusterView, config: PlannerConfig) -> _Shape:
@@ -501,7 +498,8 @@ class _Shape(NamedTuple):
             impossible = (f"needs {what}; {where} of this cluster has not that many nodes with "
                           "enough GPUs")
         key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
-        return cls(nodes, per, what, cross, key, impossible, (*key, per))
+        return cls(nodes, per, what, cross, key, impossible, (*key, per),
+                   f"needs {what}, none free")
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:
