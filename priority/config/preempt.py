@@ -73,6 +73,7 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
                                 "true or false"),
         reserve_after=pl.get("reserve_after", d.reserve_after, number(0.0),
                              "a number >= 0 (fraction of the class's max_wait; 0: off)"),
+        aged_preempt=pl.get("aged_preempt", d.aged_preempt, boolean, "true or false"),
     )
     pl.finish()
     try:

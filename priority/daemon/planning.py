@@ -76,7 +76,7 @@ class SnapshotPlanner:
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
-                                      switches=switches)
+                                      switches=switches, aged_preempt=self.config.aged_preempt)
         return PlanSnapshot(topology, holders, waiting, float(snap.time))
 
     def plan(self, view: CycleView) -> PlanningResult | None:

@@ -104,6 +104,9 @@ class PlannerConfig:
       needs (the daemon gives it the top Slurm priority, so Slurm's backfill plans it first; the
       simulator models the reservation, :meth:`hai_slurm.priority.sim.slurm.SimSlurm.reserve`).
       0: no reservations.
+    * ``aged_preempt``: whether a waiting job that aged into a higher class may preempt as that
+      class (off: it is planned as the class it asked for; aging still orders the queue; see
+      :func:`hai_slurm.priority.planner.inputs.preempt_class`).
     """
 
     min_run_time: float = 600.0
@@ -121,6 +124,7 @@ class PlannerConfig:
     max_candidates_per_node: int = 8
     allow_cross_leaf: bool = True
     reserve_after: float = 0.5
+    aged_preempt: bool = False
 
     def min_run_for(self, cls: PriorityClass) -> float:
         """The minimum run time of a victim of class ``cls``."""

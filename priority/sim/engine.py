@@ -260,11 +260,17 @@ class Engine:
         self._done += 1
 
     def preempt(self, victims: tuple[int, ...], beneficiary: int | None, *,
-                nodes: tuple[str, ...] = (), delay: int | None = None) -> None:
-        """Signal ``victims`` (Slurm ids) now; requeue them after their checkpoint/grace time."""
+                nodes: tuple[str, ...] = (), delay: int | None = None,
+                guard_for: int | None = None) -> None:
+        """Signal ``victims`` (Slurm ids) now; requeue them after their checkpoint/grace time.
+
+        The beneficiary is pinned to ``nodes``; with ``guard_for`` the nodes are guarded for it
+        (closed to lower classes) until ``guard_for`` s after the requeue
+        (:meth:`~hai_slurm.priority.sim.slurm.SimSlurm.pin`)."""
         ben = self.by_slurm.get(beneficiary) if beneficiary is not None else None
         if ben is not None and nodes:
-            self.slurm.pin(ben.slurm_id, nodes)
+            until = None if guard_for is None else self.now + (delay or 0) + guard_for
+            self.slurm.pin(ben.slurm_id, nodes, guard_until=until)
         for vid in victims:
             job = self.by_slurm[vid]
             if job.run_start is None or job.signalled is not None:

@@ -19,6 +19,10 @@ Two rules of issue 16 are modelled here as well:
   ``urgent_after`` seconds after its submission (2 s: the daemon's 1-s fast poll sees it and
   starts a cycle; 10 s: again, as the benefit test needs a few seconds of wait to outweigh a
   victim's save + restart) instead of at the next multiple of the cycle interval.
+* **The executor's guard.** While a plan is open (until ``start_timeout`` of the executor's
+  settings after the victims' requeue) the plan's nodes are closed to jobs of a lower class than
+  the beneficiary's, as :mod:`hai_slurm.priority.executor.guard` holds them
+  (``guard=False``: no guard, the beneficiary is only pinned).
 * **Reservations.** A pending job of HIGH or above that has waited ``reserve_after`` x its
   class's ``max_wait`` holds a backfill reservation in the simulated Slurm
   (:meth:`~hai_slurm.priority.sim.slurm.SimSlurm.reserve`).
@@ -56,11 +60,12 @@ class HaiSlurm:
 
     def __init__(self, config: DaemonConfig, planner: PlannerConfig, *,
                  urgent_after: tuple[int, ...] = (2, 10),
-                 urgent_from: PriorityClass = PriorityClass.HIGH) -> None:
+                 urgent_from: PriorityClass = PriorityClass.HIGH, guard: bool = True) -> None:
         self.config = config
         self.planner = planner
         self.urgent_after = urgent_after        # (): no urgent path
         self.urgent_from = urgent_from
+        self.guard_for = max(1, round(config.preempt.executor.start_timeout)) if guard else None
         self._urgent: set[int] = set()
         self.cycle: int | None = max(1, round(config.intervals.cycle))
         self.engine: Engine | None = None
@@ -158,7 +163,8 @@ class HaiSlurm:
         waiting_jobs = [p for p in pending if p.job_id not in self.inflight]
         nodes = {p.job_id: eng.by_slurm[p.job_id].nodes for p in waiting_jobs
                  if eng.by_slurm[p.job_id].trace.nodes > 0}
-        waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes)
+        waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes,
+                                      aged_preempt=self.planner.aged_preempt)
         plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at),
                                  config=self.planner, now=float(now))
         if plans.refused:
@@ -166,7 +172,8 @@ class HaiSlurm:
         for plan in plans.plans:
             delay = max(eng.costs.checkpoint_time(eng.by_slurm[v].gpus)
                         for v in plan.victim_ids)
-            eng.preempt(plan.victim_ids, plan.beneficiary, nodes=plan.nodes, delay=delay)
+            eng.preempt(plan.victim_ids, plan.beneficiary, nodes=plan.nodes, delay=delay,
+                        guard_for=self.guard_for)
             self.inflight[plan.beneficiary] = now + delay + eng.costs.requeue_delay + 1
             self.counts["plans"] += 1
             ben = eng.by_slurm[plan.beneficiary]

@@ -16,6 +16,13 @@ free GPUs of its size, node order breaking ties; not nodes a preemption plan pin
 to) are closed to jobs of a lower class (QOS) for the rest of the pass, so smaller jobs of lower
 classes cannot backfill onto them while their running jobs end; jobs of the same class or above
 still may (they are what the reservation's class is for, and the planner counts them as fitting).
+
+A pin may come with a *guard* (``pin(..., guard_until=T)``), the preemption executor's guard
+(:mod:`hai_slurm.priority.executor.guard`): until ``T`` (the victims' requeue plus the executor's
+``start_timeout``) the free GPUs of the pinned nodes are closed to pending jobs of a lower class
+(QOS) than the pinned job's, so GPUs that were free when the plan was made, or that a victim
+frees first, are not taken by backfill before the beneficiary can start. (The daemon's guard
+holds those lower jobs outright; closing only the target nodes is the narrower model.)
 """
 
 from __future__ import annotations
@@ -54,6 +61,8 @@ class SimSlurm(FakeSlurm):
         self.placed: dict[int, tuple[tuple[str, int], ...]] = {}
         """Exact GPUs (node, bit mask) of every running job."""
         self.pins: dict[int, tuple[str, ...]] = {}
+        self.guards: dict[int, int] = {}
+        """Pinned jobs whose nodes are guarded, and until when (see the module docstring)."""
         self.reserved: frozenset[int] = frozenset()
         """Pending jobs the backfill keeps a reservation for (see the module docstring)."""
         self._pending: set[int] = set()
@@ -124,9 +133,41 @@ class SimSlurm(FakeSlurm):
         self._pending.difference_update(result.done)
         return result
 
-    def pin(self, job_id: int, nodes: tuple[str, ...]) -> None:
-        """Restrict a pending job to ``nodes`` (``scontrol update JobId=.. ReqNodeList=..``)."""
+    def pin(self, job_id: int, nodes: tuple[str, ...], *, guard_until: int | None = None
+            ) -> None:
+        """Restrict a pending job to ``nodes`` (``scontrol update JobId=.. ReqNodeList=..``);
+        with ``guard_until``, close the nodes to lower classes until then (module docstring)."""
         self.pins[job_id] = nodes
+        if guard_until is None:
+            self.guards.pop(job_id, None)
+        else:
+            self.guards[job_id] = guard_until
+
+    def _guarded(self) -> dict[str, int]:
+        """Guarded nodes now -> the highest class weight of the jobs guarding them."""
+        out: dict[str, int] = {}
+        for jid, until in sorted(self.guards.items()):
+            job = self.jobs.get(jid)
+            if until < self.now or jid not in self._pending or job is None:
+                del self.guards[jid]
+                continue
+            weight = QOS_WEIGHT.get(job.qos, 0)
+            for node in self.pins.get(jid, ()):
+                if node in self.view.nodes:
+                    out[node] = max(weight, out.get(node, 0))
+        return out
+
+    def _open(self, nodes: Iterable[str], held: dict[str, int]) -> int:
+        """Reopen ``nodes`` of ``held`` (and forget them there); the GPUs reopened."""
+        opened = 0
+        for name in nodes:
+            mask = held.pop(name, 0)
+            if mask:
+                before = self.view.free(name).bit_count()
+                self.view.release(name, mask)
+                self._move(name, before)
+                opened += mask.bit_count()
+        return opened
 
     def reserve(self, job_ids: Iterable[int]) -> None:
         """Keep reservations for ``job_ids`` (replaces the previous set)."""
@@ -225,39 +266,60 @@ class SimSlurm(FakeSlurm):
         free_total = self.total_gpus - self.used_gpus
         held: dict[str, int] = {}     # nodes closed by reservations in this pass -> GPUs closed
         self._closed_below = -1       # jobs of a class weight below this see the closed nodes
+        guarded = self._guarded()     # nodes closed by plans' guards -> class weight
+        guard_held: dict[str, int] = {}
         try:
-            self._pass(queue, started, failed, free_total, held)
+            if guarded:
+                free_total -= self._close(sorted(guarded), guard_held)
+            self._pass(queue, started, failed, free_total, held, guarded, guard_held)
         finally:
             self._reopen(held)
+            self._reopen(guard_held)
         return tuple(started)
 
     def _pass(self, queue: list[_FakeJob], started: list[int], failed: dict[int, int],
-              free_total: int, held: dict[str, int]) -> None:
+              free_total: int, held: dict[str, int], guarded: dict[str, int],
+              guard_held: dict[str, int]) -> None:
         for j in queue:
             if j.held or j.priority == 0:
                 continue
             if j.eligible_time > self.now:
                 j.reason = "BeginTime"
                 continue
-            bypass = list(held) if held and QOS_WEIGHT.get(j.qos, 0) >= self._closed_below \
-                else []
-            if bypass:   # the reservation's class or above: the closed nodes are open to it
-                self._reopen(held)
-                free_total += sum(m.bit_count() for m in held.values())
-                held.clear()
-            was_held = bool(held)
-            placed = self._try(j, free_total, failed, held)
+            opened: list[str] = []
+            if guard_held:   # guarded nodes are open to their own job and to its class or above
+                weight = QOS_WEIGHT.get(j.qos, 0)
+                mine = self.pins.get(j.job_id, ()) if j.job_id in self.guards else ()
+                opened = [n for n in guard_held if n in mine or weight >= guarded[n]]
+                free_total += self._open(opened, guard_held)
+            # a job that sees guarded nodes must not be skipped by what failed without them
+            placed, free_total = self._step(j, free_total, {} if opened else failed, held)
+            if opened:
+                free_total -= self._close(opened, guard_held)
             if placed is None and not self.backfill:
                 break
             if placed is not None:
                 started.append(j.job_id)
-                free_total -= placed
-            elif held and not was_held:   # j now holds a reservation
-                free_total -= sum(m.bit_count() for m in held.values())
-            if bypass:
-                free_total -= self._close(bypass, held)
-            if placed and free_total <= 0:
-                break
+                if free_total <= 0:
+                    break
+
+    def _step(self, j: _FakeJob, free_total: int, failed: dict[int, int],
+              held: dict[str, int]) -> tuple[int | None, int]:
+        """Try ``j`` (reservations included): (GPUs it took or None, free GPUs left)."""
+        bypass = list(held) if held and QOS_WEIGHT.get(j.qos, 0) >= self._closed_below else []
+        if bypass:   # the reservation's class or above: the closed nodes are open to it
+            self._reopen(held)
+            free_total += sum(m.bit_count() for m in held.values())
+            held.clear()
+        was_held = bool(held)
+        placed = self._try(j, free_total, failed, held)
+        if placed is not None:
+            free_total -= placed
+        elif held and not was_held:   # j now holds a reservation
+            free_total -= sum(m.bit_count() for m in held.values())
+        if bypass:
+            free_total -= self._close(bypass, held)
+        return placed, free_total
 
     def _close(self, nodes: list[str], held: dict[str, int]) -> int:
         """Close the free GPUs of ``nodes`` again (after a job that may use them); GPUs closed."""
