@@ -109,7 +109,7 @@ class PlannerConfig:
       :func:`hai_slurm.priority.planner.inputs.preempt_class`).
     """
 
-    min_run_time: float = 600.0
+    min_run_time: float = 120.0
     class_weights: Mapping[PriorityClass, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
     class_min_run_time: Mapping[PriorityClass, float] = field(
         default_factory=lambda: MappingProxyType({}))

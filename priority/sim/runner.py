@@ -37,17 +37,18 @@ class Setup:
     """Everything a run depends on besides the trace and the cluster."""
 
     config: DaemonConfig = field(default_factory=DaemonConfig)
-    planner: PlannerConfig | None = None   # None: defaults, restart cost from the cost model
+    planner: PlannerConfig | None = None   # None: the daemon configuration's [planner]
     costs: CostModel = field(default_factory=CostModel)
     multifactor: MultifactorConfig = field(default_factory=MultifactorConfig)
     backfill: bool = True
 
     def planner_config(self) -> PlannerConfig:
-        """The planner settings (defaults take the restart cost from the cost model)."""
+        """The planner settings: the daemon configuration's ``[planner]`` (its defaults when
+        the file has none: the daemon's own), so the simulated policy plans with exactly what
+        the daemon would; ``planner`` (a ``--sweep`` or ``--set``) overrides it."""
         if self.planner is not None:
             return self.planner
-        return PlannerConfig(restart_cost=float(self.costs.restart_base),
-                             restart_cost_per_node=float(self.costs.restart_per_node))
+        return self.config.preempt.planner
 
 
 def with_quotas(config: DaemonConfig, teams: tuple[str, ...], total_gpus: int) -> DaemonConfig:

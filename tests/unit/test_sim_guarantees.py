@@ -6,15 +6,31 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.conf.topology import Level
 from hai_slurm.priority.config.loader import parse_config
-from hai_slurm.priority.planner.inputs import holders_from_policy, victim_class
+from hai_slurm.priority.planner.inputs import (
+    holders_from_policy,
+    preempt_class,
+    victim_class,
+    waiting_from_policy,
+)
+from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.testing import gpu_cluster, gpus
+from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy import fairness
+from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.settings import FairnessConfig
-from hai_slurm.priority.policy.state import EventKind, FairnessEvent, RunningDecision
-from hai_slurm.priority.policy.testing import NOW, running_job
+from hai_slurm.priority.policy.state import (
+    EventKind,
+    FairnessEvent,
+    PendingDecision,
+    PendingReason,
+    Rule,
+    RunningDecision,
+)
+from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 from hai_slurm.priority.sim import matrix
 from hai_slurm.priority.sim.engine import T0, Engine
 from hai_slurm.priority.sim.ours import HaiSlurm
@@ -174,3 +190,90 @@ def test_a_matrix_scenario_with_the_new_rules_is_deterministic() -> None:
     assert outs[0][1], "the scenario should preempt"
     assert result["totals"]["ended"] == 50   # no GPU left closed by a reservation
     assert '"reserved_job_cycles"' in outs[0][0] and '"urgent_cycles"' in outs[0][0]
+
+
+def _waiting_decision(job_id: int, asked: P, effective: P, *, base: P | None = None,
+                      demoted: bool = False) -> PendingDecision:
+    reason = PendingReason(asked, ClassOrigin.DIRECTIVE, base or asked, None, demoted, False,
+                           4000.0, 7200.0, RANK[effective] - RANK[base or asked], None, 1,
+                           Rule.FCFS, None, None, 0, 0.0)
+    return PendingDecision(job_id, effective, 100 - job_id, reason)
+
+
+def test_a_job_aged_into_a_class_preempts_as_the_class_it_asked_for() -> None:
+    """A NORMAL job waiting as HIGH by aging is planned as NORMAL (it may preempt only what
+    NORMAL may); a job that asked for HIGH is planned as HIGH; a HIGH job demoted to
+    ABOVE_NORMAL stays ABOVE_NORMAL; aged_preempt=True keeps the effective class."""
+    aged = pending_job(1, P.NORMAL)
+    asked = pending_job(2, P.HIGH)
+    demoted = pending_job(3, P.HIGH)
+    d = {1: _waiting_decision(1, P.NORMAL, P.HIGH), 2: _waiting_decision(2, P.HIGH, P.HIGH),
+         3: _waiting_decision(3, P.HIGH, P.ABOVE_NORMAL, base=P.ABOVE_NORMAL, demoted=True)}
+    assert preempt_class(aged, d[1]) is P.NORMAL
+    assert preempt_class(asked, d[2]) is P.HIGH
+    assert preempt_class(demoted, d[3]) is P.ABOVE_NORMAL
+    ws = waiting_from_policy([aged, asked, demoted], d)
+    assert [(w.job_id, w.effective) for w in ws] == [(1, P.NORMAL), (2, P.HIGH),
+                                                     (3, P.ABOVE_NORMAL)]
+    ws = waiting_from_policy([aged, asked, demoted], d, aged_preempt=True)
+    assert [w.effective for w in ws] == [P.HIGH, P.HIGH, P.ABOVE_NORMAL]
+
+
+def test_an_aged_job_does_not_preempt_the_class_it_overtook() -> None:
+    """One 8-GPU node held by an ABOVE_NORMAL job (8 GPUs, past min_run_time); a NORMAL job
+    aged into HIGH waits for 8 GPUs: no plan (NORMAL may not preempt ABOVE_NORMAL); with
+    planner.aged_preempt it preempts as HIGH."""
+    holder = running_job(10, P.ABOVE_NORMAL, start=NOW - 3600, gpus=8)
+    rd = {10: RunningDecision(10, "t1", P.ABOVE_NORMAL, False, False, False, True)}
+    topo = gpu_cluster(1, 1)
+    hs = holders_from_policy([holder], rd, {10: gpus("n1", *range(8))})
+    job = pending_job(1, P.NORMAL, gpus=8)
+    d = {1: _waiting_decision(1, P.NORMAL, P.HIGH)}
+    for aged_preempt, plans in ((False, 0), (True, 1)):
+        cfg = PlannerConfig(aged_preempt=aged_preempt)
+        ws = waiting_from_policy([job], d, aged_preempt=cfg.aged_preempt)
+        got = plan_preemptions(PlanSnapshot(topo, hs, ws, NOW), config=cfg, now=NOW)
+        assert len(got.plans) == plans
+        if not plans:
+            assert got.decisions[1].outcome is Outcome.NO_VICTIMS
+            assert "not of a lower class" in got.decisions[1].reason
+
+
+def test_the_guard_keeps_a_plans_nodes_for_its_beneficiary() -> None:
+    """One 8-GPU node, A (LOW, 4 GPUs) running; B (HIGH, 8 GPUs) is pinned to the node with a
+    guard while A checkpoints. C (LOW, 1 GPU) may not take a free GPU there, D (HIGH, 1 GPU: B's
+    class) may; after the guard's end C may again. Without a guard C backfills at once."""
+    for guard, first in ((False, {"c", "d"}), (True, {"d"})):
+        s = _slurm()
+        node = next(iter(s.view.nodes))
+        ids = {"a": s.submit_gpus(gpus=4, nodes=1, name="a", user="u", account="t", qos="low",
+                                  priority=10)}
+        s.schedule(T0)
+        ids["b"] = s.submit_gpus(gpus=8, nodes=1, name="b", user="u", account="t", qos="high",
+                                 priority=100)
+        ids["d"] = s.submit_gpus(gpus=1, nodes=1, name="d", user="u", account="t", qos="high",
+                                 priority=90)
+        ids["c"] = s.submit_gpus(gpus=1, nodes=1, name="c", user="u", account="t", qos="low",
+                                 priority=50)
+        s.pin(ids["b"], (node,), guard_until=T0 + 60 if guard else None)
+        assert set(s.schedule(T0 + 1)) == {ids[k] for k in first}
+        assert s.used_gpus == 4 + len(first)      # the guarded GPUs were given back after
+        if guard:
+            assert s.schedule(T0 + 61) == (ids["c"],)   # the guard is over
+
+
+def test_a_plan_with_the_guard_starts_its_beneficiary_on_the_freed_node() -> None:
+    """Hand-made schedule: a LOW job on 4 of 8 GPUs, a HIGH 8-GPU job that must preempt it, and
+    LOW 1-GPU jobs arriving while the victim checkpoints: with the guard the HIGH job starts
+    after one plan; without it the LOW jobs take the free GPUs and it needs more plans."""
+    jobs = [TraceJob(1, 0, 9000, 4, "t1", P.LOW, 0, "t1"),
+            TraceJob(2, 900, 3000, 8, "t2", P.HIGH, 0, "t2"),
+            *(TraceJob(3 + i, 915 + i, 3000, 1, "t1", P.LOW, 0, "t1") for i in range(4))]
+    guarded = _engine(jobs)
+    unguarded = _engine(jobs, guard=False)
+    high = guarded.jobs[2]
+    assert guarded.policy.counts["plans"] == 1          # type: ignore[attr-defined]
+    assert high.first_start is not None and high.first_start - T0 - 900 < 300
+    assert unguarded.policy.counts["plans"] > 1         # type: ignore[attr-defined]
+    late = unguarded.jobs[2].first_start
+    assert late is not None and late > high.first_start + 300
