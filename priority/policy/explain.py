@@ -110,6 +110,11 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
                      f"overtook, but counts one class lower against jobs that asked for "
                      f"{_name(eff)}: they may preempt it after the minimum run time (aged-in "
                      "jobs yield within their class).")
+        asked = job.requested
+        if isinstance(asked, PriorityClass) and RANK[asked] < RANK[eff]:
+            lines.append(f"Aging orders the queue only: while it waits, it may preempt only what "
+                         f"{_name(asked)}, the class it asked for, may (unless [planner] "
+                         "aged_preempt = true).")
     elif RANK[eff] >= RANK[config.aging.max_class]:
         lines.append(f"Aging: it has waited {dur(r.wait)}; {_name(eff)} is at or above the aging "
                      f"ceiling {_name(config.aging.max_class)}, so waiting does not promote it.")
