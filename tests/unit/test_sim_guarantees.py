@@ -146,7 +146,7 @@ def test_matrix_generators_are_pure() -> None:
 
 
 def test_min_run_time_is_per_victim_class() -> None:
-    """A LOW job that ran 2 min is too young under the global 10 min, but a victim when LOW's
+    """A LOW job that ran 2 min is too young under a global 10 min, but a victim when LOW's
     own minimum is 1 min; a NORMAL job of the same age stays too young; the TOML table reaches
     the planner."""
     from hai_slurm.priority.planner.search import plan_preemptions, victim_status
@@ -159,14 +159,15 @@ def test_min_run_time_is_per_victim_class() -> None:
     low = holder(1, P.LOW, gpus(node, *range(8)), start=T - 120, can_ack=True)
     normal = replace(low, effective=P.NORMAL)
     want = [waiting(9, P.HIGH, 8)]
-    base = PlannerConfig()
-    per_class = PlannerConfig(class_min_run_time={P.LOW: 60.0})
+    base = PlannerConfig(min_run_time=600.0)
+    per_class = PlannerConfig(min_run_time=600.0, class_min_run_time={P.LOW: 60.0})
     assert not plan_preemptions(snapshot(topo, [low], want), config=base, now=T).plans
     plans = plan_preemptions(snapshot(topo, [low], want), config=per_class, now=T).plans
     assert [p.victim_ids for p in plans] == [(1,)]
     assert not plan_preemptions(snapshot(topo, [normal], want), config=per_class, now=T).plans
     assert "min_run_time 1m00s of LOW" in victim_status(low, per_class, T)
-    cfg = parse_config("[planner.class_min_run_time]\nLOW = '1m'\n")
+    cfg = parse_config("[planner]\nmin_run_time = '10m'\n[planner.class_min_run_time]\n"
+                       "LOW = '1m'\n")
     assert cfg.preempt.planner.min_run_for(P.LOW) == 60.0
     assert cfg.preempt.planner.min_run_for(P.NORMAL) == 600.0
 
@@ -276,4 +277,4 @@ def test_a_plan_with_the_guard_starts_its_beneficiary_on_the_freed_node() -> Non
     assert high.first_start is not None and high.first_start - T0 - 900 < 300
     assert unguarded.policy.counts["plans"] > 1         # type: ignore[attr-defined]
     late = unguarded.jobs[2].first_start
-    assert late is not None and late > high.first_start + 300
+    assert late is not None and late > high.first_start + 100

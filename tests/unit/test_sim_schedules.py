@@ -66,14 +66,15 @@ PREEMPT = [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 1000, 100, 8, "t2", P.HIGH)]
 
 
 def test_hai_slurm_preempts_once_the_benefit_beats_the_lost_work() -> None:
-    """B asks for 1 GPU. A saves on request, so it loses its checkpoint time (70 s) plus its
-    restart (70 s) x 8 GPUs = 1120. Cycle at 1020: benefit 30 x 20 s x 1 = 600: no plan. At
-    1050: 30 x 50 = 1500 > 1120: A checkpoints (70 s), B runs 1120-1220, A restarts at 1220
-    with 5000 - 1050 s left after 70 s of restart: ends 5240."""
+    """B asks for 1 GPU. A saves on request, so the planner counts its checkpoint time (70 s)
+    plus the daemon's default restart estimate (2 min) x 8 GPUs = 1520. Cycle at 1020: benefit
+    30 x 20 s x 1 = 600: no plan; 1050: 1500, still not more. At 1080: 30 x 80 = 2400 > 1520: A
+    checkpoints (70 s), B runs 1150-1250, A restarts at 1250 with 5000 - 1080 s left after its
+    simulated 70 s of restart: ends 5240."""
     engine = run("hai-slurm", [PREEMPT[0], job(2, 1000, 100, 1, "t2", P.HIGH)])
-    assert runs(engine) == {1: (0, 5240, 1), 2: (1120, 1220, 0)}
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1150, 1250, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1050, 1, 2)]
+        (1080, 1, 2)]
 
 
 def test_hai_slurm_counts_a_checkpointing_victims_save_not_its_age() -> None:
@@ -88,10 +89,15 @@ def test_hai_slurm_counts_a_checkpointing_victims_save_not_its_age() -> None:
 
 
 def test_hai_slurm_never_preempts_a_job_younger_than_the_minimum_run_time() -> None:
-    """B arrives at 100 while A has run 100 s (< 10 min): the plan waits for A to reach 600 s;
-    at 600 the benefit 30 x 500 x 8 beats (600 + 70) x 8."""
-    engine = run("hai-slurm", [job(1, 0, 5000, 8, "t1", P.LOW),
-                               job(2, 100, 100, 8, "t2", P.HIGH)])
+    """B arrives at 100 while A has run 100 s (< the default 2 min): the urgent looks at 102 and
+    110 find A too young; at the cycle of 120 A is old enough and the benefit 30 x 20 x 8 beats
+    (70 + 120) x 8: A checkpoints 70 s, B runs 190-290. With min_run_time 10 min the plan waits
+    for 600 (B runs 670-770)."""
+    pair = [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 100, 100, 8, "t2", P.HIGH)]
+    engine = run("hai-slurm", pair)
+    assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(120, 1)]
+    assert runs(engine)[2] == (190, 290, 0)
+    engine = run("hai-slurm", pair, "[planner]\nmin_run_time = '10m'\n")
     assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(600, 1)]
     assert runs(engine)[2] == (670, 770, 0)
 
@@ -128,12 +134,17 @@ def test_hai_slurm_decay_makes_a_long_running_job_a_victim() -> None:
 
 
 def test_hai_slurm_without_decay_job_2_waits_for_its_bound() -> None:
-    """decay.after = 0 turns decay off: job 1 stays ABOVE_NORMAL, so job 2 must wait out its
-    bound (30 min, at 1900) and be aged to HIGH; it preempts at the next cycle (1920)."""
+    """decay.after = 0 turns decay off: job 1 stays ABOVE_NORMAL. Job 2 waits out its bound
+    (30 min, at 1900) and is aged to HIGH, but aging buys queue order, not preemption: it is
+    planned as the ABOVE_NORMAL it asked for and waits for job 1 to end (10000). With
+    planner.aged_preempt it preempts as HIGH at the next cycle (1920)."""
     engine = run("hai-slurm", DECAY, "[decay]\nafter = 0\n")
+    assert engine.preemptions == []
+    assert runs(engine) == {1: (0, 10000, 0), 2: (10000, 10100, 0)}
+    assert engine.policy.counts["decays"] == 0
+    engine = run("hai-slurm", DECAY, "[decay]\nafter = 0\n[planner]\naged_preempt = true\n")
     assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(1920, 1)]
     assert runs(engine) == {1: (0, 10240, 1), 2: (1990, 2090, 0)}
-    assert engine.policy.counts["decays"] == 0
 
 
 PROTECT = [*PREEMPT[:1], PREEMPT[1], job(3, 2000, 100, 8, "t2", P.HIGH)]
