@@ -63,7 +63,7 @@ def test_a_running_job_says_whether_it_may_be_a_victim(tmp_path: Path) -> None:
     low = _full_of_low(r)[0]
     r.tick(30)
     r.daemon().run_once()
-    assert "Planner: not a victim now: too young (ran 30s < 10m00s)" in _explain(r, low)
+    assert "Planner: not a victim now: too young (ran 30s < 2m00s)" in _explain(r, low)
     r.tick(3600)
     assert "Planner: may give way now to a job of a class higher than LOW" in _explain(r, low)
     other = rig(tmp_path / "other")

@@ -51,7 +51,7 @@ def test_protected_non_preemptible_and_young_jobs_are_never_chosen() -> None:
     result = _plan(snapshot(topo, [*jobs[:3], holder(5, HIGH, gpus("n4", *ALL8))], [ben]))
     assert result.plans == ()
     assert result.decisions[9].outcome is Outcome.NO_VICTIMS
-    assert "preemptible, unprotected jobs older than 10m00s" in result.decisions[9].reason
+    assert "preemptible, unprotected jobs older than 2m00s" in result.decisions[9].reason
 
 
 def test_borrowed_jobs_give_way_first() -> None:
