@@ -81,6 +81,11 @@ class PlannerConfig:
     * ``min_run_time``: a job younger than this (seconds since its start) is never a victim;
       ``class_min_run_time`` overrides it per victim class (e.g. a shorter one for LOW, whose
       jobs are expected to give way, a longer one for ABOVE_NORMAL); see :meth:`min_run_for`.
+      Default 2 min (was 10): a victim that saves on request loses its save + restart whatever
+      its age, which the benefit test charges, so this only keeps a restarted job from being
+      taken again before it made about a restart's worth of progress; on the scenario matrix
+      10 min kept top-class jobs waiting behind young lower-class jobs ("too young"), see
+      ``priority/sim/README.md``.
     * ``class_weights``: benefit = weight of the beneficiary's class x wait x GPUs.
     * ``benefit_threshold``: preempt only when benefit > threshold x lost work.
     * ``restart_cost`` + ``restart_cost_per_node`` x nodes: a victim's restart cost in seconds
