@@ -53,10 +53,10 @@ def test_check_prints_the_effective_preemption_settings_and_the_first_try_note()
     """min_run_time, thresholds, grace caps and cross-leaf placement are shown; the default
     min_run_time comes with the note that names the first-try file, which itself has none."""
     out = CliRunner().invoke(cli, ["config", "check", str(EXAMPLE)]).output
-    assert "victims run >= 10m" in out and "benefit > 1 x lost work" in out
+    assert "victims run >= 2m" in out and "benefit > 1 x lost work" in out
     assert "grace caps: EXTREME_HIGH 10m" in out
     assert "else across the spine" in out
-    assert "note: a job that has run less than 10m is never a victim" in out
+    assert "note: a job that has run less than 2m is never a victim" in out
     first = CliRunner().invoke(cli, ["config", "check", str(EXAMPLE.with_name("first-try.toml"))])
     assert first.exit_code == 0, first.output
     assert "victims run >= 10s" in first.output and "cycle every 1s" in first.output
