@@ -79,21 +79,25 @@ def _slurm() -> SimSlurm:
     return SimSlurm(gpu_cluster(1, 1), now=T0)
 
 
+def _one_node_abcd() -> tuple[SimSlurm, dict[str, int]]:
+    """One 8-GPU node with A (LOW, 4 GPUs) running; B (HIGH, 8 GPUs), D (HIGH, 1 GPU) and
+    C (LOW, 1 GPU) pending, in that priority order."""
+    s = _slurm()
+    ids = {"a": s.submit_gpus(gpus=4, nodes=1, name="a", user="u", account="t", qos="low",
+                              priority=10)}
+    s.schedule(T0)
+    for name, size, qos, prio in (("b", 8, "high", 100), ("d", 1, "high", 90),
+                                  ("c", 1, "low", 50)):
+        ids[name] = s.submit_gpus(gpus=size, nodes=1, name=name, user="u", account="t",
+                                  qos=qos, priority=prio)
+    return s, ids
+
+
 def test_a_reservation_keeps_lower_classes_off_the_node_it_waits_for() -> None:
     """One 8-GPU node, A (4 GPUs) running. B (HIGH, 8 GPUs) waits; without a reservation C
     (LOW, 1 GPU) backfills; with one C waits and D (HIGH, 1 GPU: B's class) still starts."""
     for reserve, started in ((False, {"c", "d"}), (True, {"d"})):
-        s = _slurm()
-        ids = {}
-        ids["a"] = s.submit_gpus(gpus=4, nodes=1, name="a", user="u", account="t", qos="low",
-                                 priority=10)
-        s.schedule(T0)
-        ids["b"] = s.submit_gpus(gpus=8, nodes=1, name="b", user="u", account="t", qos="high",
-                                 priority=100)
-        ids["d"] = s.submit_gpus(gpus=1, nodes=1, name="d", user="u", account="t", qos="high",
-                                 priority=90)
-        ids["c"] = s.submit_gpus(gpus=1, nodes=1, name="c", user="u", account="t", qos="low",
-                                 priority=50)
+        s, ids = _one_node_abcd()
         if reserve:
             s.reserve([ids["b"]])
         got = set(s.schedule(T0 + 1))
@@ -245,17 +249,8 @@ def test_the_guard_keeps_a_plans_nodes_for_its_beneficiary() -> None:
     guard while A checkpoints. C (LOW, 1 GPU) may not take a free GPU there, D (HIGH, 1 GPU: B's
     class) may; after the guard's end C may again. Without a guard C backfills at once."""
     for guard, first in ((False, {"c", "d"}), (True, {"d"})):
-        s = _slurm()
+        s, ids = _one_node_abcd()
         node = next(iter(s.view.nodes))
-        ids = {"a": s.submit_gpus(gpus=4, nodes=1, name="a", user="u", account="t", qos="low",
-                                  priority=10)}
-        s.schedule(T0)
-        ids["b"] = s.submit_gpus(gpus=8, nodes=1, name="b", user="u", account="t", qos="high",
-                                 priority=100)
-        ids["d"] = s.submit_gpus(gpus=1, nodes=1, name="d", user="u", account="t", qos="high",
-                                 priority=90)
-        ids["c"] = s.submit_gpus(gpus=1, nodes=1, name="c", user="u", account="t", qos="low",
-                                 priority=50)
         s.pin(ids["b"], (node,), guard_until=T0 + 60 if guard else None)
         assert set(s.schedule(T0 + 1)) == {ids[k] for k in first}
         assert s.used_gpus == 4 + len(first)      # the guarded GPUs were given back after
