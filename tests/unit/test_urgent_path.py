@@ -182,3 +182,14 @@ def test_urgent_poll_is_read_and_validated() -> None:
     for bad in ("-1", '"soon"'):
         with pytest.raises(ConfigError, match="urgent_poll"):
             parse_config(f"[intervals]\nurgent_poll = {bad}\n")
+
+
+def test_config_check_says_how_the_urgent_path_runs() -> None:
+    """`hai-slurm config check` names the poll and the looks, or that the path is off."""
+    from hai_slurm.priority.cli.admin import summary
+
+    on = [line for line in summary(parse_config("")) if line.startswith("urgent path")]
+    assert on == ["urgent path: pending jobs polled every 1s between cycles; a new job of HIGH "
+                  "or above is planned 0, 2, 5, 10 s after it is first seen"]
+    off = summary(parse_config('[intervals]\nurgent_poll = 0\n'))
+    assert any(line.startswith("urgent path: off") for line in off)
