@@ -413,7 +413,11 @@ class Daemon:
         (``pending_briefs``); the new jobs of a class that may preempt, and the watched jobs
         whose next look is due, are planned now (:meth:`look`). Returns the jobs looked at."""
         now = self.clock.time()
-        if not self._still_leading(now):
+        try:
+            if not self._still_leading(now):
+                return ()
+        except StateError as err:
+            log.warning("urgent path: renewing the leader lease failed: %s", err)
             return ()
         try:
             briefs = self.slurm.pending_briefs()

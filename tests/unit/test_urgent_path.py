@@ -193,3 +193,29 @@ def test_config_check_says_how_the_urgent_path_runs() -> None:
                   "or above is planned 0, 2, 5, 10 s after it is first seen"]
     off = summary(parse_config('[intervals]\nurgent_poll = 0\n'))
     assert any(line.startswith("urgent path: off") for line in off)
+
+
+def test_a_failed_poll_is_logged_and_the_next_poll_tries_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first three polls fail (slurmctld busy): the daemon logs them, keeps waiting for its
+    cycle, and the fourth poll, 4 s after the submission at most, plans the job."""
+    from hai_slurm.errors import SlurmError
+    from hai_slurm.slurm_plugins.fake import FakeSlurm
+
+    calls = {"n": 0}
+    real = FakeSlurm.pending_briefs
+
+    def flaky(self: FakeSlurm) -> tuple[PendingBrief, ...]:
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            raise SlurmError("squeue: error: slurm_load_jobs error: Socket timed out")
+        return real(self)
+
+    monkeypatch.setattr(FakeSlurm, "pending_briefs", flaky)
+    with caplog.at_level("WARNING", logger="hai_slurm.priority.daemon.loop"):
+        world, _daemon, high, submitted = _between_cycles(tmp_path, "1s")
+    assert sum("reading the pending jobs failed" in r.message for r in caplog.records) == 3
+    (plan,) = world.repo.history()
+    assert [b.job_id for b in plan.beneficiaries] == [high]
+    assert 3.0 <= plan.created_at - submitted <= 4.0, plan.created_at - submitted
