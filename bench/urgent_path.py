@@ -2,7 +2,7 @@
 """Benchmark: submit -> plan of a new HIGH job with the urgent path on and off, on the testbed.
 
     .venv/bin/python bench/urgent_path.py [--state-dir DIR] [--port-base 19700] [--trials 2]
-        [--cycle 30] [--keep-up]
+        [--cycle 30] [--queue 1000] [--keep-up]
 
 Each trial: four LOW team-a toy jobs (8 GPUs each) fill the 4 x 8 GPUs; the daemon (built as
 ``hai-slurm daemon`` builds it, in a thread, SQLite, the testbed's cluster description) runs its
@@ -12,7 +12,8 @@ time from the ``sbatch`` to the plan's creation in the store. With ``[intervals]
 cycle (``--cycle`` s, default the shipped 30 s). The planner settings let the first look plan
 (``min_run_time`` 5 s, ``restart_cost`` 10 s, ``benefit_threshold`` 0.1), so the figure
 measures the path, not the benefit test. Also printed: the cost of one poll
-(``pending_briefs``, one ``squeue``) against a full snapshot, at the queue of the trial.
+(``pending_briefs``, one ``squeue``) against a full snapshot, with ``--queue`` held jobs
+pending (0: the empty queue), and the RPCs a poll sends to slurmctld (``sdiag``).
 Nothing is pass/fail: the figures are printed as measured.
 """
 
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,19 +114,40 @@ def trial(state: local.TestbedState, redis: str, work: Path, *, cycle: float,
               lambda: not slurm.snapshot().jobs, 60)
 
 
-def poll_cost(state: local.TestbedState, repeat: int = 20) -> tuple[float, float]:
-    """Median seconds of pending_briefs() and of snapshot() on the testbed as it is."""
-    slurm = CliSlurmClient(SubprocessRunner(state.slurm_conf))
-    slurm.snapshot()
-    briefs, snaps = [], []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        slurm.pending_briefs()
-        briefs.append(time.perf_counter() - t)
-        t = time.perf_counter()
+def _rpcs(run: SubprocessRunner) -> int:
+    """slurmctld's count of REQUEST_JOB_INFO RPCs so far (``sdiag``)."""
+    out = run(["sdiag"]).stdout
+    m = re.search(r"REQUEST_JOB_INFO\s+\(\s*\d+\)\s+count:(\d+)", out)
+    return int(m.group(1)) if m else -1
+
+
+def poll_cost(state: local.TestbedState, queue: int, repeat: int = 20
+              ) -> tuple[float, float, int]:
+    """Median seconds of pending_briefs() and of snapshot() with ``queue`` held jobs pending,
+    and the REQUEST_JOB_INFO RPCs of one poll."""
+    run = SubprocessRunner(state.slurm_conf)
+    slurm = CliSlurmClient(run)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: run(["sbatch", "--hold", "--job-name", f"q{i}",
+                                     "--output=/dev/null", "--wrap", "true"]), range(queue)))
+    try:
         slurm.snapshot()
-        snaps.append(time.perf_counter() - t)
-    return statistics.median(briefs), statistics.median(snaps)
+        before = _rpcs(run)
+        briefs = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            got = slurm.pending_briefs()
+            briefs.append(time.perf_counter() - t)
+        rpcs = round((_rpcs(run) - before) / repeat)  # sdiag itself sends STATS_INFO
+        assert len(got) >= queue, (len(got), queue)
+        snaps = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            slurm.snapshot()
+            snaps.append(time.perf_counter() - t)
+    finally:
+        run(["scancel", "--user=root"])
+    return statistics.median(briefs), statistics.median(snaps), rpcs
 
 
 def main() -> int:
@@ -132,6 +156,9 @@ def main() -> int:
     p.add_argument("--port-base", type=int, default=19700)
     p.add_argument("--trials", type=int, default=2)
     p.add_argument("--cycle", type=float, default=30.0)
+    p.add_argument("--queue", type=int, default=1000,
+                   help="held jobs pending while one poll's cost is measured")
+    p.add_argument("--skip-trials", action="store_true", help="only the poll's cost")
     p.add_argument("--keep-up", action="store_true")
     args = p.parse_args()
     base = args.port_base
@@ -149,7 +176,7 @@ def main() -> int:
             state = local.load_state(args.state_dir.resolve())
         assert state is not None
         redis = redis_url(args.state_dir.resolve(), state.ports.redis)
-        for i in range(args.trials):
+        for i in range(0 if args.skip_trials else args.trials):
             for label, poll in (("on", 1.0), ("off", 0.0)):
                 got = trial(state, redis, work / f"{label}{i}", cycle=args.cycle,
                             urgent_poll=poll)
@@ -157,20 +184,22 @@ def main() -> int:
                 print(f"trial {i} urgent_poll={poll:g}s: sbatch -> plan "
                       f"{'none' if got[0] is None else f'{got[0]:.2f} s'}, {got[1]} urgent "
                       "look(s)", flush=True)
-        brief_s, snap_s = poll_cost(state)
+        brief_s, snap_s, rpcs = poll_cost(state, args.queue)
     finally:
         if not args.keep_up:
             local.down(args.state_dir)
-    print(f"\nsbatch -> plan of a HIGH job needing preemption, cycle {args.cycle:g} s "
-          f"({args.trials} trial(s) each):")
-    for label, poll in (("on", "1 s"), ("off", "0 (off)")):
+    if not args.skip_trials:
+        print(f"\nsbatch -> plan of a HIGH job needing preemption, cycle {args.cycle:g} s "
+              f"({args.trials} trial(s) each):")
+    for label, poll in (("on", "1 s"), ("off", "0 (off)")) if not args.skip_trials else ():
         secs = [s for s, _ in results[label] if s is not None]
         fig = (f"median {statistics.median(secs):.2f} s, max {max(secs):.2f} s"
                if secs else "no plan")
         print(f"  urgent_poll {poll:<8} {fig}  (each: "
               f"{', '.join('-' if s is None else f'{s:.2f}' for s, _ in results[label])})")
-    print(f"\none poll (pending_briefs, 1 squeue) {brief_s * 1000:.1f} ms; a full snapshot "
-          f"{snap_s * 1000:.1f} ms (median of 20, empty queue)")
+    print(f"\nwith {args.queue} jobs pending: one poll (pending_briefs, 1 squeue) "
+          f"{brief_s * 1000:.1f} ms, {rpcs} REQUEST_JOB_INFO RPC(s); a full snapshot "
+          f"{snap_s * 1000:.1f} ms (medians of 20)")
     return 0
 
 
