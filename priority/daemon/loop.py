@@ -490,9 +490,10 @@ class Daemon:
             if steps:
                 wake = min(wake, next_step)
             look = self.urgent.next_look() if polls else None
+            if look is not None and look <= now:
+                look = None  # overdue (the poll failed): the next poll takes it
             if polls:
-                wake = min(wake, next_poll, *((look,) if look is not None and look > now
-                                              else ()))
+                wake = min(wake, next_poll, *((look,) if look is not None else ()))
             self.clock.wait(self.stop_event, max(0.0, wake - now))
             now = self.clock.time()
             if now >= end or self.stop_event.is_set():

@@ -109,7 +109,7 @@ def test_a_cycle_that_sees_a_new_job_first_is_its_first_look() -> None:
 
 
 # ------------------------------------------------------------------------ the daemon's loop
-def _config(tmp: Path, urgent_poll: str) -> DaemonConfig:
+def _config(tmp: Path, urgent_poll: str, threshold: float = 0.01) -> DaemonConfig:
     """The default 30-s cycle; a benefit threshold low enough for the first look to plan."""
     return parse_config(f"""
 state_dir = "{tmp}"
@@ -118,7 +118,7 @@ database_url = "sqlite:///{tmp / 'state.db'}"
 urgent_poll = "{urgent_poll}"
 [planner]
 min_run_time = "60s"
-benefit_threshold = 0.01
+benefit_threshold = {threshold}
 """, source=str(tmp / "daemon.toml"))
 
 
@@ -127,7 +127,8 @@ def _daemon(world: World, cfg: DaemonConfig) -> Daemon:
     return build_daemon(cfg, slurm=world.fake, store=(world.repo, lock), clock=world.clock)
 
 
-def _between_cycles(tmp: Path, urgent_poll: str) -> tuple[World, Daemon, int, float]:
+def _between_cycles(tmp: Path, urgent_poll: str, threshold: float = 0.01,
+                    looks: list[float] | None = None) -> tuple[World, Daemon, int, float]:
     """Four LOW jobs fill 4 x 8 GPUs for an hour; a cycle runs; 0.5 s later a HIGH job of 8
     GPUs is submitted; the daemon then waits for its next cycle (30 s) as ``run`` does."""
     world = make_world(tmp)
@@ -135,8 +136,11 @@ def _between_cycles(tmp: Path, urgent_poll: str) -> tuple[World, Daemon, int, fl
         world.victim(f"v{i}", Behaviour(ack_after=0.5))
     world.fake.advance(world.fake.now + 3600)
     world.clock.now = float(world.fake.now)
-    daemon = _daemon(world, _config(tmp, urgent_poll))
+    daemon = _daemon(world, _config(tmp, urgent_poll, threshold))
     assert daemon.interval == 30.0
+    if looks is not None:
+        look = daemon.look
+        daemon.look = lambda ids: (looks.append(world.clock.now), look(ids))[1]  # type: ignore
     report = daemon.run_once()
     assert report.outcome is Outcome.OK, report.reason
     assert world.repo.history() == []
@@ -219,3 +223,17 @@ def test_a_failed_poll_is_logged_and_the_next_poll_tries_again(
     (plan,) = world.repo.history()
     assert [b.job_id for b in plan.beneficiaries] == [high]
     assert 3.0 <= plan.created_at - submitted <= 4.0, plan.created_at - submitted
+
+
+def test_a_job_the_benefit_test_refuses_is_looked_at_again_2_5_and_10_s_later(
+        tmp_path: Path) -> None:
+    """A benefit threshold no look can pass: the job is looked at when first seen (the poll
+    after its submission) and 2, 5 and 10 s later, four looks, no plan, until the cycle."""
+    times: list[float] = []
+    world, daemon, _high, submitted = _between_cycles(tmp_path, "1s", threshold=1e6,
+                                                      looks=times)
+    assert world.repo.history() == []
+    assert daemon.urgent_looks == 4
+    seen = times[0]
+    assert 0 < seen - submitted <= 1.0
+    assert [t - seen for t in times] == list(URGENT_LOOKS)
