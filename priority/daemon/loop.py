@@ -65,7 +65,13 @@ from hai_slurm.priority.daemon.cycle import (
     with_preemptions,
 )
 from hai_slurm.priority.daemon.metrics import TOTALS_KEY, DaemonMetrics, Totals
-from hai_slurm.priority.daemon.urgent import UrgentState, brief_of, observe, urgent_rule
+from hai_slurm.priority.daemon.urgent import (
+    UrgentState,
+    brief_of,
+    observe,
+    urgent_rule,
+    with_jobs_ahead,
+)
 from hai_slurm.priority.hooks import Claims, CycleExtras, CycleView, Executor, Planner
 from hai_slurm.priority.store import AuditEntry, CycleWrite, JsonValue, TrackedJob
 from hai_slurm.priority.store.engine import upgrade
@@ -430,9 +436,11 @@ class Daemon:
         return due
 
     def look(self, job_ids: Iterable[int]) -> CycleExtras | None:
-        """Plan for ``job_ids`` alone, now: a fresh snapshot (checked like a cycle's), the
-        policy's decisions on it (nothing written: no priorities, no job records: the next
-        cycle does that), the planner for those jobs only and the executor, with every guard
+        """Plan for ``job_ids``, now: a fresh snapshot (checked like a cycle's), the policy's
+        decisions on it (nothing written: no priorities, no job records: the next cycle does
+        that), the planner for those jobs and the pending jobs ranked above them
+        (:func:`~.urgent.with_jobs_ahead`: a newcomer does not overtake older top-class jobs
+        still waiting) and the executor, with every guard
         of a cycle (open plans' claims, held jobs, the planner's ``min_run_time`` and benefit
         test). What the executor returns (audit lines, events) is committed. None when the
         snapshot or the database failed (logged; the next poll or cycle tries again)."""
@@ -452,7 +460,8 @@ class Daemon:
         now = self.clock.time()
         try:
             decision, tracked, _ = self._decide(snap, now)
-            extras = self._hooks(decision, snap, tracked, now, self._claims(), focus=focus)
+            extras = self._hooks(decision, snap, tracked, now, self._claims(),
+                                 focus=with_jobs_ahead(focus, decision.result.priorities))
             if extras.events or extras.credits or extras.audit:
                 self.repository.record_cycle(CycleWrite(
                     at=now, events=extras.events, credits=extras.credits, audit=extras.audit))

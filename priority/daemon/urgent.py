@@ -119,3 +119,15 @@ def observe(state: UrgentState, briefs: Iterable[PendingBrief], now: float, *,
             del due[jid]
     new = UrgentState(seen=frozenset(pending), due=MappingProxyType(due))
     return new, () if cycle else now_due
+
+
+def with_jobs_ahead(focus: frozenset[int], priorities: Mapping[int, int]) -> frozenset[int]:
+    """``focus`` and every pending job the policy ranks at or above the lowest of them
+    (``priorities``: the policy's Slurm priority per pending job). A look plans for these, so
+    a newcomer is planned in its place in the queue, as a cycle would: older top-class jobs
+    still waiting are offered victims first, not overtaken by the newcomer."""
+    ranked = [priorities[j] for j in focus if j in priorities]
+    if not ranked:
+        return focus
+    floor = min(ranked)
+    return focus | frozenset(j for j, p in priorities.items() if p >= floor)

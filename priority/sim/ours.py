@@ -40,7 +40,7 @@ from dataclasses import replace
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import decide
-from hai_slurm.priority.daemon.urgent import URGENT_LOOKS, may_preempt
+from hai_slurm.priority.daemon.urgent import URGENT_LOOKS, may_preempt, with_jobs_ahead
 from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
@@ -118,7 +118,7 @@ class HaiSlurm:
     def look(self, now: int, focus: frozenset[int]) -> None:
         """The daemon's urgent look (:meth:`hai_slurm.priority.daemon.loop.Daemon.look`): the
         policy's decisions on a fresh snapshot, nothing written or kept, then the planner for
-        the ``focus`` jobs only."""
+        the ``focus`` jobs and the pending jobs ranked above them."""
         snap = self.eng.slurm.snapshot()
         window = now - self.config.policy.fairness.window
         events = tuple(e for e in self.events if e.time >= window)
@@ -126,7 +126,7 @@ class HaiSlurm:
         d = decide(snap, tracked=self.tracked, events=events, state=self.state,
                    protections=protections, config=self.config.policy, now=float(now))
         self._plan(d.inputs.pending, d.inputs.running, d.result, float(snap.time), now,
-                   focus=focus)
+                   focus=with_jobs_ahead(focus, d.result.priorities))
 
     def on_cycle(self, now: int) -> None:
         """One daemon cycle at ``now`` (see the module docstring)."""

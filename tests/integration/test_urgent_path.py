@@ -88,7 +88,8 @@ def test_a_high_job_is_planned_seconds_after_sbatch_with_the_default_30s_cycle(
               f"{between} cycle(s) in between")
         assert seconds < 10, f"planned {seconds:.1f} s after sbatch: the urgent path is absent"
         assert between == 0, "a cycle ran before the plan: it did not come from the urgent path"
-        assert f"urgent look at job(s) {high.job_id}" in daemon.text()
+        # logged once the look is done, which may be just after the plan is in the store
+        daemon.wait_log(f"urgent look at job(s) {high.job_id}", timeout=10)
         bed.wait(high, "RUNNING", "COMPLETED", timeout=60)
     finally:
         daemon.kill()

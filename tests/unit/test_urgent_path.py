@@ -21,6 +21,7 @@ from hai_slurm.priority.daemon.urgent import (
     may_preempt,
     observe,
     urgent_rule,
+    with_jobs_ahead,
 )
 from hai_slurm.priority.planner.types import DEFAULT_WEIGHTS
 from hai_slurm.priority.policy.state import AUTO
@@ -237,3 +238,13 @@ def test_a_job_the_benefit_test_refuses_is_looked_at_again_2_5_and_10_s_later(
     seen = times[0]
     assert 0 < seen - submitted <= 1.0
     assert [t - seen for t in times] == list(URGENT_LOOKS)
+
+
+def test_a_look_also_plans_for_the_jobs_ranked_above_the_newcomer() -> None:
+    """The newcomer 9 (priority 500) is planned with the jobs the policy ranks at or above it
+    (older HIGH 3 at 600, VERY_HIGH 4 at 900, 5 tied at 500), not the ones below (1, 2), so
+    it cannot take victims before them; a job the policy does not rank stays alone."""
+    prio = {1: 100, 2: 499, 3: 600, 4: 900, 5: 500, 9: 500}
+    assert with_jobs_ahead(frozenset({9}), prio) == {3, 4, 5, 9}
+    assert with_jobs_ahead(frozenset({4}), prio) == {4}
+    assert with_jobs_ahead(frozenset({42}), prio) == {42}
