@@ -31,6 +31,7 @@ from hai_slurm.slurm_plugins.types import (
     JobState,
     Node,
     Partition,
+    PendingBrief,
     Qos,
     SignalTarget,
     Skipped,
@@ -431,3 +432,11 @@ class FakeSlurm:
     def switches(self) -> tuple[SwitchInfo, ...]:
         """The switches given at construction."""
         return self._switches
+
+    # -- the urgent path (issue 16) ---------------------------------------------------------
+    def pending_briefs(self) -> tuple[PendingBrief, ...]:
+        """The pending jobs in brief, by id."""
+        return tuple(PendingBrief(j.job_id, j.user, j.account, j.qos, j.submit_time,
+                                  j.restart_count, j.requeue, j.admin_comment)
+                     for j in sorted(self.jobs.values(), key=lambda j: j.job_id)
+                     if j.state is JobState.PENDING)

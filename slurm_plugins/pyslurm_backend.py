@@ -68,6 +68,7 @@ from hai_slurm.slurm_plugins.types import (
     Job,
     JobFacts,
     JobIds,
+    PendingBrief,
     SignalTarget,
     Skipped,
     SwitchInfo,
@@ -601,3 +602,11 @@ class PyslurmClient:
         if job_id in self._aliases:
             self._via_cli((job_id,))
         return self._cli.set_req_nodes(job_id, nodes)
+
+    # -- the urgent path (issue 16) ---------------------------------------------------------
+    def pending_briefs(self) -> tuple[PendingBrief, ...]:
+        """Delegated to the CLI backend: its one ``squeue --states=PENDING -O`` of eight
+        columns. pyslurm's ``Jobs.load()`` would fetch and convert every job's whole record,
+        running ones included: the snapshot's cost, which a poll every ``urgent_poll`` seconds
+        is meant to avoid."""
+        return self._cli.pending_briefs()
