@@ -100,10 +100,17 @@ class LoadUsers:
             if not left:
                 break
             time.sleep(2)
-        try:
-            _sacctmgr(self.slurm_conf, "delete", "user", "where", f"name={names}")
-        except RuntimeError as err:
-            print(f"warning: {err}", file=sys.stderr)
+        # slurmdbd learns of the cancels a little later; until then it refuses ("Job(s) active").
+        while True:
+            try:
+                _sacctmgr(self.slurm_conf, "delete", "user", "where", f"name={names}")
+                break
+            except RuntimeError as err:
+                if time.monotonic() > end + 60:
+                    print(f"warning: associations of {names} left: "
+                          f"{str(err).splitlines()[0][-200:]}", file=sys.stderr)
+                    break
+                time.sleep(5)
         for name in self.accounts:
             subprocess.run(["userdel", name], check=False, capture_output=True)
 
@@ -295,39 +302,58 @@ def rpc_window(slurm_conf: str, seconds: float) -> tuple[float, dict[str, int]]:
     return sum(diff.values()) / took, diff
 
 
-def rpc_table(off: tuple[float, Mapping[str, int]], on: tuple[float, Mapping[str, int]],
-              seconds: float) -> str:
-    keys = sorted(set(off[1]) | set(on[1]), key=lambda k: -(on[1].get(k, 0) - off[1].get(k, 0)))
-    rows = [f"  {'RPC type':<36} {'daemon off':>10} {'daemon on':>10}   (counts in {seconds:g} s)"]
-    rows += [f"  {k.removeprefix('REQUEST_'):<36} {off[1].get(k, 0):>10} {on[1].get(k, 0):>10}"
-             for k in keys]
-    rows.append(f"  {'total per second':<36} {off[0]:>10.2f} {on[0]:>10.2f}   -> the daemon adds "
-                f"{on[0] - off[0]:.2f} RPC/s")
+Window = tuple[float, dict[str, int]]
+
+
+def rpc_table(windows: Mapping[str, Window], seconds: float) -> str:
+    """One column per window (the first is the baseline the others are compared with)."""
+    names = list(windows)
+    keys = sorted({k for _, c in windows.values() for k in c},
+                  key=lambda k: -max(c.get(k, 0) for _, c in windows.values()))
+    rows = [f"  {'RPC type (counts in ' + format(seconds, 'g') + ' s)':<36}"
+            + "".join(f" {n:>16}" for n in names)]
+    rows += [f"  {k.removeprefix('REQUEST_'):<36}"
+             + "".join(f" {windows[n][1].get(k, 0):>16}" for n in names) for k in keys]
+    rows.append(f"  {'RPC/s':<36}" + "".join(f" {windows[n][0]:>16.2f}" for n in names))
+    base = windows[names[0]][0]
+    rows.append(f"  {'added by the daemon, RPC/s':<36} {'':>16}"
+                + "".join(f" {windows[n][0] - base:>16.2f}" for n in names[1:]))
     return "\n".join(rows)
 
 
 # ------------------------------------------------------------------------------------ limits
-def generated_limits(slurm_conf: str) -> list[tuple[str, str, str, str]]:
-    """(key, generated value, Slurm's default, live value from ``scontrol show config``) of the
-    size limits the generated slurm.conf sets; read from the file, not assumed."""
-    text = Path(slurm_conf).read_text()
-    conf = dict(re.findall(r"^(\w+)=(\S+)", text, re.MULTILINE))
-    live_text = subprocess.run(["scontrol", "show", "config"], text=True, capture_output=True,
-                               timeout=60, check=False,
-                               env=dict(os.environ, SLURM_CONF=slurm_conf)).stdout
-    live = dict(re.findall(r"^(\w+)\s+=\s+(.*?)\s*$", live_text, re.MULTILINE))
-    return [(k, conf[k], SLURM_DEFAULTS[k], live.get(k, "?")) for k in SLURM_DEFAULTS
-            if k in conf]
+def conf_values(path: Path) -> dict[str, str]:
+    """``Key=Value`` lines of a slurm.conf (the first word of the value)."""
+    return dict(re.findall(r"^(\w+)=(\S+)", path.read_text(), re.MULTILINE))
 
 
-def limits_table(rows: Sequence[tuple[str, str, str, str]]) -> str:
-    out = [f"  {'key':<20} {'generated':<22} {'Slurm default':<14} live (scontrol show config)"]
-    for key, value, default, live in rows:
+def live_values(slurm_conf: str) -> dict[str, str]:
+    """What slurmctld runs with (``scontrol show config``)."""
+    text = subprocess.run(["scontrol", "show", "config"], text=True, capture_output=True,
+                          timeout=60, check=False,
+                          env=dict(os.environ, SLURM_CONF=slurm_conf)).stdout
+    return dict(re.findall(r"^(\w+)\s+=\s+(.*?)\s*$", text, re.MULTILINE))
+
+
+def site_conf(description: Path, into: Path) -> Path:
+    """``hai-slurm conf generate DESCRIPTION -o INTO``: the slurm.conf a site gets."""
+    subprocess.run([HAI_SLURM, "conf", "generate", str(description), "-o", str(into)],
+                   check=True, capture_output=True, timeout=120)
+    return into / "slurm.conf"
+
+
+def limits_table(site: Mapping[str, str], testbed: Mapping[str, str],
+                 live: Mapping[str, str]) -> str:
+    """The size limits the generated files set (read from them), against Slurm's defaults."""
+    out = [f"  {'key':<20} {'Slurm default':<14} {'site (generated)':<18} {'testbed':<18} "
+           "testbed's slurmctld runs with"]
+    for key, default in SLURM_DEFAULTS.items():
+        value = site.get(key, "-")
         raised = ""
-        if value.isdigit() and default.isdigit():
-            raised = f"  raised x{int(value) / int(default):g}" if int(value) > int(default) \
-                else "  (not raised)"
-        out.append(f"  {key:<20} {value:<22} {default:<14} {live}{raised}")
+        if value.isdigit() and default.isdigit() and int(value) != int(default):
+            raised = f"   site: x{int(value) / int(default):g} Slurm's default"
+        out.append(f"  {key:<20} {default:<14} {value:<18} {testbed.get(key, '-'):<18} "
+                   f"{live.get(key, '?')}{raised}")
     return "\n".join(out)
 
 
