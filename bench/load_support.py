@@ -195,13 +195,29 @@ class DaemonChild:
     log: Path
 
     @classmethod
-    def start(cls, config: Path, log: Path, slurm_conf: str) -> DaemonChild:
+    def start(cls, config: Path, log: Path, slurm_conf: str, *, cli: bool = False
+              ) -> DaemonChild:
+        """``cli``: the CLI backend even where pyslurm is installed (the daemon picks pyslurm
+        when it imports; a ``pyslurm`` package that fails to import, first on PYTHONPATH, is
+        what a site without pyslurm has)."""
+        env = dict(os.environ, SLURM_CONF=slurm_conf)
+        if cli:
+            stub = log.parent / "no-pyslurm" / "pyslurm"
+            stub.mkdir(parents=True, exist_ok=True)
+            (stub / "__init__.py").write_text(
+                'raise ImportError("pyslurm hidden by bench/load_support.py (CLI backend)")\n')
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(stub.parent), *filter(None, [env.get("PYTHONPATH")])])
         with log.open("ab") as out:
             proc = subprocess.Popen([HAI_SLURM, "-v", "daemon", "--config", str(config)],
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    env=dict(os.environ, SLURM_CONF=slurm_conf),
+                                    stdout=out, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
         return cls(proc, log)
+
+    def backend(self) -> str:
+        """The backend line the daemon logged."""
+        m = re.search(r"Slurm backend: (.*)", self.text())
+        return m.group(1) if m else "?"
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
