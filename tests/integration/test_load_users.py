@@ -5,7 +5,8 @@ this is the same scenario small enough for CI (about 3 min): 20 throwaway Unix u
 (``useradd``, as test_security_users.py makes them) in team-a and team-b submit 900 one-node GPU
 jobs of classes NORMAL and below, each with its own sbatch, in three bursts, while four NORMAL
 training jobs fill the GPUs and ``hai-slurm daemon`` (a child process: the shipped defaults, a
-10 s cycle, and the first-try planner times so that seconds-old jobs can be preempted) runs. Two
+10 s cycle, and the first-try planner times so that seconds-old jobs can be preempted) runs on
+the CLI backend (what a site without pyslurm runs, and the slower one at 10,000 jobs). Two
 HIGH jobs from team-b users arrive during the bursts and each preempts a training job.
 
 Checked: no sbatch refused; every accepted job still known to slurmctld (none lost) and none left
@@ -79,7 +80,7 @@ def test_bursts_from_twenty_users_while_preempting(testbed: Testbed, users: ls.L
         while not all(f.running for f in slurm.job_facts([t.job_id for t in training]).values()):
             assert time.monotonic() < deadline, "the training jobs did not start within 60 s"
             time.sleep(0.5)
-        daemon = ls.DaemonChild.start(config, tmp_path / "daemon.log", conf)
+        daemon = ls.DaemonChild.start(config, tmp_path / "daemon.log", conf, cli=True)
         team_b = [n for n, a in users.accounts.items() if a == "team-b"]
 
         def urgent_jobs() -> None:
@@ -131,3 +132,4 @@ def test_bursts_from_twenty_users_while_preempting(testbed: Testbed, users: ls.L
     assert all(x.seconds < INTERVAL for x in cs), ls.cycle_line(cs, INTERVAL)
     assert all(late < INTERVAL / 2 for late in ls.late_starts(cs, INTERVAL)), ls.cycle_line(
         cs, INTERVAL)
+    assert daemon.backend().startswith("CLI"), daemon.backend()
