@@ -12,6 +12,7 @@ mixed classes, so slurmctld's job_submit.lua reads them as it reads anyone's.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -111,7 +112,19 @@ class LoadUsers:
                           f"{str(err).splitlines()[0][-200:]}", file=sys.stderr)
                     break
                 time.sleep(5)
+        # A job whose batch shell died of a signal can leave its children running with
+        # proctrack/linuxproc (the local testbed's): they belong to these throwaway users only.
         for name in self.accounts:
+            pids = subprocess.run(["ps", "-o", "pid=,args=", "-u", name], capture_output=True,
+                                  text=True, check=False).stdout.splitlines()
+            for line in pids:
+                pid, _, cmd = line.strip().partition(" ")
+                print(f"warning: process {pid} of {name} left after its job ended: {cmd}",
+                      file=sys.stderr)
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            if pids:
+                time.sleep(0.5)
             subprocess.run(["userdel", name], check=False, capture_output=True)
 
 
