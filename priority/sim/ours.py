@@ -19,7 +19,7 @@ Two rules of issue 16 are modelled here as well:
   class that may preempt (:func:`~hai_slurm.priority.daemon.urgent.may_preempt`: HIGH and
   above) is seen by the daemon's poll ``[intervals] urgent_poll`` seconds after its submission
   (the worst case, rounded up to whole seconds; 0: no urgent path), then planned alone at each
-  of :data:`~hai_slurm.priority.daemon.urgent.URGENT_LOOKS` seconds after that (0, 2, 5, 10 s:
+  of :data:`~hai_slurm.priority.daemon.urgent.URGENT_LOOKS` seconds after that (0, 2, 5, 10, 15, 20 s:
   the benefit test needs a few seconds of wait to outweigh a victim's save + restart): the
   policy's decisions on a fresh snapshot, nothing written, the planner for that job only.
 * **The executor's guard.** While a plan is open (until ``start_timeout`` of the executor's
