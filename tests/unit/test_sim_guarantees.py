@@ -193,7 +193,9 @@ def test_a_matrix_scenario_with_the_new_rules_is_deterministic() -> None:
     s = replace(matrix.family()[5], jobs=50)
     outs = []
     for _ in range(2):
-        setup = Setup(config=matrix.quotas(parse_config(""), s))
+        # reservations on (off by default): their determinism is covered too
+        setup = Setup(config=matrix.quotas(parse_config(""), s),
+                      planner=replace(PlannerConfig(), reserve_after=0.5))
         result, engine = run_policy("hai-slurm", matrix.workload(s), matrix.cluster(s), setup,
                                     seed=0)
         outs.append((json.dumps(result, sort_keys=True),
