@@ -30,11 +30,15 @@ from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.state import AUTO, Requested
 from hai_slurm.slurm_plugins.types import Job, PendingBrief
 
-URGENT_LOOKS: tuple[float, ...] = (0.0, 2.0, 5.0, 10.0)
+URGENT_LOOKS: tuple[float, ...] = (0.0, 2.0, 5.0, 10.0, 15.0, 20.0)
 """Seconds after a new job was first seen at which it is planned (the daemon and the simulator
 share these). The planner's benefit test usually refuses the first looks and accepts one of the
 later ones: a HIGH job (weight 30) of 8 GPUs outweighs a victim's 140 s of save + restart on 8
-GPUs after 4.7 s of waiting."""
+GPUs after 4.7 s of waiting. A job smaller than the victims it needs takes longer (the test
+passes at ``loss / (weight x GPUs)`` of waiting: a 4-GPU HIGH job displacing an 8-GPU victim
+after ~13 s, a VERY_HIGH 8-GPU job displacing a 16-GPU one after ~12 s), so the looks go on
+until 20 s: with a last look at 10 s such jobs waited for the next cycle (up to 30 s more;
+``priority/sim/README.md``, "Tuning on the matrix, second pass")."""
 
 URGENT_FROM = PriorityClass.HIGH
 """The lowest class whose new jobs get looks: the top classes (HIGH, VERY_HIGH, EXTREME_HIGH),

@@ -108,7 +108,11 @@ class PlannerConfig:
       class's ``max_wait`` gets a reservation: smaller jobs may not backfill onto the nodes it
       needs (the daemon gives it the top Slurm priority, so Slurm's backfill plans it first; the
       simulator models the reservation, :meth:`hai_slurm.priority.sim.slurm.SimSlurm.reserve`).
-      0: no reservations.
+      0: no reservations, the default (was 0.5): the daemon makes none, and the simulator's
+      model idled GPUs the planner counts as free (a job of a lower class than the reserving
+      job's got "fits on free GPUs" on the closed nodes every cycle, so nothing was preempted
+      for it: 1-GPU HIGH jobs waited over an hour on ``full-large-1leaf``); see
+      ``priority/sim/README.md``, "Tuning on the matrix, second pass".
     * ``aged_preempt``: whether a waiting job that aged into a higher class may preempt as that
       class (off: it is planned as the class it asked for; aging still orders the queue; see
       :func:`hai_slurm.priority.planner.inputs.preempt_class`).
@@ -128,7 +132,7 @@ class PlannerConfig:
     plans_per_pending: float = 0.05
     max_candidates_per_node: int = 8
     allow_cross_leaf: bool = True
-    reserve_after: float = 0.5
+    reserve_after: float = 0.0
     aged_preempt: bool = False
 
     def min_run_for(self, cls: PriorityClass) -> float:

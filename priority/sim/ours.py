@@ -19,8 +19,9 @@ Two rules of issue 16 are modelled here as well:
   class that may preempt (:func:`~hai_slurm.priority.daemon.urgent.may_preempt`: HIGH and
   above) is seen by the daemon's poll ``[intervals] urgent_poll`` seconds after its submission
   (the worst case, rounded up to whole seconds; 0: no urgent path), then planned alone at each
-  of :data:`~hai_slurm.priority.daemon.urgent.URGENT_LOOKS` seconds after that (0, 2, 5, 10 s:
-  the benefit test needs a few seconds of wait to outweigh a victim's save + restart): the
+  of :data:`~hai_slurm.priority.daemon.urgent.URGENT_LOOKS` seconds after that (0, 2, 5, 10,
+  15, 20 s: the benefit test needs a few seconds of wait to outweigh a victim's save +
+  restart): the
   policy's decisions on a fresh snapshot, nothing written, the planner for that job only.
 * **The executor's guard.** While a plan is open (until ``start_timeout`` of the executor's
   settings after the victims' requeue) the plan's nodes are closed to jobs of a lower class than
@@ -28,7 +29,9 @@ Two rules of issue 16 are modelled here as well:
   (``guard=False``: no guard, the beneficiary is only pinned).
 * **Reservations.** A pending job of HIGH or above that has waited ``reserve_after`` x its
   class's ``max_wait`` holds a backfill reservation in the simulated Slurm
-  (:meth:`~hai_slurm.priority.sim.slurm.SimSlurm.reserve`).
+  (:meth:`~hai_slurm.priority.sim.slurm.SimSlurm.reserve`). Off by default (``reserve_after``
+  0), as in the daemon, which makes no reservations; the planner does not see them (it counts
+  the closed GPUs as free for lower classes).
 """
 
 from __future__ import annotations

@@ -119,16 +119,17 @@ JOBS = [TraceJob(1, 0, 5000, 8, "t1", P.LOW, 0, "t1"),
 
 def test_the_urgent_path_plans_a_high_job_seconds_after_it_arrives() -> None:
     """LOW A holds the node; HIGH B arrives at 1005. The daemon's poll (urgent_poll 1 s) sees
-    it at 1006 and looks at 0, 2, 5, 10 s after that (URGENT_LOOKS, shared with the daemon):
-    1006, 1008, 1011, 1016. The planner counts A's loss as 1,520 GPU-s (190 s x 8), so B's
-    benefit 30 x wait x 8 GPUs needs a wait over 6.3 s: refused at 1006, 1008 and 1011 (wait
-    6 s: 1,440), accepted at 1016 (11 s); without the urgent path at the next cycle, 1020.
-    B starts after A's 70-s save. (Before the daemon had the path, the simulator looked at 2
-    and 10 s after submission and preempted at 1015.)"""
+    it at 1006 and looks at 0, 2, 5, 10, 15, 20 s after that (URGENT_LOOKS, shared with the
+    daemon): 1006, 1008, 1011, 1016, 1021, 1026. The planner counts A's loss as 1,520 GPU-s
+    (190 s x 8), so B's benefit 30 x wait x 8 GPUs needs a wait over 6.3 s: refused at 1006,
+    1008 and 1011 (wait 6 s: 1,440), accepted at 1016 (11 s); without the urgent path at the
+    next cycle, 1020. B starts after A's 70-s save (the looks at 1021 and 1026 find its plan
+    open and plan nothing: six looks). (Before the daemon had the path, the simulator looked
+    at 2 and 10 s after submission and preempted at 1015.)"""
     fast = _engine(JOBS)
     assert [(p.time - T0, p.victim) for p in fast.preemptions] == [(1016, 1)]
     assert fast.jobs[2].first_start == T0 + 1016 + 70
-    assert fast.policy.counts["urgent_looks"] == 4  # type: ignore[attr-defined]
+    assert fast.policy.counts["urgent_looks"] == 6  # type: ignore[attr-defined]
     slow = _engine(JOBS, urgent_poll=0)
     assert [(p.time - T0, p.victim) for p in slow.preemptions] == [(1020, 1)]
     assert slow.policy.counts["urgent_looks"] == 0  # type: ignore[attr-defined]
@@ -192,7 +193,9 @@ def test_a_matrix_scenario_with_the_new_rules_is_deterministic() -> None:
     s = replace(matrix.family()[5], jobs=50)
     outs = []
     for _ in range(2):
-        setup = Setup(config=matrix.quotas(parse_config(""), s))
+        # reservations on (off by default): their determinism is covered too
+        setup = Setup(config=matrix.quotas(parse_config(""), s),
+                      planner=replace(PlannerConfig(), reserve_after=0.5))
         result, engine = run_policy("hai-slurm", matrix.workload(s), matrix.cluster(s), setup,
                                     seed=0)
         outs.append((json.dumps(result, sort_keys=True),

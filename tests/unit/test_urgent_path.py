@@ -51,18 +51,19 @@ def run_polls(times: list[float], briefs: list[PendingBrief],
     return out
 
 
-def test_a_new_high_job_is_looked_at_when_first_seen_then_2_5_and_10_s_later() -> None:
-    """Polls every second for 15 s: job 7 (HIGH, new) is looked at on the first poll and at
-    +2, +5 and +10 s; then never again."""
-    got = [(t - NOW, due) for t, due in run_polls([NOW + i for i in range(16)], [brief(7)])]
-    assert [t for t, due in got if due] == list(URGENT_LOOKS) == [0.0, 2.0, 5.0, 10.0]
+def test_a_new_high_job_is_looked_at_when_first_seen_then_2_5_10_15_and_20_s_later() -> None:
+    """Polls every second for 25 s: job 7 (HIGH, new) is looked at on the first poll and at
+    +2, +5, +10, +15 and +20 s; then never again."""
+    got = [(t - NOW, due) for t, due in run_polls([NOW + i for i in range(26)], [brief(7)])]
+    assert [t for t, due in got if due] == list(URGENT_LOOKS) == [0.0, 2.0, 5.0, 10.0, 15.0, 20.0]
     assert all(due == (7,) for _, due in got if due)
 
 
 def test_a_late_poll_takes_the_looks_due_once() -> None:
-    """Polls at +0, +6 and +12 s: the looks of +2 and +5 s are taken once at +6, +10's at +12."""
-    got = run_polls([NOW, NOW + 6, NOW + 12, NOW + 20], [brief(7)])
-    assert [due for _, due in got] == [(7,), (7,), (7,), ()]
+    """Polls at +0, +6, +12, +21 and +30 s: the looks of +2 and +5 s are taken once at +6,
+    +10's at +12, +15's and +20's once at +21, none at +30."""
+    got = run_polls([NOW, NOW + 6, NOW + 12, NOW + 21, NOW + 30], [brief(7)])
+    assert [due for _, due in got] == [(7,), (7,), (7,), (7,), ()]
 
 
 def test_only_classes_that_may_preempt_get_looks() -> None:
@@ -195,7 +196,7 @@ def test_config_check_says_how_the_urgent_path_runs() -> None:
 
     on = [line for line in summary(parse_config("")) if line.startswith("urgent path")]
     assert on == ["urgent path: pending jobs polled every 1s between cycles; a new job of HIGH "
-                  "or above is planned 0, 2, 5, 10 s after it is first seen"]
+                  "or above is planned 0, 2, 5, 10, 15, 20 s after it is first seen"]
     off = summary(parse_config('[intervals]\nurgent_poll = 0\n'))
     assert any(line.startswith("urgent path: off") for line in off)
 
@@ -226,15 +227,16 @@ def test_a_failed_poll_is_logged_and_the_next_poll_tries_again(
     assert 3.0 <= plan.created_at - submitted <= 4.0, plan.created_at - submitted
 
 
-def test_a_job_the_benefit_test_refuses_is_looked_at_again_2_5_and_10_s_later(
+def test_a_job_the_benefit_test_refuses_is_looked_at_again_until_20_s_later(
         tmp_path: Path) -> None:
     """A benefit threshold no look can pass: the job is looked at when first seen (the poll
-    after its submission) and 2, 5 and 10 s later, four looks, no plan, until the cycle."""
+    after its submission) and 2, 5, 10, 15 and 20 s later, six looks, no plan, until the
+    cycle."""
     times: list[float] = []
     world, daemon, _high, submitted = _between_cycles(tmp_path, "1s", threshold=1e6,
                                                       looks=times)
     assert world.repo.history() == []
-    assert daemon.urgent_looks == 4
+    assert daemon.urgent_looks == 6
     seen = times[0]
     assert 0 < seen - submitted <= 1.0
     assert [t - seen for t in times] == list(URGENT_LOOKS)
