@@ -33,19 +33,20 @@ SQUEUE = ("squeue",)
 
 def test_facts_read_one_squeue_and_detect_holds() -> None:
     """States, restarts, holds (admin hold and requeue-hold) and ReqNodeList, in one command."""
-    out = ("12|RUNNING|0|1040|None||\n"
-           "13|FAILED|1|0|NonZeroExitCode||\n"
-           "14|PENDING|2|0|job_requeued_in_held_state|n[1-2]|\n"
-           "15|PENDING|0|0|JobHeldAdmin||\n")
+    out = ("12|RUNNING|0|1040|None||(null)|\n"
+           "13|FAILED|1|0|NonZeroExitCode||(null)|\n"
+           "14|PENDING|2|0|job_requeued_in_held_state|n[1-2]|hai-plan-3|\n"
+           "15|PENDING|0|0|JobHeldAdmin||\n")  # an older line without the last column
     run = Runner({SQUEUE: (0, out, "")})
     facts = CliSlurmClient(run).job_facts([12, 13, 14, 15, 16])
     assert run.calls == [("squeue", "--noheader", "--states=all", "--jobs=12,13,14,15,16",
                           "--Format=JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,"
-                          "ReqNodes:|")]
+                          "ReqNodes:|,Reservation:|")]
     assert facts[12].running and not facts[12].held
     assert facts[13].finished and facts[13].restart_count == 1
     assert facts[14].pending and facts[14].held and facts[14].req_nodes == "n[1-2]"
-    assert facts[15].held
+    assert facts[14].reservation == "hai-plan-3" and facts[12].reservation == ""
+    assert facts[15].held and facts[15].reservation == ""
     assert 16 not in facts  # gone
 
 
