@@ -206,11 +206,11 @@ def test_victim_that_never_acknowledges_does_not_stall_the_queue(bed: Bed, tmp_p
 def test_a_job_submitted_during_the_ack_wait_gets_its_priority_and_not_the_freed_node(
         bed: Bed, tmp_path: Path) -> None:
     """A HIGH job needs two nodes; its LOW victims save in 4 s and 16 s, so for ~12 s one
-    target node is free while the other victim still saves. A NORMAL 1-node job submitted during that
-    wait is never held: the daemon writes its priority within one cycle, and it does not start
-    on the target nodes (Slurm keeps the plan's reservation ``hai-plan-<id>`` for the
-    beneficiary), which gets them. (Before: the guard held it for the whole plan; before
-    that, it backfilled onto the freed node.)"""
+    target node is free while the other victim still saves. A NORMAL 1-node job submitted
+    during that wait is never held: the daemon writes its priority within one cycle, and it
+    does not start on the target nodes (Slurm keeps the plan's reservation ``hai-plan-<id>``
+    for the beneficiary), which gets them. (Before: the guard held it for the whole plan;
+    before that, it backfilled onto the freed node.)"""
     # Two NORMAL jobs the newcomer cannot preempt (a lower class is needed), two LOW ones
     # (under one leaf: n3, n4) that the HIGH job preempts.
     saves, classes = (20, 20, 4, 16), ("NORMAL", "NORMAL", "LOW", "LOW")

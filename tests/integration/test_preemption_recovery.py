@@ -97,7 +97,10 @@ def test_sigkill_mid_plan_then_restart_completes_it(bed: Bed, point: str) -> Non
         child.wait(10)
     plan_id = int(marker.read_text())
     assert bed.repo.get_plan(plan_id).state is PlanState.SIGNALLED
-    assert competitor.job_id in bed.held_jobs()  # the killed executor's guard is still up
+    # The killed executor's guard is still up: its reservation, which holds nobody.
+    assert [set(r.nodes) for r in bed.slurm.reservations(f"hai-plan-{plan_id}")] == \
+        [{"n1", "n2"}]
+    assert competitor.job_id not in bed.held_jobs()
 
     (result,) = bed.executor().recover()
     assert result.plan_id == plan_id
