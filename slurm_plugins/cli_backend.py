@@ -95,9 +95,6 @@ _NOT_NOW = ("job can not be altered now", SkipReason.PENDING)
 _NOT_PENDING = (("no longer pending", "is not pending"), SkipReason.NOT_PENDING)
 _SIGNAL_RE = re.compile(r"(SIG)?[A-Z0-9]+")
 _RESV_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_RESV_IN_USE = "reservation is in use"
-"""What 22.05 says when ``scontrol delete reservation`` meets a job that runs in it or waits
-for it (measured: both refuse the delete)."""
 _RESV_INVALID = "requested reservation is invalid"
 """What 22.05 says for a reservation name it does not know."""
 RESV_FLAGS = ("IGNORE_JOBS", "FLEX")
@@ -582,23 +579,25 @@ class CliSlurmClient:
         check(self._run(argv), "scontrol create reservation")
 
     def end_reservation(self, name: str) -> bool:
-        """``scontrol delete ReservationName=NAME``; when Slurm refuses because a job runs in
-        it or waits for it, ``scontrol update ReservationName=NAME EndTime=now`` (its FLEX jobs
-        go on running; slurmctld drops it at its next reservation check, within about 20 s on
-        22.05). False when Slurm does not know the name."""
+        """``scontrol delete ReservationName=NAME``; when Slurm refuses (22.05: "Requested
+        reservation is in use", for a job that runs in it or waits for it),
+        ``scontrol update ReservationName=NAME EndTime=now`` (its FLEX jobs go on running;
+        slurmctld drops it at its next reservation check, within about 20 s on 22.05). False
+        when Slurm does not know the name. The refusal is not told apart by its words (other
+        releases may word it otherwise): whatever the delete's error, the end is tried, and
+        when that fails too, a name Slurm no longer lists counts as gone."""
         ref = f"ReservationName={self._resv_name(name)}"
         res = self._run(["scontrol", "delete", ref])
         if res.returncode == 0:
             return True
-        said = (res.stderr + res.stdout).lower()
-        if _RESV_INVALID in said:
+        if _RESV_INVALID in (res.stderr + res.stdout).lower():
             return False
-        if _RESV_IN_USE not in said:
-            check(res, "scontrol delete reservation")
-        res = self._run(["scontrol", "update", ref, "EndTime=now"])
-        if res.returncode != 0 and _RESV_INVALID in (res.stderr + res.stdout).lower():
-            return False  # gone in between
-        check(res, "scontrol update reservation EndTime=now")
+        ended = self._run(["scontrol", "update", ref, "EndTime=now"])
+        if ended.returncode == 0:
+            return True
+        if not any(r.name == name for r in self.reservations(name)):
+            return False
+        check(ended, "scontrol update reservation EndTime=now")
         return True
 
     def reservations(self, prefix: str = "") -> tuple[Reservation, ...]:

@@ -131,3 +131,58 @@ def test_a_state_slurm_does_not_have_is_an_error_not_finished() -> None:
     """An unknown state word raises SlurmError naming the job instead of counting as ended."""
     with pytest.raises(SlurmError, match=r"squeue State of job 7: unknown job_state 'WARPING'"):
         parse_job_facts("7|WARPING|0|5|None||")
+
+
+RESV_LINE = ("ReservationName=hai-plan-3 StartTime=2026-12-02T13:14:35 "
+             "EndTime=2026-12-02T13:19:35 Duration=00:05:00 Nodes=n[1-2] NodeCnt=2 CoreCnt=32 "
+             "Features=(null) PartitionName=(null) Flags=FLEX,IGNORE_JOBS,SPEC_NODES "
+             "TRES=cpu=32 Users=alice Groups=(null) Accounts=(null) Licenses=(null) "
+             "State=ACTIVE BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)\n")
+DELETE = ("scontrol", "delete")
+END_NOW = ("scontrol", "update", "ReservationName=hai-plan-3", "EndTime=now")
+SHOW = ("scontrol", "show", "reservation")
+
+
+def test_reservation_is_made_with_the_guard_flags_and_read_back() -> None:
+    """One ``scontrol create reservation`` with IGNORE_JOBS,FLEX; the listing (22.05's
+    one-line text) reads nodes, users, flags, times; "No reservations" is none."""
+    run = Runner({SHOW: (0, RESV_LINE, "")})
+    client = CliSlurmClient(run)
+    client.create_reservation("hai-plan-3", ["n1", "n2"], ["alice"], 8)
+    assert run.calls[0] == ("scontrol", "create", "reservation", "ReservationName=hai-plan-3",
+                            "Nodes=n1,n2", "Users=alice", "StartTime=now", "Duration=8",
+                            "Flags=IGNORE_JOBS,FLEX")
+    (r,) = client.reservations("hai-plan-")
+    assert (r.name, r.nodes, r.users, r.state) == ("hai-plan-3", ("n1", "n2"), ("alice",),
+                                                   "ACTIVE")
+    assert {"FLEX", "IGNORE_JOBS"} <= set(r.flags)
+    assert r.start_time is not None and r.end_time is not None
+    assert r.end_time - r.start_time == 300
+    assert client.reservations("other-") == ()
+    empty = CliSlurmClient(Runner({SHOW: (0, "No reservations in the system\n", "")}))
+    assert empty.reservations() == ()
+    with pytest.raises(ValueError):
+        client.create_reservation("bad name", ["n1"], ["alice"], 8)
+    with pytest.raises(ValueError):
+        client.create_reservation("hai-plan-4", ["n1"], [], 8)
+
+
+def test_reservation_in_use_is_ended_now_instead_of_deleted() -> None:
+    """Delete refused (a job runs in it): EndTime=now; an unknown name is False; a refusal of
+    both for a name Slurm no longer lists is False, for a listed one an error."""
+    in_use = (1, "", "delete_reservation ReservationName=hai-plan-3: Requested reservation "
+                     "is in use\n")
+    run = Runner({DELETE: in_use, END_NOW: (0, "", "")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is True
+    assert run.calls == [("scontrol", "delete", "ReservationName=hai-plan-3"), END_NOW]
+    run = Runner({DELETE: (0, "", "")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is True and len(run.calls) == 1
+    run = Runner({DELETE: (1, "", "delete_reservation ReservationName=hai-plan-3: Requested "
+                                  "reservation is invalid\n")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is False
+    refused = (1, "", "Error updating the reservation: something else\n")
+    run = Runner({DELETE: in_use, END_NOW: refused, SHOW: (0, "No reservations\n", "")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is False
+    run = Runner({DELETE: in_use, END_NOW: refused, SHOW: (0, RESV_LINE, "")})
+    with pytest.raises(SlurmError):
+        CliSlurmClient(run).end_reservation("hai-plan-3")
