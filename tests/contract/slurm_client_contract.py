@@ -284,7 +284,8 @@ class SlurmClientContract:
         so EndTime=now) leaves the job running (FLEX); a second one on the same node, an
         unknown node, are refused."""
         name = f"hai-plan-contract1-{time.time_ns()}"  # an ended one lingers ~20 s
-        blocker = harness.submit(name="contract-resv-blocker", gpus=8)
+        whole = min(n.gpus for n in harness.client.snapshot().nodes)  # one node's GPUs
+        blocker = harness.submit(name="contract-resv-blocker", gpus=whole)
         harness.wait_for(blocker, "RUNNING", running)
         bjob = harness.client.snapshot().job(blocker)
         assert bjob is not None and len(bjob.nodes) == 1
@@ -302,7 +303,7 @@ class SlurmClientContract:
             assert resv.start_time is not None and resv.end_time is not None
             assert 9 * 60 <= resv.end_time - resv.start_time <= 11 * 60
             assert harness.client.reservations("no-such-prefix-") == ()
-            inside = harness.submit(name="contract-resv-inside", gpus=8, hold=True)
+            inside = harness.submit(name="contract-resv-inside", gpus=whole, hold=True)
             assert harness.client.set_job_reservation(inside, name).done == (inside,)
             assert harness.client.job_facts(inside)[inside].reservation == name
             assert harness.client.set_job_reservation(inside, "").done == (inside,)
@@ -327,7 +328,8 @@ class SlurmClientContract:
         name = f"hai-plan-contract4-{time.time_ns()}"
         snap = harness.client.snapshot()
         nodes = sorted(n.name for n in snap.nodes)
-        blockers = [harness.submit(name=f"contract-resv-fill{i}", gpus=8)
+        whole = min(n.gpus for n in snap.nodes)
+        blockers = [harness.submit(name=f"contract-resv-fill{i}", gpus=whole)
                     for i in range(len(nodes) - 1)]
         for b in blockers:
             harness.wait_for(b, "RUNNING", running)
@@ -338,7 +340,7 @@ class SlurmClientContract:
         assert me is not None
         harness.client.create_reservation(name, [free], [me.user], 10)
         try:
-            outside = harness.submit(name="contract-resv-outside", gpus=8)
+            outside = harness.submit(name="contract-resv-outside", gpus=whole)
             harness.client.set_priority(outside, 4_000_000_000)
             looks = []
 
