@@ -9,9 +9,10 @@ same way:
 
 :meth:`PreemptionExecutor.run` carries out one
 :class:`~hai_slurm.priority.executor.types.ExecutionRequest`: check the jobs afresh, record the
-plan, put up the :mod:`~hai_slurm.priority.executor.guard` (competitors held, beneficiary pinned);
-**phase 1** asks every victim to checkpoint (``scancel --signal=USR2
---full``, plus Redis when configured) and polls their control directories
+plan, put up the :mod:`~hai_slurm.priority.executor.guard` (a Slurm reservation of the target
+nodes for the beneficiary, or competitors held when Slurm refuses it; beneficiary pinned);
+**phase 1** asks every victim to checkpoint (``scancel --signal=USR2 --full``, plus Redis
+when configured) and polls their control directories
 (:func:`~hai_slurm.checkpoint.read_job_report`, trusting only the job owner's files) until each
 acknowledged, ended, or missed its deadline (a victim still ``saving`` gets ``saving_extension``
 more); **phase 2**, unless one missed (policy ``abort``), requeues them held — acknowledged ones
