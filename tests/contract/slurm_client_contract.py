@@ -316,8 +316,21 @@ class SlurmClientContract:
             job = harness.client.snapshot().job(inside)
             assert job is not None and job.nodes == (node,)
             assert harness.client.end_reservation(name) is True
-            assert harness.client.snapshot().job(inside) is not None
-            assert running(harness.client.snapshot().job(inside))
+
+            def purged(job: Job | None) -> bool:  # slurmctld's reservation check (~20 s)
+                return harness.client.reservations(name) == () or not running(job)
+
+            # Without FLEX, slurmctld kills a job whose time limit passes the reservation's end
+            # here (TIMEOUT, "Reservation ended"); so does a reservation's natural end.
+            assert running(harness.wait_for(inside, "its reservation gone", purged, 90))
+            looks: list[Job | None] = []
+
+            def stopped_or_looked_12_times(job: Job | None) -> bool:
+                looks.append(job)
+                return len(looks) >= 12 or not running(job)
+
+            assert running(harness.wait_for(inside, "looked at", stopped_or_looked_12_times))
+            assert harness.client.job_facts(inside)[inside].reservation == ""
         finally:
             harness.client.end_reservation(name)
         assert harness.client.end_reservation("hai-plan-contract-none") is False
