@@ -58,6 +58,9 @@ class CycleView:
     repository: Repository
     claims: Claims = Claims()
     """Jobs the executor's open plans hold on to: the planner leaves them alone."""
+    focus: frozenset[int] | None = None
+    """The pending jobs this pass plans for (an urgent look of the daemon's urgent path);
+    None: every pending job (a cycle)."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from hai_slurm.slurm_plugins.types import (
     JobState,
     Node,
     Partition,
+    PendingBrief,
     Qos,
     SignalTarget,
     Skipped,
@@ -43,7 +44,8 @@ from hai_slurm.slurm_plugins.types import (
 
 __all__ = [
     "INFINITE", "ActionResult", "CliSlurmClient", "ClusterSnapshot", "CommandRunner",
-    "DockerExecRunner", "Job", "JobFacts", "JobState", "Node", "Partition", "PyslurmClient",
+    "DockerExecRunner", "Job", "JobFacts", "JobState", "Node", "Partition", "PendingBrief",
+    "PyslurmClient",
     "Qos", "SignalTarget", "SkipReason", "Skipped", "SlurmClient", "SlurmVersion",
     "SubprocessRunner", "SwitchInfo", "make_client",
 ]

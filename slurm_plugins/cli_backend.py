@@ -25,6 +25,7 @@ from typing import Any
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
 from hai_slurm.slurm_plugins.parse import (
+    BRIEF_FORMAT,
     COMPACT_JOBS_FORMAT,
     DETAIL_KEYS,
     JOB_FACTS_FORMAT,
@@ -39,6 +40,7 @@ from hai_slurm.slurm_plugins.parse import (
     parse_nodes,
     parse_partitions_json,
     parse_partitions_text,
+    parse_pending_briefs,
     parse_qos,
     parse_reservations,
     parse_srun_steps,
@@ -58,6 +60,7 @@ from hai_slurm.slurm_plugins.types import (
     JobFacts,
     JobIds,
     JobState,
+    PendingBrief,
     Qos,
     Reservation,
     SignalTarget,
@@ -553,6 +556,18 @@ class CliSlurmClient:
             if after is not None and after.pending:
                 raise
             return ActionResult(skipped=(Skipped(job_id, SkipReason.NOT_PENDING, str(err)),))
+
+    # -- the urgent path (issue 16) ---------------------------------------------------------
+    def pending_briefs(self) -> tuple[PendingBrief, ...]:
+        """One ``squeue --noheader --states=PENDING -O`` with :data:`~.parse.BRIEF_FORMAT`
+        (eight columns of the pending jobs only; no JSON, no node or partition query), with
+        ``SLURM_TIME_FORMAT=%s`` (through ``env`` for a runner that takes no environment)."""
+        argv = ["squeue", "--noheader", "--states=PENDING", f"--Format={BRIEF_FORMAT}"]
+        if isinstance(self._run, SubprocessRunner):
+            res = self._run(argv, env={"SLURM_TIME_FORMAT": "%s"})
+        else:
+            res = self._run(["env", "SLURM_TIME_FORMAT=%s", *argv])
+        return parse_pending_briefs(check(res, "squeue --states=PENDING -O").stdout)
 
     # -- reservations -----------------------------------------------------------------------
     @staticmethod

@@ -35,6 +35,7 @@ from hai_slurm.slurm_plugins.types import (
     JobState,
     Node,
     Partition,
+    PendingBrief,
     Qos,
     Reservation,
     SignalTarget,
@@ -448,6 +449,14 @@ class FakeSlurm:
     def switches(self) -> tuple[SwitchInfo, ...]:
         """The switches given at construction."""
         return self._switches
+
+    # -- the urgent path (issue 16) ---------------------------------------------------------
+    def pending_briefs(self) -> tuple[PendingBrief, ...]:
+        """The pending jobs in brief, by id."""
+        return tuple(PendingBrief(j.job_id, j.user, j.account, j.qos, j.submit_time,
+                                  j.restart_count, j.requeue, j.admin_comment)
+                     for j in sorted(self.jobs.values(), key=lambda j: j.job_id)
+                     if j.state is JobState.PENDING)
 
     # -- reservations ---------------------------------------------------------------------
     def _purge_reservations(self) -> None:

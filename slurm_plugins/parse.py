@@ -31,6 +31,7 @@ from hai_slurm.slurm_plugins.types import (
     JobState,
     Node,
     Partition,
+    PendingBrief,
     Qos,
     Reservation,
     SwitchInfo,
@@ -616,6 +617,41 @@ def detail_signature(record: Mapping[str, Any]) -> tuple[str, int]:
     """What must stay the same for a job's kept :data:`DETAIL_KEYS` to still hold: its node
     list (gres_detail is per allocated node) and restart count (a requeue may rewrite them)."""
     return text(record.get("nodes")), number(record.get("restart_cnt"), "restart_cnt") or 0
+
+
+#: The columns of :data:`BRIEF_FORMAT` (``squeue --states=PENDING``), in order: only what the
+#: urgent path needs to tell a job's class (the ``#HAI`` record, account, requeue) and whether it
+#: is new. No job name or comment (a job's owner could put ``|`` or a newline there);
+#: ``admin_comment`` (only admins write it; job_submit.lua's record uses ``|`` between segments)
+#: comes last, so a ``|`` in it stays in its column.
+BRIEF_FIELDS = ("JobID", "UserName", "Account", "QOS", "SubmitTime", "RestartCnt", "Requeue",
+                "admin_comment")
+#: ``squeue --noheader --states=PENDING --Format`` of :func:`parse_pending_briefs`; run with
+#: ``SLURM_TIME_FORMAT=%s`` so the submit time is POSIX seconds.
+BRIEF_FORMAT = ",".join(f"{f}:|" for f in BRIEF_FIELDS)
+
+
+def parse_pending_briefs(output: str) -> tuple[PendingBrief, ...]:
+    """The pending jobs of ``squeue -O`` with :data:`BRIEF_FORMAT`, in Slurm's order. A line
+    that does not start with a job id and hold every column is left out (it cannot be a job's:
+    only an admin's newline in an admin_comment makes one)."""
+    width = len(BRIEF_FIELDS)
+    out: list[PendingBrief] = []
+    for line in output.splitlines():
+        cols = line.strip().split("|", width - 1)
+        if len(cols) != width or not cols[0].isdigit():
+            continue
+        job_id, user, account, qos, submit, restarts, requeue, comment = cols
+        if comment.endswith("|"):
+            comment = comment[:-1]  # the column's own suffix
+        where = f"squeue -O, job {job_id}"
+        out.append(PendingBrief(
+            job_id=int(job_id), user=_compact_text(user.strip()),
+            account=_compact_text(account.strip()), qos=_compact_text(qos.strip()),
+            submit_time=_compact_time(submit.strip(), f"{where}: SubmitTime"),
+            restart_count=_compact_int(restarts.strip(), f"{where}: RestartCnt") or 0,
+            requeue=requeue.strip() != "0", admin_comment=_compact_text(comment.strip())))
+    return tuple(out)
 
 
 def _resv_time(value: str) -> int | None:

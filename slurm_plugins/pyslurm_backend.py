@@ -70,6 +70,7 @@ from hai_slurm.slurm_plugins.types import (
     Job,
     JobFacts,
     JobIds,
+    PendingBrief,
     Reservation,
     SignalTarget,
     Skipped,
@@ -605,6 +606,14 @@ class PyslurmClient:
         if job_id in self._aliases:
             self._via_cli((job_id,))
         return self._cli.set_req_nodes(job_id, nodes)
+
+    # -- the urgent path (issue 16) ---------------------------------------------------------
+    def pending_briefs(self) -> tuple[PendingBrief, ...]:
+        """Delegated to the CLI backend: its one ``squeue --states=PENDING -O`` of eight
+        columns. pyslurm's ``Jobs.load()`` would fetch and convert every job's whole record,
+        running ones included: the snapshot's cost, which a poll every ``urgent_poll`` seconds
+        is meant to avoid."""
+        return self._cli.pending_briefs()
 
     # -- reservations: delegated to the CLI backend -------------------------------------------
     def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],

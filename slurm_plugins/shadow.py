@@ -25,6 +25,7 @@ from hai_slurm.slurm_plugins.types import (
     ClusterSnapshot,
     JobFacts,
     JobIds,
+    PendingBrief,
     Reservation,
     SignalTarget,
     SlurmClient,
@@ -34,7 +35,8 @@ from hai_slurm.slurm_plugins.types import (
 
 log = logging.getLogger("hai_slurm.priority.shadow")
 
-READS = frozenset({"version", "snapshot", "job_facts", "switches", "reservations"})
+READS = frozenset({"version", "snapshot", "job_facts", "switches", "pending_briefs",
+                   "reservations"})
 """Protocol methods passed through to the real backend."""
 WRITES = frozenset({"set_priority", "set_priorities", "signal", "requeue", "requeue_hold", "hold",
                     "release", "set_admin_comment", "cancel", "requeue_any", "set_req_nodes",
@@ -164,6 +166,11 @@ class ShadowSlurm:
         """Logged, not done."""
         self._record("set_req_nodes", (job_id,), f"ReqNodeList={nodes!r}")
         return ActionResult()
+
+    # ------------------------------------------------------------------ the urgent path (reads)
+    def pending_briefs(self) -> tuple[PendingBrief, ...]:
+        """The real pending jobs in brief."""
+        return self.inner.pending_briefs()
 
     # -- reservations ----------------------------------------------------------------------
     def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],

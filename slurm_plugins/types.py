@@ -218,6 +218,22 @@ class Qos:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingBrief:
+    """A pending job in brief (:meth:`SlurmClient.pending_briefs`): what the daemon's urgent
+    path needs to tell a new job of a class that may preempt, far cheaper than a snapshot."""
+
+    job_id: int
+    user: str
+    account: str
+    qos: str
+    submit_time: int | None
+    restart_count: int
+    requeue: bool
+    admin_comment: str
+    """Where job_submit.lua put the ``#HAI`` record (class, team); only admins can write it."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """Everything the daemon reads from Slurm in one cycle, taken at ``time``."""
 
@@ -383,6 +399,12 @@ class SlurmClient(Protocol):
 
     def switches(self) -> tuple[SwitchInfo, ...]:
         """The network switches Slurm's topology plugin knows (``()`` without one)."""
+        ...
+
+    # -- the urgent path (issue 16) ---------------------------------------------------------
+    def pending_briefs(self) -> tuple[PendingBrief, ...]:
+        """Every pending job in brief, in one cheap query (the daemon polls it every
+        ``[intervals] urgent_poll`` seconds between cycles); raises SlurmError on failure."""
         ...
 
     # -- reservations (the preemption guard: ``hai-plan-<id>`` on a plan's target nodes) --

@@ -72,6 +72,7 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
         f"{format_duration(ex.saving_extension)} while saving; beneficiary start timeout "
         f"{format_duration(ex.start_timeout)}",
         f"on a missed deadline (beneficiary's class): {misses}",
+        _urgent_summary(cfg),
         "multi-node jobs: " + ("under one leaf switch when one can hold them, else across the "
                                "spine (as topology/tree; a job's --switches=N limits it)"
                                if pl.allow_cross_leaf else "under one leaf switch only"),
@@ -80,6 +81,20 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
            "priority/examples/first-try.toml sets min_run_time = \"10s\" for that"]
           if pl.min_run_time > 60 else []),
     ]
+
+
+def _urgent_summary(cfg: DaemonConfig) -> str:
+    """The urgent path's line of :func:`summary`."""
+    from hai_slurm.priority.daemon.urgent import URGENT_FROM, URGENT_LOOKS
+
+    poll = cfg.intervals.urgent_poll
+    if poll <= 0:
+        return ("urgent path: off ([intervals] urgent_poll = 0): new jobs are planned at the "
+                "next cycle")
+    looks = ", ".join(f"{t:g}" for t in URGENT_LOOKS)
+    return (f"urgent path: pending jobs polled every {format_duration(poll)} between cycles; a "
+            f"new job of {URGENT_FROM.value} or above is planned {looks} s after it is first "
+            "seen")
 
 
 def _origin(cfg: DaemonConfig) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from hai_slurm.errors import ConfigError, HaiSlurmError
-from hai_slurm.priority.config.loader import DaemonConfig, Intervals, load_config
+from hai_slurm.priority.config.loader import DaemonConfig, load_config
 from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.store.engine import default_sqlite_url, masked
@@ -34,9 +34,8 @@ def daemon_config(config_path: str | None, state_dir: str | None,
             raise ConfigError(f"must be > 0 and shorter than intervals.lock_ttl "
                               f"({cfg.intervals.lock_ttl:g} s), or the leader lease expires "
                               "between two cycles", key="--interval", value=interval)
-        cfg = dataclasses.replace(cfg, intervals=Intervals(
-            cycle=interval, lock_ttl=cfg.intervals.lock_ttl,
-            backoff_max=cfg.intervals.backoff_max))
+        cfg = dataclasses.replace(cfg, intervals=dataclasses.replace(cfg.intervals,
+                                                                     cycle=interval))
     return cfg
 
 

@@ -51,11 +51,14 @@ _DURATION_FORMS = "seconds (e.g. 600) or '45s', '10m', '1h30m', '2d'"
 
 @dataclass(frozen=True, slots=True)
 class Intervals:
-    """Daemon timing: cycle interval, leader-lock expiry, longest back-off after failures."""
+    """Daemon timing: cycle interval, leader-lock expiry, longest back-off after failures, and
+    the urgent path's poll of the pending jobs between cycles (0: off; see
+    :mod:`hai_slurm.priority.daemon.urgent`)."""
 
     cycle: float = 30.0
     lock_ttl: float = 90.0
     backoff_max: float = 300.0
+    urgent_poll: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,8 @@ def parse_config(text: str, *, source: str = "<string>",
         cycle=iv.get("cycle", 30.0, _positive_duration, _DURATION_FORMS + ", > 0"),
         lock_ttl=iv.get("lock_ttl", 90.0, _positive_duration, _DURATION_FORMS + ", > 0"),
         backoff_max=iv.get("backoff_max", 300.0, _positive_duration, _DURATION_FORMS + ", > 0"),
+        urgent_poll=iv.get("urgent_poll", 1.0, _duration,
+                           _DURATION_FORMS + " (0 turns the urgent path off)"),
     )
     iv.finish()
     if intervals.lock_ttl <= intervals.cycle:

@@ -46,6 +46,13 @@ def job_class(job: Job, default_class: PriorityClass) -> JobClass:
     return _job_class(job.admin_comment, job.account, job.requeue, default_class)
 
 
+def class_of(admin_comment: str, account: str, requeue: bool,
+             default_class: PriorityClass) -> JobClass:
+    """:func:`job_class` from the three fields of a job it reads (for a job in brief,
+    :class:`~hai_slurm.slurm_plugins.types.PendingBrief`)."""
+    return _job_class(admin_comment, account, requeue, default_class)
+
+
 @lru_cache(maxsize=4096)
 def _job_class(admin_comment: str, account: str, requeue: bool,
                default_class: PriorityClass) -> JobClass:

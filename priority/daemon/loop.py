@@ -27,6 +27,14 @@ the executor has open plans, the wait between cycles is cut into ``poll_interval
 each slice steps the open plans (:meth:`Daemon.step_plans`: acks, states, deadlines only); the
 policy and planner still run once per cycle, so a plan reacts to an ack within the poll and
 the priorities are still written every cycle.
+
+The urgent path (with a planner and executor, ``[intervals] urgent_poll`` > 0): between cycles
+the daemon also reads the pending jobs in brief every ``urgent_poll`` seconds
+(:meth:`Daemon.urgent_step`, one cheap ``squeue``); a new job of a class that may preempt is
+planned at once and again a few seconds later (:mod:`~hai_slurm.priority.daemon.urgent` decides
+which jobs and when) by :meth:`Daemon.look`: a fresh snapshot, the policy's decisions (nothing
+written), the planner for those jobs only, and the executor, with the cycle's guards. So urgent
+work is planned within about ``urgent_poll`` of its submission, not at the next cycle.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -57,6 +65,13 @@ from hai_slurm.priority.daemon.cycle import (
     with_preemptions,
 )
 from hai_slurm.priority.daemon.metrics import TOTALS_KEY, DaemonMetrics, Totals
+from hai_slurm.priority.daemon.urgent import (
+    UrgentState,
+    brief_of,
+    observe,
+    urgent_rule,
+    with_jobs_ahead,
+)
 from hai_slurm.priority.hooks import Claims, CycleExtras, CycleView, Executor, Planner
 from hai_slurm.priority.store import AuditEntry, CycleWrite, JsonValue, TrackedJob
 from hai_slurm.priority.store.engine import upgrade
@@ -115,6 +130,12 @@ class Daemon:
         self._last_cycle: float | None = None  # ``now`` of the last committed cycle
         self._standby_logged = False
         self._last_renew = 0.0
+        self.urgent = UrgentState()
+        """The urgent path's watch of new pending jobs (:mod:`~.urgent`)."""
+        self.urgent_looks = 0
+        """Looks the urgent path made since the start (each plans for one or more jobs)."""
+        self._urgent_rule = urgent_rule(config.policy.default_class,
+                                        config.preempt.planner.class_weights)
 
     # ------------------------------------------------------------------------ stop requests
     @property
@@ -221,7 +242,10 @@ class Daemon:
         except StateError as err:
             return self._skip(f"database: {err}", started, slurm_error=False)
 
-    def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
+    def _decide(self, snap: ClusterSnapshot, now: float
+                ) -> tuple[Decision, dict[int, TrackedJob], JsonValue]:
+        """The policy's decisions on ``snap`` with the stored jobs, events, protections and
+        state; also the tracked jobs it saw and the stored state (reads only)."""
         repo, policy = self.repository, self.config.policy
         loaded = catch_up(repo.load_jobs(), snap, self._last_cycle)
         candidates = requeue_candidates(snap, loaded)
@@ -231,6 +255,11 @@ class Daemon:
             snap, tracked=tracked, events=repo.events_since(now - policy.fairness.window),
             state=state_from_json(stored_state), protections=repo.active_protections(now),
             config=policy, now=now)
+        return decision, tracked, stored_state
+
+    def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
+        repo = self.repository
+        decision, tracked, stored_state = self._decide(snap, now)
         if not self._take_lead(self.clock.time()):  # the snapshot took longer than the lease
             self.metrics.cycles.labels("standby").inc()
             return CycleReport(Outcome.STANDBY, self.interval, reason="lease lost mid-cycle",
@@ -265,6 +294,9 @@ class Daemon:
             audit=_audit(decision, now) + extras.audit, values=tuple(values)))
         self._last_snapshot = float(snap.time)
         self._last_cycle = now
+        if self._urgent_on():  # this cycle planned every pending job: the looks due now
+            self.urgent, _ = observe(self.urgent, (brief_of(j) for j in snap.pending), now,
+                                     urgent=self._urgent_rule, cycle=True)
         self.metrics.observe(decision, now)
         if write_error:
             self.failures += 1
@@ -332,14 +364,15 @@ class Daemon:
 
     def _hooks(self, decision: Decision, snap: ClusterSnapshot,
                tracked: Mapping[int, TrackedJob], now: float,
-               claims: Claims | None = None) -> CycleExtras:
+               claims: Claims | None = None, focus: frozenset[int] | None = None
+               ) -> CycleExtras:
         if self.planner is None and self.executor is None:
             return CycleExtras()
         view = CycleView(now=now, snapshot=snap, pending=decision.inputs.pending,
                          running=decision.inputs.running, result=decision.result,
                          tracked=tracked, config=self.config.policy,
                          slurm=self.slurm, repository=self.repository,
-                         claims=claims or Claims())
+                         claims=claims or Claims(), focus=focus)
         try:
             plan = self.planner.plan(view) if self.planner is not None else None
             if self.executor is None:
@@ -361,32 +394,125 @@ class Daemon:
         reconcile = getattr(self.executor, "reconcile", None)
         if reconcile is None:
             return
-        now = self.clock.time()
-        if now - self._last_renew >= min(5.0, self.config.intervals.lock_ttl / 3):
-            self._last_renew = now
-            if not self._take_lead(now):
-                return
+        if not self._still_leading(self.clock.time()):
+            return
         try:
             reconcile()
         except HaiSlurmError as err:
             log.warning("stepping the open plans failed: %s", err)
 
+    def _still_leading(self, now: float) -> bool:
+        """Between cycles: renew the lease every few seconds; whether this daemon still leads."""
+        if now - self._last_renew >= min(5.0, self.config.intervals.lock_ttl / 3):
+            self._last_renew = now
+            return self._take_lead(now)
+        return self.leader
+
+    # ------------------------------------------------------------------------ the urgent path
+    def _urgent_on(self) -> bool:
+        """The urgent path runs: a planner and an executor, and ``urgent_poll`` > 0."""
+        return (self.planner is not None and self.executor is not None
+                and self.config.intervals.urgent_poll > 0)
+
+    def urgent_step(self) -> tuple[int, ...]:
+        """One poll of the urgent path between cycles: read the pending jobs in brief
+        (``pending_briefs``); the new jobs of a class that may preempt, and the watched jobs
+        whose next look is due, are planned now (:meth:`look`). Returns the jobs looked at."""
+        now = self.clock.time()
+        try:
+            if not self._still_leading(now):
+                return ()
+        except StateError as err:
+            log.warning("urgent path: renewing the leader lease failed: %s", err)
+            return ()
+        try:
+            briefs = self.slurm.pending_briefs()
+        except SlurmError as err:
+            log.warning("urgent path: reading the pending jobs failed: %s", err)
+            return ()
+        self.urgent, due = observe(self.urgent, briefs, now, urgent=self._urgent_rule)
+        if due:
+            self.look(due)
+        return due
+
+    def look(self, job_ids: Iterable[int]) -> CycleExtras | None:
+        """Plan for ``job_ids``, now: a fresh snapshot (checked like a cycle's), the policy's
+        decisions on it (nothing written: no priorities, no job records: the next cycle does
+        that), the planner for those jobs and the pending jobs ranked above them
+        (:func:`~.urgent.with_jobs_ahead`: a newcomer does not overtake older top-class jobs
+        still waiting) and the executor, with every guard
+        of a cycle (open plans' claims, held jobs, the planner's ``min_run_time`` and benefit
+        test). What the executor returns (audit lines, events) is committed. None when the
+        snapshot or the database failed (logged; the next poll or cycle tries again)."""
+        focus = frozenset(job_ids)
+        started = time.monotonic()
+        try:
+            snap = self.slurm.snapshot()
+        except SlurmError as err:
+            log.warning("urgent look at job(s) %s skipped: Slurm query failed: %s",
+                        sorted(focus), err)
+            return None
+        problem = snapshot_problem(snap, self._last_snapshot)
+        if problem is not None:
+            log.warning("urgent look at job(s) %s skipped: unusable snapshot: %s",
+                        sorted(focus), problem)
+            return None
+        now = self.clock.time()
+        try:
+            decision, tracked, _ = self._decide(snap, now)
+            extras = self._hooks(decision, snap, tracked, now, self._claims(),
+                                 focus=with_jobs_ahead(focus, decision.result.priorities))
+            if extras.events or extras.credits or extras.audit:
+                self.repository.record_cycle(CycleWrite(
+                    at=now, events=extras.events, credits=extras.credits, audit=extras.audit))
+        except StateError as err:
+            log.warning("urgent look at job(s) %s skipped: database: %s", sorted(focus), err)
+            return None
+        self.urgent_looks += 1
+        log.info("urgent look at job(s) %s: %.3f s", ",".join(map(str, sorted(focus))),
+                 time.monotonic() - started)
+        return extras
+
     def _wait(self, report: CycleReport) -> None:
-        """Wait for the next cycle; while plans are open (and this daemon leads), step them
-        every ``poll_interval`` s meanwhile."""
-        end = self.clock.time() + report.next_wait
-        poll = float(getattr(self.executor, "poll_interval", 0.0) or 0.0)
-        self._last_renew = self.clock.time()
+        """Wait for the next cycle. Meanwhile, after a cycle that went well and while this
+        daemon leads: step the open plans every ``poll_interval`` s (:meth:`step_plans`), and
+        poll for urgent work every ``urgent_poll`` s and at each look's time
+        (:meth:`urgent_step`)."""
+        now = self.clock.time()
+        end = now + report.next_wait
+        step_every = float(getattr(self.executor, "poll_interval", 0.0) or 0.0)
+        poll_every = self.config.intervals.urgent_poll if self._urgent_on() else 0.0
+        self._last_renew = now
+        next_step, next_poll = now + step_every, now + poll_every
         while not self.stop_event.is_set():
-            left = end - self.clock.time()
+            now = self.clock.time()
+            left = end - now
             if left <= 0:
                 return
-            if poll <= 0 or report.outcome is not Outcome.OK or not self._plans_open():
+            ok = report.outcome is Outcome.OK
+            steps = ok and step_every > 0 and self._plans_open()
+            polls = ok and poll_every > 0 and self.leader
+            if not steps and not polls:
                 self.clock.wait(self.stop_event, left)
                 return
-            self.clock.wait(self.stop_event, min(poll, left))
-            if self.clock.time() < end:
+            wake = end
+            if steps:
+                wake = min(wake, next_step)
+            look = self.urgent.next_look() if polls else None
+            if look is not None and look <= now:
+                look = None  # overdue (the poll failed): the next poll takes it
+            if polls:
+                wake = min(wake, next_poll, *((look,) if look is not None else ()))
+            self.clock.wait(self.stop_event, max(0.0, wake - now))
+            now = self.clock.time()
+            if now >= end or self.stop_event.is_set():
+                return
+            if steps and now >= next_step:
                 self.step_plans()
+                next_step = now + step_every
+            if polls and (now >= next_poll or (look is not None and now >= look)):
+                self.urgent_step()
+                next_poll = now + poll_every
 
     # --------------------------------------------------------------------------------- loop
     def run(self, *, once: bool = False) -> CycleReport | None:

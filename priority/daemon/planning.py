@@ -59,9 +59,11 @@ class SnapshotPlanner:
         # of them can start).
         held = {j.job_id for j in snap.pending if j.held}
         running = view.running
+        focus = view.focus
         pending = tuple(j for j in view.pending
                         if j.job_id not in claims.beneficiaries and j.job_id not in held
-                        and j.job_id not in claims.held)
+                        and j.job_id not in claims.held
+                        and (focus is None or j.job_id in focus))
         running_ids = {j.job_id for j in running}
         counts = {j.job_id: dict(j.gpus_per_node) for j in snap.running
                   if j.job_id in running_ids and j.gpus_per_node}
@@ -80,14 +82,20 @@ class SnapshotPlanner:
         return PlanSnapshot(topology, holders, waiting, float(snap.time))
 
     def plan(self, view: CycleView) -> PlanningResult | None:
-        """The planner's result when it proposes at least one plan, else None."""
+        """The planner's result when it proposes at least one plan, else None. A pass with a
+        ``focus`` (an urgent look) plans for those jobs only; it is not kept as :attr:`last`
+        nor counted in the verdicts by class, which describe a cycle's whole queue."""
         snapshot = self.snapshot(view)
-        self.last = plan_preemptions(snapshot, config=self.config, now=view.now)
-        self._report(snapshot, self.last)
-        return self.last if self.last.plans else None
+        result = plan_preemptions(snapshot, config=self.config, now=view.now)
+        self._report(snapshot, result, whole=view.focus is None)
+        if view.focus is None:
+            self.last = result
+        return result if result.plans else None
 
-    def _report(self, snapshot: PlanSnapshot, result: PlanningResult) -> None:
-        """Log each pending job's verdict when it changes; count verdicts by class."""
+    def _report(self, snapshot: PlanSnapshot, result: PlanningResult, *,
+                whole: bool = True) -> None:
+        """Log each pending job's verdict when it changes; count verdicts by class (``whole``:
+        a cycle's pass over every pending job)."""
         classes = {w.job_id: w.effective.value for w in snapshot.pending}
         counts: Counter[tuple[str, str]] = Counter()
         verdicts: dict[int, Outcome] = {}
@@ -97,6 +105,9 @@ class SnapshotPlanner:
             if self._verdicts.get(jid) is not decision.outcome:
                 log.info("planner verdict for job %d: %s: %s", jid, decision.outcome.name,
                          decision.reason)
+        if not whole:
+            self._verdicts.update(verdicts)
+            return
         self._verdicts = verdicts
         if self.on_verdicts is not None:
             self.on_verdicts(counts)

@@ -15,10 +15,13 @@ the tracked state, as the executor records them.
 
 Two rules of issue 16 are modelled here as well:
 
-* **Urgent path.** A new job of class ``urgent_from`` (HIGH) or above is planned at each of
-  ``urgent_after`` seconds after its submission (2 s: the daemon's 1-s fast poll sees it and
-  starts a cycle; 10 s: again, as the benefit test needs a few seconds of wait to outweigh a
-  victim's save + restart) instead of at the next multiple of the cycle interval.
+* **Urgent path**, as the daemon's (:mod:`hai_slurm.priority.daemon.urgent`): a new job of a
+  class that may preempt (:func:`~hai_slurm.priority.daemon.urgent.may_preempt`: HIGH and
+  above) is seen by the daemon's poll ``[intervals] urgent_poll`` seconds after its submission
+  (the worst case, rounded up to whole seconds; 0: no urgent path), then planned alone at each
+  of :data:`~hai_slurm.priority.daemon.urgent.URGENT_LOOKS` seconds after that (0, 2, 5, 10 s:
+  the benefit test needs a few seconds of wait to outweigh a victim's save + restart): the
+  policy's decisions on a fresh snapshot, nothing written, the planner for that job only.
 * **The executor's guard.** While a plan is open (until ``start_timeout`` of the executor's
   settings after the victims' requeue) the plan's nodes are closed to jobs of a lower class than
   the beneficiary's, as :mod:`hai_slurm.priority.executor.guard` holds them
@@ -30,12 +33,14 @@ Two rules of issue 16 are modelled here as well:
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from dataclasses import replace
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import decide
+from hai_slurm.priority.daemon.urgent import URGENT_LOOKS, may_preempt, with_jobs_ahead
 from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
@@ -59,14 +64,15 @@ class HaiSlurm:
     mode = Mode.CHECKPOINT
 
     def __init__(self, config: DaemonConfig, planner: PlannerConfig, *,
-                 urgent_after: tuple[int, ...] = (2, 10),
-                 urgent_from: PriorityClass = PriorityClass.HIGH, guard: bool = True) -> None:
+                 urgent_poll: float | None = None, guard: bool = True) -> None:
         self.config = config
         self.planner = planner
-        self.urgent_after = urgent_after        # (): no urgent path
-        self.urgent_from = urgent_from
+        poll = config.intervals.urgent_poll if urgent_poll is None else urgent_poll
+        self.urgent_after: tuple[int, ...] = () if poll <= 0 else tuple(
+            math.ceil(poll) + round(look) for look in URGENT_LOOKS)
+        """Seconds after a submission at which the job is looked at (): no urgent path)."""
         self.guard_for = max(1, round(config.preempt.executor.start_timeout)) if guard else None
-        self._urgent: set[int] = set()
+        self._urgent: dict[int, list[SimJob]] = {}
         self.cycle: int | None = max(1, round(config.intervals.cycle))
         self.engine: Engine | None = None
         self.tracked: dict[int, TrackedJob] = {}
@@ -87,10 +93,10 @@ class HaiSlurm:
     def submit_args(self, job: SimJob) -> dict[str, str | int]:
         """What job_submit.lua would have recorded for the job: class, team, grace."""
         cls = job.trace.cls
-        if cls.weight >= self.urgent_from.weight:
+        if self.urgent_after and may_preempt(cls, self.planner.class_weights):
             for after in self.urgent_after:
                 at = self.eng.now + after
-                self._urgent.add(at)
+                self._urgent.setdefault(at, []).append(job)
                 self.eng.wake(at)
         info = HaiJobInfo(priority=cls.value, job_class=cls.value, team=job.trace.team,
                           preemptible=True, grace=self.eng.costs.checkpoint_time(job.gpus),
@@ -98,13 +104,29 @@ class HaiSlurm:
         return {"qos": cls.qos, "priority": 1, "admin_comment": format_admin_comment(info)}
 
     def on_step(self, now: int) -> None:
-        """The urgent path: a cycle ``urgent_after`` s after a top-class job arrived."""
-        if now in self._urgent:
-            self._urgent.discard(now)
-            if self.eng.slurm.pending_ids():
-                self.counts["urgent_cycles"] += 1
-                self.on_cycle(now)
-                self.eng.slurm.writes.clear()
+        """The urgent path: a look ``urgent_after`` s after a job of a class that may preempt
+        arrived, at the jobs still pending."""
+        jobs = self._urgent.pop(now, None)
+        if not jobs:
+            return
+        pending = self.eng.slurm.pending_ids()
+        focus = frozenset(j.slurm_id for j in jobs if j.slurm_id in pending)
+        if focus:
+            self.counts["urgent_looks"] += 1
+            self.look(now, focus)
+
+    def look(self, now: int, focus: frozenset[int]) -> None:
+        """The daemon's urgent look (:meth:`hai_slurm.priority.daemon.loop.Daemon.look`): the
+        policy's decisions on a fresh snapshot, nothing written or kept, then the planner for
+        the ``focus`` jobs and the pending jobs ranked above them."""
+        snap = self.eng.slurm.snapshot()
+        window = now - self.config.policy.fairness.window
+        events = tuple(e for e in self.events if e.time >= window)
+        protections = {t: p for t, p in self.protections.items() if p.until > now}
+        d = decide(snap, tracked=self.tracked, events=events, state=self.state,
+                   protections=protections, config=self.config.policy, now=float(now))
+        self._plan(d.inputs.pending, d.inputs.running, d.result, float(snap.time), now,
+                   focus=with_jobs_ahead(focus, d.result.priorities))
 
     def on_cycle(self, now: int) -> None:
         """One daemon cycle at ``now`` (see the module docstring)."""
@@ -147,7 +169,8 @@ class HaiSlurm:
         self.counts["reserved_job_cycles"] += len(keep)
 
     def _plan(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
-              result: PolicyResult, taken_at: float, now: int) -> None:
+              result: PolicyResult, taken_at: float, now: int,
+              focus: frozenset[int] | None = None) -> None:
         eng = self.eng
         slurm = eng.slurm
         self.inflight = {b: t for b, t in self.inflight.items() if t > now}
@@ -160,7 +183,8 @@ class HaiSlurm:
                     can_ack=True, save_cost=float(eng.costs.checkpoint_time(job.gpus)))
             for h in holders_from_policy(running, result.running, gpus)
             for job in (eng.by_slurm[h.job_id],))
-        waiting_jobs = [p for p in pending if p.job_id not in self.inflight]
+        waiting_jobs = [p for p in pending if p.job_id not in self.inflight
+                        and (focus is None or p.job_id in focus)]
         nodes = {p.job_id: eng.by_slurm[p.job_id].nodes for p in waiting_jobs
                  if eng.by_slurm[p.job_id].trace.nodes > 0}
         waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes,

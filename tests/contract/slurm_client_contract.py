@@ -277,6 +277,32 @@ class SlurmClientContract:
             else:
                 assert set(s.switches) <= names and not s.nodes
 
+    # -- the urgent path (issue 16) ---------------------------------------------------------
+    def test_pending_briefs_list_the_pending_jobs_as_the_snapshot_does(self,
+                                                                     harness: Harness) -> None:
+        """pending_briefs lists pending jobs (held and begin-time ones too), never running
+        ones, with the user, account, QOS, submit time, restart count, requeue flag and
+        admin_comment the snapshot shows; a '|' in the admin_comment (job_submit.lua's
+        segment separator) stays in it."""
+        run_id = harness.submit(name="contract-brief-run", gpus=1)
+        held_id = harness.submit(name="contract-brief-held", gpus=1, hold=True)
+        later_id = harness.submit(name="contract-brief-later", begin_in=3600)
+        harness.wait_for(run_id, "RUNNING", running)
+        text = "an admin's note|hai:v1:priority=HIGH;team=vision"
+        assert harness.client.set_admin_comment(held_id, text).done == (held_id,)
+        briefs = {b.job_id: b for b in harness.client.pending_briefs()}
+        snap = harness.client.snapshot()
+        assert run_id not in briefs
+        assert {held_id, later_id} <= set(briefs)
+        for jid in (held_id, later_id):
+            job, b = snap.job(jid), briefs[jid]
+            assert job is not None
+            assert (b.user, b.account, b.qos, b.submit_time, b.restart_count, b.requeue,
+                    b.admin_comment) == (job.user, job.account, job.qos, job.submit_time,
+                                         job.restart_count, job.requeue, job.admin_comment)
+            assert b.user and b.submit_time is not None and b.submit_time > 1_600_000_000
+        assert briefs[held_id].admin_comment == text
+
     # -- reservations (the preemption guard) -------------------------------------------------
     def test_reservation_is_made_listed_linked_and_ended(self, harness: Harness) -> None:
         """A reservation made over a running job (IGNORE_JOBS) keeps a job not linked to it off

@@ -113,3 +113,34 @@ def bed_for(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield b
     finally:
         b.cleanup()
+
+
+def daemon_config(tmp: Path, testbed: Testbed, *, extra: str = "", lock_ttl: str = "30s",
+                  database_url: str | None = None) -> Path:
+    """A daemon config for the preemption tests: the testbed's Redis, SQLite under ``tmp``
+    (unless ``database_url``), a 1-s cycle, team quotas of 16 GPUs, and a planner that preempts
+    seconds-old toy jobs. These are test settings for a feature, not the README path (the demo
+    and the README-path tests use only what the README shows). Mode 0600: it holds the Redis
+    password."""
+    path = tmp / "daemon.toml"
+    path.write_text(f"""
+state_dir = "{tmp}"
+database_url = "{database_url or f'sqlite:///{tmp}/hai-slurm.db'}"
+redis_url = "{testbed.redis_url}"
+metrics_port = 0
+[intervals]
+cycle = "1s"
+lock_ttl = "{lock_ttl}"
+backoff_max = "4s"
+[teams.team-a]
+gpus = 16
+[teams.team-b]
+gpus = 16
+[planner]
+min_run_time = "5s"
+restart_cost = "10s"
+benefit_threshold = 0.1
+{extra}
+""")
+    path.chmod(0o600)
+    return path

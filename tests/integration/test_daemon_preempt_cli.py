@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import Testbed
 from daemon_support import HAI_SLURM, DaemonProcess, wait_until
-from preempt_support import Bed, bed_for
+from preempt_support import Bed, bed_for, daemon_config
 
 from hai_slurm.priority.demo.scenario import steps_lost, toy_runs
 from hai_slurm.priority.store import PlanState, VictimState
@@ -32,30 +32,6 @@ def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield from bed_for(testbed, tmp_path_factory)
 
 
-def _config(tmp: Path, bed: Testbed, extra: str = "") -> Path:
-    path = tmp / "daemon.toml"
-    path.write_text(f"""
-state_dir = "{tmp}"
-database_url = "sqlite:///{tmp}/hai-slurm.db"
-redis_url = "{bed.redis_url}"
-metrics_port = 0
-[intervals]
-cycle = "1s"
-lock_ttl = "30s"
-backoff_max = "4s"
-[teams.team-a]
-gpus = 16
-[teams.team-b]
-gpus = 16
-[planner]
-min_run_time = "5s"
-restart_cost = "10s"
-benefit_threshold = 0.1
-{extra}
-""")
-    path.chmod(0o600)  # it holds the Redis password
-    return path
-
 
 def test_daemon_command_preempts_a_low_job_for_a_high_one(bed: Bed, tmp_path: Path) -> None:
     """The HIGH job starts within seconds; exactly one LOW job acknowledged its checkpoint, was
@@ -65,7 +41,7 @@ def test_daemon_command_preempts_a_low_job_for_a_high_one(bed: Bed, tmp_path: Pa
         bed.wait(job, "RUNNING", timeout=60)
     for job in lows:
         bed.wait_progress(job, 20, timeout=60)
-    config = _config(tmp_path, bed.testbed)
+    config = daemon_config(tmp_path, bed.testbed)
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     try:
         daemon.wait_log("preemption on (planner + two-phase executor), topology from Slurm's "
@@ -96,7 +72,7 @@ def test_daemon_command_preempts_a_low_job_for_a_high_one(bed: Bed, tmp_path: Pa
 
 def test_no_preempt_flag_runs_priorities_only(testbed: Testbed, tmp_path: Path) -> None:
     """``--no-preempt --once``: one policy cycle, and the log says preemption is off."""
-    config = _config(tmp_path, testbed)
+    config = daemon_config(tmp_path, testbed)
     res = subprocess.run([HAI_SLURM, "daemon", "--config", str(config), "--once",
                           "--no-preempt"], capture_output=True, text=True, timeout=60,
                          check=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import Testbed
 from daemon_support import DaemonProcess, band, wait_until
-from preempt_support import Bed, bed_for
+from preempt_support import Bed, bed_for, daemon_config
 
 from hai_slurm.priority.demo.scenario import ToyJob, steps_lost, toy_runs
 from hai_slurm.priority.store import PlanState, VictimState
@@ -32,29 +32,6 @@ def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """The testbed with toy-job helpers; cancels what it submitted."""
     yield from bed_for(testbed, tmp_path_factory)
 
-
-def _config(tmp: Path, bed: Testbed) -> Path:
-    path = tmp / "daemon.toml"
-    path.write_text(f"""
-state_dir = "{tmp}"
-database_url = "sqlite:///{tmp}/hai-slurm.db"
-redis_url = "{bed.redis_url}"
-metrics_port = 0
-[intervals]
-cycle = "1s"
-lock_ttl = "10s"
-backoff_max = "4s"
-[teams.team-a]
-gpus = 16
-[teams.team-b]
-gpus = 16
-[planner]
-min_run_time = "5s"
-restart_cost = "10s"
-benefit_threshold = 0.1
-""")
-    path.chmod(0o600)  # it holds the Redis password
-    return path
 
 
 def _fill(bed: Bed) -> list[ToyJob]:
@@ -90,8 +67,8 @@ def test_two_urgent_jobs_2s_apart_are_preempted_for_side_by_side(bed: Bed, tmp_p
     job waited about twice as long.) The speed target (both within the save + 3 s) is
     bench/preemption's scenario (d), not a timed test."""
     lows = _fill(bed)
-    daemon = DaemonProcess.start(_config(tmp_path, bed.testbed), tmp_path / "daemon.log",
-                                 bed.testbed)
+    config = daemon_config(tmp_path, bed.testbed, lock_ttl="10s")
+    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
     try:
         daemon.wait_log("preemption on", timeout=30)
@@ -129,7 +106,7 @@ def test_daemon_sigkilled_while_a_plan_waits_a_new_daemon_finishes_it(bed: Bed, 
     the open plan it finds in the store: the victim is requeued, the urgent job runs, nothing
     stays held, the victim resumes losing nothing."""
     lows = _fill(bed)
-    config = _config(tmp_path, bed.testbed)
+    config = daemon_config(tmp_path, bed.testbed, lock_ttl="10s")
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
     try:
@@ -171,8 +148,8 @@ def test_victim_that_never_acknowledges_does_not_stall_the_queue(bed: Bed, tmp_p
         bed.wait(job, "RUNNING", timeout=60)
     for job in lows:
         bed.wait_progress(job, 30, timeout=60)
-    daemon = DaemonProcess.start(_config(tmp_path, bed.testbed), tmp_path / "daemon.log",
-                                 bed.testbed)
+    config = daemon_config(tmp_path, bed.testbed, lock_ttl="10s")
+    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
     try:
         daemon.wait_log("preemption on", timeout=30)
@@ -221,8 +198,8 @@ def test_a_job_submitted_during_the_ack_wait_gets_its_priority_and_not_the_freed
         bed.wait(job, "RUNNING", timeout=60)
     for job in lows:
         bed.wait_progress(job, 20, timeout=60)
-    daemon = DaemonProcess.start(_config(tmp_path, bed.testbed), tmp_path / "daemon.log",
-                                 bed.testbed)
+    config = daemon_config(tmp_path, bed.testbed, lock_ttl="10s")
+    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
     try:
         daemon.wait_log("preemption on", timeout=30)

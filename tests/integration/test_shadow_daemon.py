@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import Testbed
 from daemon_support import HAI_SLURM, DaemonProcess, band, wait_until
-from preempt_support import Bed, bed_for
+from preempt_support import Bed, bed_for, daemon_config
 
 from hai_slurm.priority.demo.scenario import toy_runs
 from hai_slurm.priority.store.engine import make_engine
@@ -33,29 +33,6 @@ def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """The testbed with toy-job helpers; cancels what it submitted."""
     yield from bed_for(testbed, tmp_path_factory)
 
-
-def _config(tmp: Path, bed: Testbed, database_url: str | None = None) -> Path:
-    path = tmp / "daemon.toml"
-    path.write_text(f"""
-state_dir = "{tmp}"
-database_url = "{database_url or f'sqlite:///{tmp}/hai-slurm.db'}"
-redis_url = "{bed.redis_url}"
-metrics_port = 0
-[intervals]
-cycle = "1s"
-lock_ttl = "30s"
-backoff_max = "4s"
-[teams.team-a]
-gpus = 16
-[teams.team-b]
-gpus = 16
-[planner]
-min_run_time = "5s"
-restart_cost = "10s"
-benefit_threshold = 0.1
-""")
-    path.chmod(0o600)  # it holds the Redis password
-    return path
 
 
 def _hai(bed: Testbed, *args: str) -> subprocess.CompletedProcess[str]:
@@ -76,7 +53,7 @@ def test_shadow_daemon_plans_a_preemption_and_touches_nothing(bed: Bed, tmp_path
     for job in lows:
         bed.wait_progress(job, 20, timeout=60)
     ids = [j.job_id for j in (*lows, high)]
-    config = _config(tmp_path, bed.testbed)
+    config = daemon_config(tmp_path, bed.testbed)
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed, "--shadow")
     try:
         daemon.wait_log("SHADOW MODE: nothing is written to Slurm", timeout=30)
@@ -121,14 +98,15 @@ def test_shadow_daemon_plans_a_preemption_and_touches_nothing(bed: Bed, tmp_path
 def test_check_passes_on_the_testbed_and_names_what_fails(bed: Bed, tmp_path: Path) -> None:
     """``daemon --check``: config, database, Slurm and Redis each ok, exit 0; an unreachable
     database and a wrong Redis password each give a FAIL line and exit 1."""
-    good = _hai(bed.testbed, "daemon", "--check", "--config", str(_config(tmp_path, bed.testbed)))
+    config = daemon_config(tmp_path, bed.testbed)
+    good = _hai(bed.testbed, "daemon", "--check", "--config", str(config))
     assert good.returncode == 0, good.stdout + good.stderr
     for word in ("ok   config", "ok   database", "ok   slurm", "ok   redis", "all checks passed"):
         assert word in good.stdout, good.stdout
     assert "nodes" in good.stdout
     bad_dir = tmp_path / "bad"
     bad_dir.mkdir()
-    bad = _config(bad_dir, bed.testbed, database_url="mysql+pymysql://hai:x@127.0.0.1:1/nope")
+    bad = daemon_config(bad_dir, bed.testbed, database_url="mysql+pymysql://hai:x@127.0.0.1:1/nope")
     text = bad.read_text().replace(bed.testbed.redis_url, "redis://:wrong@" +
                                    bed.testbed.redis_url.rsplit("@", 1)[-1])
     bad.write_text(text)

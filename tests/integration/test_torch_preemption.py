@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import Testbed
 from daemon_support import DaemonProcess, wait_until
-from preempt_support import Bed, bed_for
+from preempt_support import Bed, bed_for, daemon_config
 
 from hai_slurm.checkpoint import read_job_report
 from hai_slurm.priority.store import PlanState, VictimState
@@ -69,28 +69,6 @@ def losses(out: Path) -> dict[int, str]:
 def finals(out: Path) -> list[str]:
     return [(out / f"final-{r}.txt").read_text() for r in range(WORLD)]
 
-
-def daemon_config(tmp: Path, bed: Testbed) -> Path:
-    path = tmp / "daemon.toml"
-    path.write_text(f"""
-state_dir = "{tmp}"
-database_url = "sqlite:///{tmp}/hai-slurm.db"
-redis_url = "redis://127.0.0.1:{bed.ports.redis}/0"
-metrics_port = 0
-[intervals]
-cycle = "1s"
-lock_ttl = "30s"
-backoff_max = "4s"
-[teams.team-a]
-gpus = 16
-[teams.team-b]
-gpus = 16
-[planner]
-min_run_time = "5s"
-restart_cost = "10s"
-benefit_threshold = 0.1
-""")
-    return path
 
 
 def torch_job(bed: Bed, work: Path) -> int:

@@ -118,19 +118,25 @@ JOBS = [TraceJob(1, 0, 5000, 8, "t1", P.LOW, 0, "t1"),
 
 
 def test_the_urgent_path_plans_a_high_job_seconds_after_it_arrives() -> None:
-    """LOW A holds the node; HIGH B arrives at 1005. Its loss (save 70 + restart 70 s) x 8 GPUs
-    needs a wait over 140 / 30 s: not at 1007 (wait 2 s), but at 1015 (10 s), B's second urgent
-    look; without the urgent path at the next cycle, 1020. B starts after A's 70-s save."""
+    """LOW A holds the node; HIGH B arrives at 1005. The daemon's poll (urgent_poll 1 s) sees
+    it at 1006 and looks at 0, 2, 5, 10 s after that (URGENT_LOOKS, shared with the daemon):
+    1006, 1008, 1011, 1016. The planner counts A's loss as 1,520 GPU-s (190 s x 8), so B's
+    benefit 30 x wait x 8 GPUs needs a wait over 6.3 s: refused at 1006, 1008 and 1011 (wait
+    6 s: 1,440), accepted at 1016 (11 s); without the urgent path at the next cycle, 1020.
+    B starts after A's 70-s save. (Before the daemon had the path, the simulator looked at 2
+    and 10 s after submission and preempted at 1015.)"""
     fast = _engine(JOBS)
-    assert [(p.time - T0, p.victim) for p in fast.preemptions] == [(1015, 1)]
-    assert fast.jobs[2].first_start == T0 + 1015 + 70
-    slow = _engine(JOBS, urgent_after=())
+    assert [(p.time - T0, p.victim) for p in fast.preemptions] == [(1016, 1)]
+    assert fast.jobs[2].first_start == T0 + 1016 + 70
+    assert fast.policy.counts["urgent_looks"] == 4  # type: ignore[attr-defined]
+    slow = _engine(JOBS, urgent_poll=0)
     assert [(p.time - T0, p.victim) for p in slow.preemptions] == [(1020, 1)]
+    assert slow.policy.counts["urgent_looks"] == 0  # type: ignore[attr-defined]
 
 
 def test_a_victim_that_saves_on_request_loses_its_save_and_restart_only() -> None:
-    """A, preempted at 1015 after 1015 s of work, keeps all of it: it held the GPUs 70 s more
-    (the save) and spends 70 s restarting, so it loses (70 + 70) x 8 GPU-s, not 1015 x 8."""
+    """A, preempted at 1016 after 1016 s of work, keeps all of it: it held the GPUs 70 s more
+    (the save) and spends 70 s restarting, so it loses (70 + 70) x 8 GPU-s, not 1016 x 8."""
     a = _engine(JOBS).jobs[1]
     assert a.held_gpu_s - 8 * 5000 == (70 + 70) * 8
 
@@ -194,7 +200,7 @@ def test_a_matrix_scenario_with_the_new_rules_is_deterministic() -> None:
     assert outs[0] == outs[1]
     assert outs[0][1], "the scenario should preempt"
     assert result["totals"]["ended"] == 50   # no GPU left closed by a reservation
-    assert '"reserved_job_cycles"' in outs[0][0] and '"urgent_cycles"' in outs[0][0]
+    assert '"reserved_job_cycles"' in outs[0][0] and '"urgent_looks"' in outs[0][0]
 
 
 def _waiting_decision(job_id: int, asked: P, effective: P, *, base: P | None = None,

@@ -78,21 +78,23 @@ def test_hai_slurm_preempts_once_the_benefit_beats_the_lost_work() -> None:
 
 
 def test_hai_slurm_counts_a_checkpointing_victims_save_not_its_age() -> None:
-    """B asks for 8 GPUs at 1000; at its second urgent look, 1010, its benefit 30 x 10 x 8 =
-    2400 beats A's save + restart (70 + 70) x 8 = 1120 although A has not saved for 1010 s (at
-    1002, 30 x 2 x 8 = 480 did not): A checkpoints, B runs 1080-1180, A restarts at 1180 and
-    ends 1180 + 70 + (5000 - 1010) = 5240."""
+    """B asks for 8 GPUs at 1000; the daemon's 1-s poll sees it at 1001 and looks at 1001,
+    1003, 1006 and 1011 (URGENT_LOOKS after it was seen). At 1011 its benefit 30 x 11 x 8 =
+    2640 beats A's save + restart as the planner counts them, (70 + 120) x 8 = 1520, although
+    A has not saved for 1011 s (at 1006, 30 x 6 x 8 = 1440 did not): A checkpoints, B runs
+    1081-1181, A restarts at 1181 and ends 1181 + 70 + (5000 - 1011) = 5240. (Before the
+    daemon had the urgent path, the simulator's looks at 1002 and 1010 preempted at 1010.)"""
     engine = run("hai-slurm", PREEMPT)
-    assert runs(engine) == {1: (0, 5240, 1), 2: (1080, 1180, 0)}
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1081, 1181, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1010, 1, 2)]
+        (1011, 1, 2)]
 
 
 def test_hai_slurm_never_preempts_a_job_younger_than_the_minimum_run_time() -> None:
-    """B arrives at 100 while A has run 100 s (< the default 2 min): the urgent looks at 102 and
-    110 find A too young; at the cycle of 120 A is old enough and the benefit 30 x 20 x 8 beats
-    (70 + 120) x 8: A checkpoints 70 s, B runs 190-290. With min_run_time 10 min the plan waits
-    for 600 (B runs 670-770)."""
+    """B arrives at 100 while A has run 100 s (< the default 2 min): the urgent looks at 101,
+    103, 106 and 111 find A too young; at the cycle of 120 A is old enough and the benefit
+    30 x 20 x 8 beats (70 + 120) x 8: A checkpoints 70 s, B runs 190-290. With min_run_time
+    10 min the plan waits for 600 (B runs 670-770)."""
     pair = [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 100, 100, 8, "t2", P.HIGH)]
     engine = run("hai-slurm", pair)
     assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(120, 1)]
@@ -151,19 +153,20 @@ PROTECT = [*PREEMPT[:1], PREEMPT[1], job(3, 2000, 100, 8, "t2", P.HIGH)]
 
 
 def test_hai_slurm_preempts_the_same_team_again_when_unprotected() -> None:
-    """Default protection (after more than 3 preemptions): job 2 preempts job 1 at its second
-    urgent look, 1010; job 3 preempts job 1 again at its second urgent look, 2010 (job 1 has run
-    830 s since its restart at 1180, but saves on request: 30 x 10 x 8 > (70 + 70) x 8)."""
+    """Default protection (after more than 3 preemptions): job 2 preempts job 1 at its fourth
+    urgent look, 1011; job 3 preempts job 1 again at the cycle of 2010, before its fourth look
+    (job 1 has run 829 s since its restart at 1181, but saves on request: 30 x 10 x 8 >
+    (70 + 120) x 8)."""
     engine = run("hai-slurm", PROTECT)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1010, 1, 2), (2010, 1, 3)]
+        (1011, 1, 2), (2010, 1, 3)]
     assert runs(engine)[3] == (2080, 2180, 0)
 
 
 def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
-    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1010 (job 2's second
-    urgent look), so job 3 waits until the first cycle after 4610, 4620, then preempts: job 3
-    runs 4690-4790; job 1 kept its progress (1010 s, then 3370 s of this run, 620 s left) and
+    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1011 (job 2's fourth
+    urgent look), so job 3 waits until the first cycle after 4611, 4620, then preempts: job 3
+    runs 4690-4790; job 1 kept its progress (1011 s, then 3369 s of this run, 620 s left) and
     ends 4790 + 70 + 620.
 
     Job 1 holds all 8 GPUs, so 4 of them are borrowed (quota 4 per team): protection covers it
@@ -172,10 +175,10 @@ def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
     toml = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
     engine = run("hai-slurm", PROTECT, toml + "protect_borrowed = true\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1010, 1, 2), (4620, 1, 3)]
-    assert runs(engine) == {1: (0, 5480, 2), 2: (1080, 1180, 0), 3: (4690, 4790, 0)}
+        (1011, 1, 2), (4620, 1, 3)]
+    assert runs(engine) == {1: (0, 5480, 2), 2: (1081, 1181, 0), 3: (4690, 4790, 0)}
     assert engine.policy.counts["protections"] >= 1
     default = run("hai-slurm", PROTECT, toml)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
-        (1010, 1, 2), (2010, 1, 3)]
+        (1011, 1, 2), (2010, 1, 3)]
     assert default.policy.counts["protections"] >= 1

@@ -1,0 +1,95 @@
+"""The urgent path on the real testbed: ``hai-slurm daemon`` with the README's default 30-s
+cycle plans a new HIGH job that needs preemption within seconds of its ``sbatch``, at the
+urgent poll, not at the next cycle.
+
+Four LOW toy jobs fill the 4 x 8 GPUs; the daemon runs its first cycle; a HIGH 8-GPU job is
+submitted right after it. With the 30-s cycle, a plan within 10 s can only come from the urgent
+path (the poll every ``urgent_poll`` = 1 s, the default). The figure is printed; the bound is
+generous on purpose (this is not a timed test: bench/urgent_path measures it, on and off).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Testbed
+from daemon_support import DaemonProcess, wait_until
+from preempt_support import Bed, bed_for
+
+from hai_slurm.priority.demo.scenario import ToyJob
+from hai_slurm.priority.store.engine import make_engine
+from hai_slurm.priority.store.repository import Repository
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    """The testbed with toy-job helpers; cancels what it submitted."""
+    yield from bed_for(testbed, tmp_path_factory)
+
+
+def _config(tmp: Path, bed: Testbed) -> Path:
+    """The shipped intervals (cycle 30 s, urgent_poll 1 s: no [intervals] table); a planner
+    that preempts seconds-old test jobs."""
+    path = tmp / "daemon.toml"
+    path.write_text(f"""
+state_dir = "{tmp}"
+database_url = "sqlite:///{tmp}/hai-slurm.db"
+redis_url = "{bed.redis_url}"
+metrics_port = 0
+[teams.team-a]
+gpus = 16
+[teams.team-b]
+gpus = 16
+[planner]
+min_run_time = "5s"
+restart_cost = "10s"
+benefit_threshold = 0.1
+""")
+    path.chmod(0o600)  # it holds the Redis password
+    return path
+
+
+def _fill(bed: Bed) -> list[ToyJob]:
+    lows = [bed.toy(f"low{i}", sbatch=["-N1", "--gres=gpu:8"]) for i in range(4)]
+    for job in lows:
+        bed.wait(job, "RUNNING", timeout=60)
+    for job in lows:
+        bed.wait_progress(job, 20, timeout=60)
+    return lows
+
+
+def test_a_high_job_is_planned_seconds_after_sbatch_with_the_default_30s_cycle(
+        bed: Bed, tmp_path: Path) -> None:
+    """sbatch -> plan created, measured and printed; < 10 s (the cycle is 30 s), with no
+    cycle in between; the HIGH job then runs."""
+    _fill(bed)
+    daemon = DaemonProcess.start(_config(tmp_path, bed.testbed), tmp_path / "daemon.log",
+                                 bed.testbed)
+    repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
+    try:
+        daemon.wait_log("preemption on", timeout=30)
+        daemon.wait_log("cycle: ", timeout=30)       # the first cycle is done: 30 s to the next
+        cycles = daemon.text().count("cycle: ")
+        sbatch = time.time()
+        high = bed.toy("urgent", steps=40, priority="HIGH", account="team-b",
+                       sbatch=["-N1", "--gres=gpu:8"])
+        plan = wait_until(
+            lambda: next((p for p in repo.history()
+                          if high.job_id in {b.job_id for b in p.beneficiaries}), None), 25,
+            f"no plan for job {high.job_id} within 25 s; log:\n{daemon.text()[-3000:]}")
+        seconds = plan.created_at - sbatch
+        between = daemon.text().count("cycle: ") - cycles
+        print(f"sbatch -> plan created: {seconds:.2f} s (cycle 30 s, urgent_poll 1 s); "
+              f"{between} cycle(s) in between")
+        assert seconds < 10, f"planned {seconds:.1f} s after sbatch: the urgent path is absent"
+        assert between == 0, "a cycle ran before the plan: it did not come from the urgent path"
+        # logged once the look is done, which may be just after the plan is in the store
+        daemon.wait_log(f"urgent look at job(s) {high.job_id}", timeout=10)
+        bed.wait(high, "RUNNING", "COMPLETED", timeout=60)
+    finally:
+        daemon.kill()
