@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -184,5 +185,14 @@ def test_reservation_in_use_is_ended_now_instead_of_deleted() -> None:
     run = Runner({DELETE: in_use, END_NOW: refused, SHOW: (0, "No reservations\n", "")})
     assert CliSlurmClient(run).end_reservation("hai-plan-3") is False
     run = Runner({DELETE: in_use, END_NOW: refused, SHOW: (0, RESV_LINE, "")})
-    with pytest.raises(SlurmError):
-        CliSlurmClient(run).end_reservation("hai-plan-3")
+    with pytest.raises(SlurmError):   # still listed, its end an hour ahead
+        CliSlurmClient(run, clock=lambda: _epoch("2026-12-02T12:19:35")).end_reservation(
+            "hai-plan-3")
+    again = (1, "", "Error updating the reservation: Invalid time specified\n")
+    run = Runner({DELETE: in_use, END_NOW: again, SHOW: (0, RESV_LINE, "")})
+    later = CliSlurmClient(run, clock=lambda: _epoch("2026-12-02T13:19:40"))
+    assert later.end_reservation("hai-plan-3") is True  # ended already, not purged yet
+
+
+def _epoch(iso: str) -> float:
+    return time.mktime(time.strptime(iso, "%Y-%m-%dT%H:%M:%S"))
