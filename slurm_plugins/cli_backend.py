@@ -594,20 +594,31 @@ class CliSlurmClient:
         check(self._run(argv), "scontrol create reservation")
 
     def end_reservation(self, name: str) -> bool:
-        """``scontrol delete ReservationName=NAME``; when Slurm refuses (22.05: "Requested
-        reservation is in use", for a job that runs in it or waits for it),
+        """``scontrol delete ReservationName=NAME``. Slurm refuses the delete while a job runs
+        in it or waits for it ("Requested reservation is in use", 22.05), and refuses
+        ``EndTime=now`` while a job waits for it ("Invalid time specified"): so on a refusal
+        the pending jobs linked to it (``squeue --states=PENDING --reservation=NAME``) are
+        unlinked and the delete is tried again; if a job still runs in it,
         ``scontrol update ReservationName=NAME EndTime=now`` (its FLEX jobs go on running;
         slurmctld drops it at its next reservation check, within about 20 s on 22.05). False
-        when Slurm does not know the name. The refusal is not told apart by its words (other
-        releases may word it otherwise): whatever the delete's error, the end is tried, and
-        when that fails too, a name Slurm no longer lists counts as gone, and one whose end
-        has passed as ended."""
+        when Slurm does not know the name. Refusals are not told apart by their words (other
+        releases may word them otherwise); when the end fails too, a name Slurm no longer lists
+        counts as gone, and one whose end has passed as ended."""
         ref = f"ReservationName={self._resv_name(name)}"
         res = self._run(["scontrol", "delete", ref])
         if res.returncode == 0:
             return True
         if _RESV_INVALID in (res.stderr + res.stdout).lower():
             return False
+        waiting = check(self._run(["squeue", "--noheader", "--states=PENDING",
+                                   f"--reservation={name}", "--Format=JobID:|"]),
+                        "squeue --reservation").stdout
+        ids = [int(x) for x in waiting.replace("|", " ").split() if x.isdigit()]
+        if ids:
+            self._scontrol_ids(["update"], ids, "scontrol update Reservation=",
+                               (_GONE, _DONE, _NOT_PENDING), suffix=["Reservation="])
+            if self._run(["scontrol", "delete", ref]).returncode == 0:
+                return True
         ended = self._run(["scontrol", "update", ref, "EndTime=now"])
         if ended.returncode == 0:
             return True

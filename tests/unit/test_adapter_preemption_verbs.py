@@ -175,7 +175,26 @@ def test_reservation_in_use_is_ended_now_instead_of_deleted() -> None:
                      "is in use\n")
     run = Runner({DELETE: in_use, END_NOW: (0, "", "")})
     assert CliSlurmClient(run).end_reservation("hai-plan-3") is True
-    assert run.calls == [("scontrol", "delete", "ReservationName=hai-plan-3"), END_NOW]
+    assert run.calls == [("scontrol", "delete", "ReservationName=hai-plan-3"),
+                         ("squeue", "--noheader", "--states=PENDING",
+                          "--reservation=hai-plan-3", "--Format=JobID:|"), END_NOW]
+    # a pending job waits for it: unlinked first, then the delete goes through
+    run = Runner({DELETE: in_use, SQUEUE: (0, "41|\n", ""), ("scontrol", "update"): (0, "", "")})
+    run.answers = {("scontrol", "delete"): in_use, **run.answers}
+    client = CliSlurmClient(run)
+    deletes = iter([in_use, (0, "", "")])
+    real = run.__call__
+
+    def answer(argv: Sequence[str], *, timeout: float | None = None) -> Completed:
+        if tuple(argv[:2]) == DELETE:
+            run.calls.append(tuple(argv))
+            return Completed(tuple(argv), *next(deletes))
+        return real(argv, timeout=timeout)
+
+    client._run = answer
+    assert client.end_reservation("hai-plan-3") is True
+    assert ("scontrol", "update", "JobId=41", "Reservation=") in run.calls
+    assert END_NOW not in run.calls
     run = Runner({DELETE: (0, "", "")})
     assert CliSlurmClient(run).end_reservation("hai-plan-3") is True and len(run.calls) == 1
     run = Runner({DELETE: (1, "", "delete_reservation ReservationName=hai-plan-3: Requested "
