@@ -5,7 +5,7 @@ the beneficiary starts, Slurm's scheduler would give the freed GPUs to whichever
 first. The guard prevents that, and is written down before it acts so that a daemon killed in
 the middle can undo it (:class:`PlanContext`, stored as a named value in the daemon's database):
 
-1. **before any victim is asked**: a Slurm reservation ``hai-plan-<plan id>`` on the plan's
+1. **before any victim is asked**: a Slurm reservation ``hai-plan-<plan id>-<time>`` on the plan's
    target nodes, for the beneficiary's user, starting now (``Flags=IGNORE_JOBS,FLEX``: created
    over the victims that still run there; the beneficiary may run past its end), and the
    beneficiary linked to it (``scontrol update JobId=B Reservation=hai-plan-<id>``). Slurm then
@@ -68,15 +68,18 @@ def context_key(plan_id: int) -> str:
     return CONTEXT_KEY.format(plan_id=plan_id)
 
 
-def reservation_name(plan_id: int) -> str:
-    """Name of a plan's reservation."""
-    return f"{RESERVATION_PREFIX}{plan_id}"
+def reservation_name(plan_id: int, at: float) -> str:
+    """Name of a plan's reservation: ``hai-plan-<plan id>-<POSIX second it was made>``. The
+    time keeps names unique when plan ids repeat (a new database) while an ended reservation
+    still lingers under its name (slurmctld drops it some 20 s after its end)."""
+    return f"{RESERVATION_PREFIX}{plan_id}-{int(at)}"
 
 
 def reservation_plan(name: str) -> int | None:
     """The plan id in a guard reservation's name (None for any other name)."""
     tail = name[len(RESERVATION_PREFIX):] if name.startswith(RESERVATION_PREFIX) else ""
-    return int(tail) if tail.isdigit() else None
+    plan, _, made = tail.partition("-")
+    return int(plan) if plan.isdigit() and (made == "" or made.isdigit()) else None
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,7 @@ class Guard:
         ctx = self.context = context
         bene = snap.job(context.beneficiary)
         if context.nodes and bene is not None and bene.user:
-            ctx = self.save(replace(context, reservation=reservation_name(context.plan_id),
+            ctx = self.save(replace(context, reservation=reservation_name(context.plan_id, at),
                                     resv_user=bene.user, resv_minutes=max(1, minutes)), at)
             ctx = self._reserve(ctx, at)
         if ctx.reservation is None:

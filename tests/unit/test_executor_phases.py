@@ -56,8 +56,9 @@ def test_all_acknowledge_then_all_requeued_and_beneficiary_starts(world: World) 
         ("scontrol", "update", "ReqNodeList=n1,n2", str(bene))]
     # The reservation keeps the competitor off the nodes: it is never held (nor anybody).
     assert not [w for w in world.fake.writes if w[:2] == ("scontrol", "hold")]
-    name = f"hai-plan-{result.plan_id}"
-    assert ("scontrol", "update", f"Reservation={name}", str(bene)) in world.fake.writes
+    links = [w for w in world.fake.writes if w[2].startswith("Reservation=hai-plan-")]
+    assert links[0][2].startswith(f"Reservation=hai-plan-{result.plan_id}-")
+    assert links[0][3] == str(bene)
     assert world.fake.reservations() == ()  # ended with the plan
     assert world.repo.get_value(context_key(result.plan_id)) is None
     assert result.ack_seconds == pytest.approx({victims[0]: 0.5, victims[1]: 1.0}, abs=0.25)

@@ -66,7 +66,8 @@ def test_reservation_keeps_newcomers_off_the_freed_node_and_holds_nobody(world: 
     ex = world.executor()
     plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
                        world.fake.snapshot())
-    name = f"hai-plan-{plan_id}"
+    name = context(world, plan_id).reservation
+    assert name == f"hai-plan-{plan_id}-{int(world.clock.now)}"
     (resv,) = world.fake.reservations()
     assert (resv.name, resv.nodes, resv.users) == (name, ("n1", "n2"), ("alice",))
     assert {"IGNORE_JOBS", "FLEX"} <= set(resv.flags)
@@ -155,7 +156,7 @@ def test_reservation_lost_by_slurmctld_is_made_again_at_the_next_step(world: Wor
     ex = world.executor()
     plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
                        world.fake.snapshot())
-    name = f"hai-plan-{plan_id}"
+    name = context(world, plan_id).reservation
     world.fake.resvs.clear()
     world.fake.jobs[bene].reservation = ""
     late = world.pending("late", gpus=8, priority=10**6, cls="NORMAL")
@@ -229,9 +230,10 @@ def test_recover_makes_the_lost_reservation_again_and_removes_leftovers(world: W
     ex = world.executor()
     plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
                        world.fake.snapshot())
+    context_name = context(world, plan_id).reservation
     world.fake.resvs.clear()
     world.fake.jobs[bene].reservation = ""
-    world.fake.create_reservation("hai-plan-999", ["n3"], ["alice"], 10)
+    world.fake.create_reservation("hai-plan-999-1800000000", ["n3"], ["alice"], 10)
     world.fake.create_reservation("maintenance", ["n4"], ["root"], 10)
     seen: list[tuple[str, ...]] = []
     fresh = world.executor()
@@ -239,7 +241,7 @@ def test_recover_makes_the_lost_reservation_again_and_removes_leftovers(world: W
         tuple(r.name for r in world.fake.reservations())) if point == "requeued" else None
     (result,) = fresh.recover()
     assert result.plan_id == plan_id and result.state is PlanState.DONE, result.note
-    assert seen == [(f"hai-plan-{plan_id}", "maintenance")]  # made again, leftover removed
+    assert seen == [(context_name, "maintenance")]  # made again, leftover removed
     assert set(world.fake.jobs[bene].nodes) == {"n1", "n2"}
     assert [r.name for r in world.fake.reservations()] == ["maintenance"]
     nothing_held(world)
