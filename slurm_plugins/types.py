@@ -407,7 +407,7 @@ class SlurmClient(Protocol):
         ``[intervals] urgent_poll`` seconds between cycles); raises SlurmError on failure."""
         ...
 
-    # -- reservations (the preemption guard: ``hai-plan-<id>`` on a plan's target nodes) --
+    # -- reservations (the preemption guard: ``hai-plan-<id>-<time>`` on a plan's target nodes) --
     def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
                            minutes: int) -> None:
         """Create reservation ``name`` on ``nodes`` for ``users``, starting now, for

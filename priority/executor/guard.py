@@ -8,7 +8,7 @@ the middle can undo it (:class:`PlanContext`, stored as a named value in the dae
 1. **before any victim is asked**: a Slurm reservation ``hai-plan-<plan id>-<time>`` on the plan's
    target nodes, for the beneficiary's user, starting now (``Flags=IGNORE_JOBS,FLEX``: created
    over the victims that still run there; the beneficiary may run past its end), and the
-   beneficiary linked to it (``scontrol update JobId=B Reservation=hai-plan-<id>``). Slurm then
+   beneficiary linked to it (``scontrol update JobId=B Reservation=hai-plan-...``). Slurm then
    starts no other job on those nodes, whatever its priority, whether the main scheduler or
    backfill looks, and whenever it was submitted: the guard holds nobody. The name is stored
    before the reservation is made. Only when Slurm refuses the reservation (an overlapping
@@ -58,7 +58,7 @@ log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
 CONTEXT_KEY = "executor.plan.{plan_id}"
 RESERVATION_PREFIX = "hai-plan-"
-"""Names of the guard's reservations: ``hai-plan-<plan id>``."""
+"""Names of the guard's reservations: ``hai-plan-<plan id>-<time>`` (:func:`reservation_name`)."""
 TOP_PRIORITY = 4_000_000_000
 """What the beneficiary's priority is raised to while the guard stands (below Slurm's limit)."""
 
