@@ -16,7 +16,7 @@ import json
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +42,7 @@ from hai_slurm.slurm_plugins.parse import (
     parse_partitions_text,
     parse_pending_briefs,
     parse_qos,
+    parse_reservations,
     parse_srun_steps,
     parse_switch_requests,
     parse_switches,
@@ -61,6 +62,7 @@ from hai_slurm.slurm_plugins.types import (
     JobState,
     PendingBrief,
     Qos,
+    Reservation,
     SignalTarget,
     Skipped,
     SkipReason,
@@ -95,6 +97,14 @@ _HELD = ("job is in held state", SkipReason.HELD)
 _NOT_NOW = ("job can not be altered now", SkipReason.PENDING)
 _NOT_PENDING = (("no longer pending", "is not pending"), SkipReason.NOT_PENDING)
 _SIGNAL_RE = re.compile(r"(SIG)?[A-Z0-9]+")
+_RESV_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_RESV_INVALID = "requested reservation is invalid"
+"""What 22.05 says for a reservation name it does not know."""
+RESV_FLAGS = ("IGNORE_JOBS", "FLEX")
+"""Flags of the guard's reservations. ``IGNORE_JOBS``: it is created over the victims, which
+still run on its nodes. ``FLEX``: a job in it may run past its end (measured on 22.05 with
+``ResvOverRun=0``: when a reservation ends, a job running in it *without* FLEX is killed,
+TIMEOUT, "Reservation ended"; with FLEX it goes on and slurmctld clears its link)."""
 
 
 _Harmless = tuple[str | tuple[str, ...], SkipReason]
@@ -558,6 +568,87 @@ class CliSlurmClient:
         else:
             res = self._run(["env", "SLURM_TIME_FORMAT=%s", *argv])
         return parse_pending_briefs(check(res, "squeue --states=PENDING -O").stdout)
+
+    # -- reservations -----------------------------------------------------------------------
+    @staticmethod
+    def _resv_name(name: str) -> str:
+        if not _RESV_NAME_RE.fullmatch(name):
+            raise ValueError(f"a reservation name is letters, digits, '_', '.', '-', got "
+                             f"{name!r}")
+        return name
+
+    def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """``scontrol create reservation ReservationName=NAME Nodes=... Users=...
+        StartTime=now Duration=MINUTES Flags=IGNORE_JOBS,FLEX`` (:data:`RESV_FLAGS`)."""
+        node_list, user_list = ",".join(nodes), ",".join(users)
+        for what, value in (("node list", node_list), ("user list", user_list)):
+            if not value or any(c.isspace() or c in "=\0" for c in value):
+                raise ValueError(f"a reservation's {what} is a non-empty list without spaces, "
+                                 f"got {value!r}")
+        if minutes < 1:
+            raise ValueError(f"a reservation lasts at least 1 minute, got {minutes!r}")
+        argv = ["scontrol", "create", "reservation", f"ReservationName={self._resv_name(name)}",
+                f"Nodes={node_list}", f"Users={user_list}", "StartTime=now",
+                f"Duration={minutes}", f"Flags={','.join(RESV_FLAGS)}"]
+        check(self._run(argv), "scontrol create reservation")
+
+    def end_reservation(self, name: str) -> bool:
+        """``scontrol delete ReservationName=NAME``. Slurm refuses the delete while a job runs
+        in it or waits for it ("Requested reservation is in use", 22.05), and refuses
+        ``EndTime=now`` while a job waits for it ("Invalid time specified"): so on a refusal
+        the pending jobs linked to it (``squeue --states=PENDING --reservation=NAME``) are
+        unlinked and the delete is tried again; if a job still runs in it,
+        ``scontrol update ReservationName=NAME EndTime=now`` (its FLEX jobs go on running;
+        slurmctld drops it at its next reservation check, within about 20 s on 22.05). False
+        when Slurm does not know the name. Refusals are not told apart by their words (other
+        releases may word them otherwise); when the end fails too, a name Slurm no longer lists
+        counts as gone, and one whose end has passed as ended."""
+        ref = f"ReservationName={self._resv_name(name)}"
+        res = self._run(["scontrol", "delete", ref])
+        if res.returncode == 0:
+            return True
+        if _RESV_INVALID in (res.stderr + res.stdout).lower():
+            return False
+        waiting = check(self._run(["squeue", "--noheader", "--states=PENDING",
+                                   f"--reservation={name}", "--Format=JobID:|"]),
+                        "squeue --reservation").stdout
+        ids = [int(x) for x in waiting.replace("|", " ").split() if x.isdigit()]
+        if ids:
+            self._scontrol_ids(["update"], ids, "scontrol update Reservation=",
+                               (_GONE, _DONE, _NOT_PENDING), suffix=["Reservation="])
+            if self._run(["scontrol", "delete", ref]).returncode == 0:
+                return True
+        ended = self._run(["scontrol", "update", ref, "EndTime=now"])
+        if ended.returncode == 0:
+            return True
+        listed = [r for r in self.reservations(name) if r.name == name]
+        if not listed:
+            return False
+        end = listed[0].end_time
+        if end is not None and end <= self._clock() + 1:
+            return True   # ended already, slurmctld drops it at its next check (22.05 refuses
+            #               a second EndTime=now: "Invalid time specified")
+        check(ended, "scontrol update reservation EndTime=now")
+        return True
+
+    def reservations(self, prefix: str = "") -> tuple[Reservation, ...]:
+        """``scontrol show reservation --oneliner`` (times as POSIX seconds)."""
+        argv = ["scontrol", "show", "reservation", "--oneliner"]
+        if isinstance(self._run, SubprocessRunner):
+            res = self._run(argv, env={"SLURM_TIME_FORMAT": "%s"})
+        else:
+            res = self._run(argv)
+        out = check(res, "scontrol show reservation").stdout
+        return tuple(r for r in parse_reservations(out) if r.name.startswith(prefix))
+
+    def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
+        """``scontrol update JobId=ID Reservation=NAME`` ("" unlinks); a job that ended is
+        skipped."""
+        if name:
+            self._resv_name(name)
+        return self._scontrol_ids(["update"], job_id, "scontrol update Reservation",
+                                  (_GONE, _DONE, _NOT_PENDING), suffix=[f"Reservation={name}"])
 
 
 def running_only(ids: tuple[int, ...], facts: Mapping[int, JobFacts]

@@ -10,12 +10,16 @@ so runs are reproducible. It models what the daemon relies on, as measured on Sl
   its submit time to "now" and makes it eligible again after ``requeue_delay`` seconds
   (Slurm: ``cred_expire`` + 1);
 * a priority change on a held job is refused (it would release it), hold sets priority 0;
-* ids never submitted are "gone"; finished jobs stay known (like ``MinJobAge``).
+* ids never submitted are "gone"; finished jobs stay known (like ``MinJobAge``);
+* reservations are enforced by :meth:`FakeSlurm.schedule`: while one is active, only jobs
+  linked to it start on its nodes, and a linked job starts only on its nodes (``FLEX``: or on
+  nodes no reservation holds); overlapping ones are refused; ``delete`` is refused while a job
+  runs in one or waits for it; one that ends unlinks its jobs, which go on running (``FLEX``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -33,6 +37,7 @@ from hai_slurm.slurm_plugins.types import (
     Partition,
     PendingBrief,
     Qos,
+    Reservation,
     SignalTarget,
     Skipped,
     SkipReason,
@@ -102,6 +107,7 @@ class _FakeJob:
     req_nodes: str = ""
     switches: int = 0
     switch_wait: int = 0
+    reservation: str = ""
 
 
 def _minus(free: tuple[int, int, int], job: _FakeJob) -> tuple[int, int, int]:
@@ -139,6 +145,11 @@ class FakeSlurm:
         """Every write command the fake received, as Slurm's CLI would have been called."""
         self.fail_snapshots = 0
         """Make the next N snapshots raise SlurmError (to test the daemon's skipped cycles)."""
+        self.resvs: dict[str, Reservation] = {}
+        """Reservations by name (see the module docstring)."""
+        self.refuse_reservations: str | None = None
+        """When set, ``create_reservation`` raises SlurmError with this message (e.g. a
+        Slurm that refuses the reservation)."""
         self._next_id = 1
 
     # -- driving the fake -------------------------------------------------------------------
@@ -189,7 +200,9 @@ class FakeSlurm:
         """Start pending jobs in priority order where they fit; return the started ids."""
         if now is not None:
             self.advance(now)
+        self._purge_reservations()
         free = self._free()
+        reserved = {n: r.name for r in self.resvs.values() for n in r.nodes}
         started: list[int] = []
         blocked: set[str] = set()
         queue = sorted((j for j in self.jobs.values() if j.state is JobState.PENDING),
@@ -201,7 +214,10 @@ class FakeSlurm:
                 j.reason = "BeginTime"
                 continue
             part = next(p for p in self.partitions if p.name == j.partition)
-            fits = [n for n in part.nodes if n in free and min(_minus(free[n], j)) >= 0]
+            resv = self.resvs.get(j.reservation) if j.reservation else None
+            fits = [n for n in part.nodes if n in free and min(_minus(free[n], j)) >= 0
+                    and (reserved.get(n) == j.reservation if resv is not None and
+                         "FLEX" not in resv.flags else reserved.get(n) in (None, j.reservation))]
             if len(fits) < j.node_count:
                 j.reason = "Resources" if j.partition not in blocked else "Priority"
                 if not self.backfill:
@@ -392,7 +408,8 @@ class FakeSlurm:
         for jid in job_id_tuple(job_ids):
             j = self.jobs.get(jid)
             if j is not None:
-                out[jid] = JobFacts(jid, j.state, j.restart_count, j.held, j.req_nodes)
+                out[jid] = JobFacts(jid, j.state, j.restart_count, j.held, j.req_nodes,
+                                    j.reservation)
         return out
 
     def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:
@@ -440,3 +457,71 @@ class FakeSlurm:
                                   j.restart_count, j.requeue, j.admin_comment)
                      for j in sorted(self.jobs.values(), key=lambda j: j.job_id)
                      if j.state is JobState.PENDING)
+
+    # -- reservations ---------------------------------------------------------------------
+    def _purge_reservations(self) -> None:
+        """Drop reservations that have ended; their jobs are unlinked (running ones go on)."""
+        for r in [r for r in self.resvs.values() if r.end_time is not None
+                  and r.end_time <= self.now]:
+            del self.resvs[r.name]
+            for j in self.jobs.values():
+                if j.reservation == r.name:
+                    j.reservation = ""
+
+    def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """A reservation from now for ``minutes`` (Flags IGNORE_JOBS, FLEX); refused like
+        Slurm refuses one (name taken, unknown node, overlap) or when
+        :attr:`refuse_reservations` says so."""
+        node_list, user_list = tuple(nodes), tuple(users)
+        self.writes.append(("scontrol", "create", "reservation", name, ",".join(node_list),
+                            ",".join(user_list), str(minutes)))
+        self._purge_reservations()
+        why = (self.refuse_reservations
+               or ("Reservation name in use" if name in self.resvs else None)
+               or ("Invalid node name specified"
+                   if not node_list or any(n not in self.nodes for n in node_list) else None)
+               or ("Invalid user id" if not user_list else None)
+               or ("Requested reservation overlaps with another reservation"
+                   if any(set(node_list) & set(r.nodes) for r in self.resvs.values())
+                   else None))
+        if why:
+            raise SlurmError(f"scontrol create reservation failed: Error creating the "
+                             f"reservation: {why}", command=["scontrol", "create", "reservation",
+                                                             f"ReservationName={name}"])
+        self.resvs[name] = Reservation(name, node_list, user_list, self.now,
+                                       self.now + 60 * minutes, ("IGNORE_JOBS", "FLEX"),
+                                       "ACTIVE")
+
+    def end_reservation(self, name: str) -> bool:
+        """Delete it, or end it now when a job runs in it or waits for it."""
+        self.writes.append(("scontrol", "delete", "reservation", name))
+        self._purge_reservations()
+        if name not in self.resvs:
+            return False
+        if any(j.reservation == name and j.state.active for j in self.jobs.values()):
+            self.resvs[name] = replace(self.resvs[name], end_time=self.now)
+            self._purge_reservations()   # Slurm: at its next reservation check
+        else:
+            del self.resvs[name]
+        return True
+
+    def reservations(self, prefix: str = "") -> tuple[Reservation, ...]:
+        """The reservations not ended yet whose name starts with ``prefix``."""
+        self._purge_reservations()
+        return tuple(r for n, r in sorted(self.resvs.items()) if n.startswith(prefix))
+
+    def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
+        """Link a job to a reservation ("" unlinks); an unknown reservation, or one that does
+        not list the job's user, is refused (SlurmError), as Slurm does."""
+        todo, skipped = self._each(job_id, ("scontrol", "update", f"Reservation={name}"))
+        self._purge_reservations()
+        for j in todo:
+            r = self.resvs.get(name) if name else None
+            if name and (r is None or j.user not in r.users):
+                raise SlurmError(f"scontrol update Reservation failed: job {j.job_id}: "
+                                 + ("Requested reservation is invalid" if r is None else
+                                    "Access denied to requested reservation"),
+                                 command=["scontrol", "update", f"JobId={j.job_id}"])
+            j.reservation = name
+        return self._result(todo, skipped)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from hai_slurm.slurm_plugins.types import (
     Partition,
     PendingBrief,
     Qos,
+    Reservation,
     SwitchInfo,
 )
 
@@ -445,20 +447,23 @@ def parse_switches(text: str) -> tuple[SwitchInfo, ...]:
 #: ``squeue --Format`` of :func:`parse_job_facts`: only columns the job's owner cannot write (no
 #: name, no comment), each ending in ``|``, which none of them can contain, so a job cannot make
 #: the daemon misread its state. ``JobID`` is the job's own id (array tasks included).
-JOB_FACTS_FORMAT = "JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,ReqNodes:|"
+JOB_FACTS_FORMAT = ("JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,ReqNodes:|,"
+                    "Reservation:|")
 
 
 def parse_job_facts(line: str) -> JobFacts | None:
     """One line of ``squeue --noheader -O`` with :data:`JOB_FACTS_FORMAT`; None for any other."""
     parts = line.strip().split("|")
-    if len(parts) < 7 or not parts[0].isdigit():  # 6 fields, each ending in "|"
+    if len(parts) < 7 or not parts[0].isdigit():  # 6 or 7 fields, each ending in "|"
         return None
     _, state, restarts, priority, reason, req = parts[:6]
+    resv = parts[6] if len(parts) > 7 else ""
     base, _flags = job_state(state, f"squeue State of job {parts[0]}")
     return JobFacts(job_id=int(parts[0]), state=base,
                     restart_count=int(restarts) if restarts.isdigit() else 0,
                     held=priority.strip() == "0" and "held" in reason.lower(),
-                    req_nodes="" if req in ("(null)", "") else req)
+                    req_nodes="" if req in ("(null)", "") else req,
+                    reservation="" if resv in ("(null)", "") else resv)
 
 
 #: ``squeue --steps --Format`` of :func:`parse_srun_steps`: the step id and its job's own id.
@@ -646,4 +651,44 @@ def parse_pending_briefs(output: str) -> tuple[PendingBrief, ...]:
             submit_time=_compact_time(submit.strip(), f"{where}: SubmitTime"),
             restart_count=_compact_int(restarts.strip(), f"{where}: RestartCnt") or 0,
             requeue=requeue.strip() != "0", admin_comment=_compact_text(comment.strip())))
+    return tuple(out)
+
+
+def _resv_time(value: str) -> int | None:
+    """A reservation time: POSIX seconds (``SLURM_TIME_FORMAT=%s``) or Slurm's ISO local
+    time; None for anything else (``Unknown``, ``(null)``)."""
+    if value.isdigit():
+        return int(value)
+    try:
+        return int(time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
+def _items(fields: Mapping[str, str], key: str) -> tuple[str, ...]:
+    """A comma-separated field ("" and "(null)": none)."""
+    value = fields.get(key, "")
+    return () if value in ("", "(null)") else tuple(value.split(","))
+
+
+def parse_reservations(text: str) -> tuple[Reservation, ...]:
+    """The reservations in ``scontrol show reservation --oneliner`` output (one
+    ``ReservationName=... StartTime=... Nodes=... Flags=... Users=... State=...`` line each;
+    "No reservations in the system" and lines without a name give nothing)."""
+    out = []
+    for line in text.splitlines():
+        fields = dict(_SWITCH_FIELD.findall(line))
+        name = fields.get("ReservationName")
+        if not name:
+            continue
+
+        try:
+            nodes = tuple(expand(fields["Nodes"])) if fields.get("Nodes", "(null)") != \
+                "(null)" else ()
+        except ConfigError:
+            nodes = ()
+        out.append(Reservation(name=name, nodes=nodes, users=_items(fields, "Users"),
+                               start_time=_resv_time(fields.get("StartTime", "")),
+                               end_time=_resv_time(fields.get("EndTime", "")),
+                               flags=_items(fields, "Flags"), state=fields.get("State", "")))
     return tuple(out)

@@ -21,7 +21,9 @@ What stays with the CLI backend (:class:`~.cli_backend.CliSlurmClient`, explicit
 - the GPU request of jobs that ask with ``--gpus``/``--gpus-per-task``/``--gpus-per-socket``:
   pyslurm 22.5 exposes only ``tres_per_node``, so one compact ``squeue -O`` fills the others,
   and only when some active job has no per-node request;
-- :meth:`~PyslurmClient.set_req_nodes` (its race rules live in the CLI backend),
+- :meth:`~PyslurmClient.set_req_nodes` (its race rules live in the CLI backend), and the
+  reservation methods of the preemption guard (create, end, list, link a job: one
+  ``scontrol`` call per plan, read from scontrol's messages),
   :meth:`~PyslurmClient.switches` (``scontrol show topology``: no C API in pyslurm);
 - any write to an array task whose own id is the array's id: pyslurm addresses jobs by number,
   which slurmctld reads as the whole array; the CLI writes ``ARRAY_TASK`` instead.
@@ -40,7 +42,7 @@ import os
 import pwd
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,7 @@ from hai_slurm.slurm_plugins.types import (
     JobFacts,
     JobIds,
     PendingBrief,
+    Reservation,
     SignalTarget,
     Skipped,
     SwitchInfo,
@@ -256,7 +259,8 @@ def job_facts_of(pj: Any) -> JobFacts:
     base, _flags = job_state(pj.state, f"pyslurm state of job {pj.id}")
     return JobFacts(job_id=pj.id, state=base, restart_count=pj.requeue_count or 0,
                     held=(pj.priority or 0) == 0 and "held" in (pj.state_reason or "").lower(),
-                    req_nodes=pj.required_nodes or "")
+                    req_nodes=pj.required_nodes or "",
+                    reservation=getattr(pj, "reservation", None) or "")
 
 
 def _modifier(desc: Any) -> Callable[[Any], None]:
@@ -610,3 +614,24 @@ class PyslurmClient:
         running ones included: the snapshot's cost, which a poll every ``urgent_poll`` seconds
         is meant to avoid."""
         return self._cli.pending_briefs()
+
+    # -- reservations: delegated to the CLI backend -------------------------------------------
+    def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """Delegated to the CLI backend (``scontrol create reservation``): one call per plan,
+        and its refusals are read from scontrol's messages."""
+        self._cli.create_reservation(name, nodes, users, minutes)
+
+    def end_reservation(self, name: str) -> bool:
+        """Delegated to the CLI backend (``scontrol delete``, else ``update EndTime=now``)."""
+        return self._cli.end_reservation(name)
+
+    def reservations(self, prefix: str = "") -> tuple[Reservation, ...]:
+        """Delegated to the CLI backend (``scontrol show reservation``)."""
+        return self._cli.reservations(prefix)
+
+    def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
+        """Delegated to the CLI backend (``scontrol update Reservation``), like the pin."""
+        if job_id in self._aliases:
+            self._via_cli((job_id,))
+        return self._cli.set_job_reservation(job_id, name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from hai_slurm.slurm_formats import SlurmVersion
@@ -26,6 +26,7 @@ from hai_slurm.slurm_plugins.types import (
     JobFacts,
     JobIds,
     PendingBrief,
+    Reservation,
     SignalTarget,
     SlurmClient,
     SwitchInfo,
@@ -34,10 +35,12 @@ from hai_slurm.slurm_plugins.types import (
 
 log = logging.getLogger("hai_slurm.priority.shadow")
 
-READS = frozenset({"version", "snapshot", "job_facts", "switches", "pending_briefs"})
+READS = frozenset({"version", "snapshot", "job_facts", "switches", "pending_briefs",
+                   "reservations"})
 """Protocol methods passed through to the real backend."""
 WRITES = frozenset({"set_priority", "set_priorities", "signal", "requeue", "requeue_hold", "hold",
-                    "release", "set_admin_comment", "cancel", "requeue_any", "set_req_nodes"})
+                    "release", "set_admin_comment", "cancel", "requeue_any", "set_req_nodes",
+                    "create_reservation", "end_reservation", "set_job_reservation"})
 """Protocol methods that are recorded and logged instead of done."""
 
 
@@ -168,3 +171,24 @@ class ShadowSlurm:
     def pending_briefs(self) -> tuple[PendingBrief, ...]:
         """The real pending jobs in brief."""
         return self.inner.pending_briefs()
+
+    # -- reservations ----------------------------------------------------------------------
+    def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """Logged, not done."""
+        self._record("create_reservation", (), f"reservation {name} on {','.join(nodes)} for "
+                     f"{','.join(users)}, {minutes} min")
+
+    def end_reservation(self, name: str) -> bool:
+        """Logged, not done (nothing was removed)."""
+        self._record("end_reservation", (), f"reservation {name}")
+        return False
+
+    def reservations(self, prefix: str = "") -> tuple[Reservation, ...]:
+        """The real reservations."""
+        return self.inner.reservations(prefix)
+
+    def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
+        """Logged, not done."""
+        self._record("set_job_reservation", (job_id,), f"Reservation={name!r}")
+        return ActionResult()

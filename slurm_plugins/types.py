@@ -281,6 +281,8 @@ class JobFacts:
     held: bool = False
     req_nodes: str = ""
     """The ReqNodeList the job asked for ("" when none)."""
+    reservation: str = ""
+    """The reservation the job runs in or waits for ("" when none)."""
 
     @property
     def running(self) -> bool:
@@ -306,6 +308,21 @@ class SwitchInfo:
     level: int
     nodes: tuple[str, ...] = ()
     switches: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """One advance reservation (``scontrol show reservation``)."""
+
+    name: str
+    nodes: tuple[str, ...]
+    users: tuple[str, ...]
+    start_time: int | None
+    end_time: int | None
+    """POSIX seconds; None when Slurm prints no value."""
+    flags: tuple[str, ...] = ()
+    state: str = ""
+    """ACTIVE or INACTIVE (not started yet)."""
 
 
 @runtime_checkable
@@ -388,6 +405,30 @@ class SlurmClient(Protocol):
     def pending_briefs(self) -> tuple[PendingBrief, ...]:
         """Every pending job in brief, in one cheap query (the daemon polls it every
         ``[intervals] urgent_poll`` seconds between cycles); raises SlurmError on failure."""
+        ...
+
+    # -- reservations (the preemption guard: ``hai-plan-<id>-<time>`` on a plan's target nodes) --
+    def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """Create reservation ``name`` on ``nodes`` for ``users``, starting now, for
+        ``minutes``, over the jobs that still run there (``Flags=IGNORE_JOBS``), its jobs free
+        to run past its end (``FLEX``). Raises SlurmError when Slurm refuses it (an overlapping
+        reservation, an unknown node or user, the name taken)."""
+        ...
+
+    def end_reservation(self, name: str) -> bool:
+        """Remove reservation ``name``: delete it, or, when Slurm refuses because a job still
+        runs in it, end it now (``EndTime=now``; its ``FLEX`` jobs go on running). False when
+        it did not exist."""
+        ...
+
+    def reservations(self, prefix: str = "") -> tuple[Reservation, ...]:
+        """The reservations whose name starts with ``prefix``."""
+        ...
+
+    def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
+        """Make a pending job use reservation ``name`` ("" unlinks it); a job that is not
+        pending is skipped (``NOT_PENDING``)."""
         ...
 
 

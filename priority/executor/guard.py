@@ -5,22 +5,32 @@ the beneficiary starts, Slurm's scheduler would give the freed GPUs to whichever
 first. The guard prevents that, and is written down before it acts so that a daemon killed in
 the middle can undo it (:class:`PlanContext`, stored as a named value in the daemon's database):
 
-1. **before any victim is asked**: every pending, not already held job of a lower declared class
-   than the beneficiary's that could use the target nodes (same partition; all pending jobs
-   when the plan names no nodes) is held
-   (``scontrol hold``) and the list is stored first; the beneficiary is pinned to the target
-   nodes (``scontrol update JobId=B ReqNodeList=...``, the old value stored) and given the top
-   priority, so neither the main scheduler nor backfill starts anything else there;
+1. **before any victim is asked**: a Slurm reservation ``hai-plan-<plan id>-<time>`` on the plan's
+   target nodes, for the beneficiary's user, starting now (``Flags=IGNORE_JOBS,FLEX``: created
+   over the victims that still run there; the beneficiary may run past its end), and the
+   beneficiary linked to it (``scontrol update JobId=B Reservation=hai-plan-...``). Slurm then
+   starts no other job on those nodes, whatever its priority, whether the main scheduler or
+   backfill looks, and whenever it was submitted: the guard holds nobody. The name is stored
+   before the reservation is made. Only when Slurm refuses the reservation (an overlapping
+   one, a plan that names no nodes) does the guard fall back to holds: every pending, not
+   already held job of a lower declared class than the beneficiary's that could use the target
+   nodes (same partition; all pending jobs when the plan names no nodes) is held
+   (``scontrol hold``) and the list is stored first. Either way the beneficiary is pinned to
+   the target nodes (``scontrol update JobId=B ReqNodeList=...``, the old value stored) and
+   given the top priority;
 2. **phase 2** requeues the victims *held* (``scontrol requeuehold``; acknowledged victims that
    already exited are requeued the same way), so they cannot take their GPUs back either;
-3. once the beneficiary runs (or after ``start_timeout``, or when the plan is aborted): release
-   exactly the jobs the guard held, release the victims, restore the beneficiary's ReqNodeList if
-   it still waits. Jobs that were held before the plan (by their user or an admin) are never
+3. once the beneficiary runs (or after ``start_timeout``, or when the plan is aborted): end the
+   reservation (a beneficiary still pending is unlinked first; :meth:`SlurmClient.end_reservation`
+   deletes it, or ends it now when the beneficiary runs in it: FLEX keeps it running), release
+   exactly the jobs the guard held, release the victims, restore the beneficiary's ReqNodeList
+   if it still waits. Jobs that were held before the plan (by their user or an admin) are never
    touched.
 
 The daemon writes priorities every cycle but never to held jobs nor to an open plan's
-beneficiary, and :meth:`Guard.check` (each step) re-applies what slurmctld lost and holds lower
-jobs submitted since, so nothing undoes the guard behind its back.
+beneficiary, and :meth:`Guard.check` (each step) re-applies what slurmctld lost (the
+reservation and the link, or the holds; the pin, the priority) and, under the holds fallback,
+holds lower jobs submitted since, so nothing undoes the guard behind its back.
 """
 
 from __future__ import annotations
@@ -36,11 +46,19 @@ from hai_slurm.priority.store.records import JsonValue
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.hostlist import expand_hostlist
 from hai_slurm.slurm_plugins.job_record import job_record
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState, SlurmClient
+from hai_slurm.slurm_plugins.types import (
+    ClusterSnapshot,
+    Job,
+    JobFacts,
+    JobState,
+    SlurmClient,
+)
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
 CONTEXT_KEY = "executor.plan.{plan_id}"
+RESERVATION_PREFIX = "hai-plan-"
+"""Names of the guard's reservations: ``hai-plan-<plan id>-<time>`` (:func:`reservation_name`)."""
 TOP_PRIORITY = 4_000_000_000
 """What the beneficiary's priority is raised to while the guard stands (below Slurm's limit)."""
 
@@ -48,6 +66,20 @@ TOP_PRIORITY = 4_000_000_000
 def context_key(plan_id: int) -> str:
     """Name of a plan's stored context."""
     return CONTEXT_KEY.format(plan_id=plan_id)
+
+
+def reservation_name(plan_id: int, at: float) -> str:
+    """Name of a plan's reservation: ``hai-plan-<plan id>-<POSIX second it was made>``. The
+    time keeps names unique when plan ids repeat (a new database) while an ended reservation
+    still lingers under its name (slurmctld drops it some 20 s after its end)."""
+    return f"{RESERVATION_PREFIX}{plan_id}-{int(at)}"
+
+
+def reservation_plan(name: str) -> int | None:
+    """The plan id in a guard reservation's name (None for any other name)."""
+    tail = name[len(RESERVATION_PREFIX):] if name.startswith(RESERVATION_PREFIX) else ""
+    plan, _, made = tail.partition("-")
+    return int(plan) if plan.isdigit() and (made == "" or made.isdigit()) else None
 
 
 @dataclass(frozen=True)
@@ -82,6 +114,12 @@ class PlanContext:
     undo: Mapping[str, JsonValue] | None = None
     """An abort or roll-back in progress: ``final``, ``note``, ``settled_at`` (None while asked
     victims are still waited out)."""
+    reservation: str | None = None
+    """The guard's reservation (stored before it is made); None: the holds fallback."""
+    resv_user: str = ""
+    """The user the reservation is for (the beneficiary's), to make it again."""
+    resv_minutes: int = 0
+    """How long the reservation is made for."""
 
     def victim(self, job_id: int) -> VictimContext:
         """The context of one victim."""
@@ -99,7 +137,9 @@ class PlanContext:
                 "requeue_from": self.requeue_from, "requeued_at": self.requeued_at,
                 "missed": list(self.missed),
                 "ended": {str(k): v for k, v in self.ended.items()},
-                "undo": dict(self.undo) if self.undo is not None else None}
+                "undo": dict(self.undo) if self.undo is not None else None,
+                "reservation": self.reservation, "resv_user": self.resv_user,
+                "resv_minutes": self.resv_minutes}
 
     @classmethod
     def from_json(cls, data: Mapping[str, JsonValue]) -> PlanContext:
@@ -125,6 +165,8 @@ class PlanContext:
         asked = data.get("asked_at")
         pinned = data.get("pinned_from")
         undo = data.get("undo")
+        resv = data.get("reservation")
+        minutes = data.get("resv_minutes")
         if not isinstance(victims, list) or not isinstance(nodes, list):
             raise ValueError("victims and nodes must be lists")
         return cls(
@@ -140,7 +182,10 @@ class PlanContext:
             end_states={k: str(v) for k, v in by_job("end_states").items()},
             requeue_from=opt("requeue_from"), requeued_at=opt("requeued_at"),
             missed=ints("missed"), ended={k: str(v) for k, v in by_job("ended").items()},
-            undo=dict(undo) if isinstance(undo, dict) else None)
+            undo=dict(undo) if isinstance(undo, dict) else None,
+            reservation=resv if isinstance(resv, str) else None,
+            resv_user=str(data.get("resv_user") or ""),
+            resv_minutes=minutes if isinstance(minutes, int) else 0)
 
 
 def _class_weight(job: Job) -> int:
@@ -191,17 +236,19 @@ class Guard:
         return tuple(out)
 
     def apply(self, context: PlanContext, snap: ClusterSnapshot, at: float,
-              exclude: Sequence[int] = ()) -> PlanContext:
-        """Hold the competitors and pin the beneficiary (each stored before it is done);
-        ``exclude``: jobs other open plans claim (their beneficiaries are never held)."""
-        held = self.competitors(snap, context.beneficiary, context.nodes,
-                                [*(v.job_id for v in context.victims), *exclude])
-        ctx = self.save(replace(context, held=held), at)
-        if held:
-            result = self.slurm.hold(held)
-            log.info("plan %d: held %d competing pending job(s): %s (skipped: %s)",
-                     ctx.plan_id, len(result.done), list(result.done),
-                     sorted(result.skipped_ids))
+              exclude: Sequence[int] = (), minutes: int = 30) -> PlanContext:
+        """Reserve the target nodes for the beneficiary (:meth:`_reserve`; ``minutes`` long),
+        or, when Slurm refuses, hold the competitors; pin the beneficiary and raise its
+        priority (each stored before it is done). ``exclude``: jobs other open plans claim
+        (their beneficiaries are never held)."""
+        ctx = self.context = context
+        bene = snap.job(context.beneficiary)
+        if context.nodes and bene is not None and bene.user:
+            ctx = self.save(replace(context, reservation=reservation_name(context.plan_id, at),
+                                    resv_user=bene.user, resv_minutes=max(1, minutes)), at)
+            ctx = self._reserve(ctx, at)
+        if ctx.reservation is None:
+            ctx = self._hold_competitors(ctx, snap, at, exclude)
         if ctx.nodes:
             facts = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
             if facts is not None and facts.pending:
@@ -209,32 +256,86 @@ class Guard:
                 self.slurm.set_req_nodes(ctx.beneficiary, ",".join(ctx.nodes))
         try:
             self.slurm.set_priorities({ctx.beneficiary: TOP_PRIORITY})
-        except SlurmError as err:  # the holds already keep others away; this only helps
+        except SlurmError as err:  # the reservation (or holds) keep others away; this helps
             log.warning("plan %d: could not raise the beneficiary's priority: %s", ctx.plan_id,
                         err)
         return ctx
 
+    def _reserve(self, ctx: PlanContext, at: float, *, exists: bool = False) -> PlanContext:
+        """Make the stored reservation (unless ``exists``) and link the beneficiary to it;
+        when Slurm refuses either, forget it (stored) so the holds take over."""
+        assert ctx.reservation is not None
+        try:
+            if not exists:
+                self.slurm.create_reservation(ctx.reservation, ctx.nodes, [ctx.resv_user],
+                                              ctx.resv_minutes)
+            self.slurm.set_job_reservation(ctx.beneficiary, ctx.reservation)
+        except SlurmError as err:
+            log.warning("plan %d: no reservation on %s for job %d (%s); holding the "
+                        "competitors instead", ctx.plan_id, ",".join(ctx.nodes),
+                        ctx.beneficiary, err)
+            try:
+                self._end_reservation(ctx)   # made but the link refused: take it away
+            except SlurmError as again:
+                log.warning("plan %d: could not remove %s: %s (recover removes it)",
+                            ctx.plan_id, ctx.reservation, again)
+            return self.save(replace(ctx, reservation=None), at)
+        log.info("plan %d: reservation %s on %s for job %d (user %s, %d min)", ctx.plan_id,
+                 ctx.reservation, ",".join(ctx.nodes), ctx.beneficiary, ctx.resv_user,
+                 ctx.resv_minutes)
+        return ctx
+
+    def _end_reservation(self, ctx: PlanContext, *, unlink: bool = True) -> None:
+        """Unlink a beneficiary that still waits (``unlink``), then end the reservation
+        (deleted, or ended now when the beneficiary runs in it: FLEX keeps it running)."""
+        if ctx.reservation is None:
+            return
+        if unlink:
+            try:
+                b = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
+                if b is not None and b.pending and b.reservation == ctx.reservation:
+                    self.slurm.set_job_reservation(ctx.beneficiary, "")
+            except SlurmError as err:
+                log.warning("plan %d: could not unlink job %d from %s: %s", ctx.plan_id,
+                            ctx.beneficiary, ctx.reservation, err)
+        self.slurm.end_reservation(ctx.reservation)
+
+    def _hold_competitors(self, ctx: PlanContext, snap: ClusterSnapshot, at: float,
+                          exclude: Sequence[int]) -> PlanContext:
+        """The holds fallback: hold the competitors not held yet (stored first)."""
+        new = [j for j in self.competitors(snap, ctx.beneficiary, ctx.nodes,
+                                           [*(v.job_id for v in ctx.victims), *exclude])
+               if j not in ctx.held and j not in ctx.victims_held]
+        if new:
+            ctx = self.save(replace(ctx, held=(*ctx.held, *new)), at)
+            result = self.slurm.hold(new)
+            log.info("plan %d: held %d competing pending job(s): %s (skipped: %s)",
+                     ctx.plan_id, len(result.done), list(result.done),
+                     sorted(result.skipped_ids))
+        return ctx
+
     def check(self, at: float, snap: ClusterSnapshot | None = None,
-              exclude: Sequence[int] = ()) -> PlanContext | None:
+              exclude: Sequence[int] = (), *, verify: bool = True) -> PlanContext | None:
         """Re-apply what is missing of a standing guard (a slurmctld restart before its state
-        save loses holds, pins and priorities): jobs the guard held, and victims requeued held,
-        that are pending but not held are held again; a still-pending beneficiary gets its pin
-        back, and its top priority when ``snap`` shows another value. With ``snap``, jobs
+        save loses reservations, holds, pins and priorities): a still-pending beneficiary that
+        is no longer linked to the reservation is linked again (the reservation made again
+        first when it is gone; with ``verify``, the reservation is looked up even when the link
+        stands); jobs the guard held, and victims requeued held, that are pending but not held
+        are held again; a still-pending beneficiary gets its pin back, and its top priority
+        when ``snap`` shows another value. Under the holds fallback, with ``snap``, jobs
         submitted since the guard went up that could use the target nodes are held too (stored
-        first; ``exclude``: other open plans' beneficiaries). Idempotent, one ``job_facts``
-        query; returns the context."""
+        first; ``exclude``: other open plans' beneficiaries). Idempotent; returns the context."""
         ctx = self.context
         if ctx is None or ctx.released:
             return ctx
-        if snap is not None:
+        if snap is not None and ctx.reservation is None:
             new = [j for j in self.competitors(snap, ctx.beneficiary, ctx.nodes,
                                                [*(v.job_id for v in ctx.victims), *exclude])
                    if j not in ctx.held and j not in ctx.victims_held]
             if new:
-                ctx = self.save(replace(ctx, held=(*ctx.held, *new)), at)
                 log.warning("plan %d: held %d job(s) submitted during the plan: %s",
                             ctx.plan_id, len(new), new)
-                self.slurm.hold(new)
+                ctx = self._hold_competitors(ctx, snap, at, exclude)
         held = list(dict.fromkeys([*ctx.held, *ctx.victims_held]))
         facts = self.slurm.job_facts([*held, ctx.beneficiary])
         rehold = [j for j in held if j in facts and facts[j].pending and not facts[j].held]
@@ -245,6 +346,8 @@ class Guard:
         b = facts.get(ctx.beneficiary)
         if b is None or not b.pending:
             return ctx
+        if ctx.reservation is not None:
+            ctx = self._check_reservation(ctx, b, at, snap, exclude, verify)
         if ctx.pinned_from is not None and ctx.nodes and \
                 set(expand_hostlist(b.req_nodes)) != set(ctx.nodes):
             log.warning("plan %d: guard re-applied: beneficiary %d lost its pin to %s (%r)",
@@ -261,14 +364,36 @@ class Guard:
                             ctx.plan_id, err)
         return ctx
 
+    def _check_reservation(self, ctx: PlanContext, b: JobFacts, at: float,
+                           snap: ClusterSnapshot | None, exclude: Sequence[int],
+                           verify: bool) -> PlanContext:
+        """The reservation half of :meth:`check` for a pending beneficiary ``b``."""
+        assert ctx.reservation is not None
+        linked = b.reservation == ctx.reservation
+        if linked and not verify:
+            return ctx
+        exists = any(r.name == ctx.reservation
+                     for r in self.slurm.reservations(ctx.reservation))
+        if linked and exists:
+            return ctx
+        log.warning("plan %d: guard re-applied: %s", ctx.plan_id,
+                    f"beneficiary {ctx.beneficiary} no longer linked to {ctx.reservation}"
+                    if exists else f"reservation {ctx.reservation} is gone")
+        ctx = self._reserve(ctx, at, exists=exists)
+        if ctx.reservation is None and snap is not None:
+            ctx = self._hold_competitors(ctx, snap, at, exclude)
+        return ctx
+
     def release(self, at: float, *, keep_pin: bool = False) -> PlanContext | None:
-        """Undo the guard: release held jobs and victims, restore the pin if B still waits.
+        """Undo the guard: end the reservation, release held jobs and victims, restore the
+        pin if B still waits.
 
         Idempotent (a restarted daemon may call it again); marks the context ``released``.
         """
         ctx = self.context
         if ctx is None or ctx.released:
             return ctx
+        self._end_reservation(ctx)
         ids = [*ctx.held, *ctx.victims_held]
         wanted = ids or ctx.pinned_from is not None
         facts = self.slurm.job_facts([*ids, ctx.beneficiary]) if wanted else {}

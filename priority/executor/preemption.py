@@ -9,9 +9,10 @@ same way:
 
 :meth:`PreemptionExecutor.run` carries out one
 :class:`~hai_slurm.priority.executor.types.ExecutionRequest`: check the jobs afresh, record the
-plan, put up the :mod:`~hai_slurm.priority.executor.guard` (competitors held, beneficiary pinned);
-**phase 1** asks every victim to checkpoint (``scancel --signal=USR2
---full``, plus Redis when configured) and polls their control directories
+plan, put up the :mod:`~hai_slurm.priority.executor.guard` (a Slurm reservation of the target
+nodes for the beneficiary, or competitors held when Slurm refuses it; beneficiary pinned);
+**phase 1** asks every victim to checkpoint (``scancel --signal=USR2 --full``, plus Redis
+when configured) and polls their control directories
 (:func:`~hai_slurm.checkpoint.read_job_report`, trusting only the job owner's files) until each
 acknowledged, ended, or missed its deadline (a victim still ``saving`` gets ``saving_extension``
 more); **phase 2**, unless one missed (policy ``abort``), requeues them held — acknowledged ones
@@ -36,7 +37,13 @@ from hai_slurm.checkpoint import Ack, JobReport, read_job_report
 from hai_slurm.errors import SlurmError, StateError
 from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.executor import late_acks
-from hai_slurm.priority.executor.guard import Guard, PlanContext, context_key
+from hai_slurm.priority.executor.guard import (
+    RESERVATION_PREFIX,
+    Guard,
+    PlanContext,
+    context_key,
+    reservation_plan,
+)
 from hai_slurm.priority.executor.notify import CheckpointNotifier, NoNotifier
 from hai_slurm.priority.executor.records import (
     plan_jobs,
@@ -131,6 +138,9 @@ class PreemptionExecutor:
         self.hook = hook or (lambda _point, _plan: None)
         self._last_beat = time.monotonic()
         self._next_states: dict[int, float] = {}
+        self._verified: dict[int, float] = {}
+        """Plan -> when its reservation was last looked up (:meth:`step`)."""
+        self._swept = False
         self._open = True  # unknown until the first reconcile: look once
 
     # ------------------------------------------------------------------------ daemon hook
@@ -279,12 +289,50 @@ class PreemptionExecutor:
                                      signal=self.settings.signal), now)
         self._open = True
         try:
-            ctx = guard.apply(ctx, snap, now, sorted(others.beneficiaries))
+            ctx = guard.apply(ctx, snap, now, sorted(others.beneficiaries),
+                              minutes=self._reservation_minutes(victims))
             self._ask(guard, plan.plan_id, [v.job_id for v in victims])
         except SlurmError as err:
             self._begin_undo(guard, self.repo.get_plan(plan.plan_id),
                              f"Slurm failed during the plan: {err}", PlanState.ROLLED_BACK)
         return plan.plan_id
+
+    def _reservation_minutes(self, victims: Sequence[VictimContext]) -> int:
+        """How long a plan's reservation is made for: the longest deadline, its saving
+        extension, the requeue retries and the start wait, plus 5 min, in whole minutes. A
+        plan that outlives it (a daemon down meanwhile) gets it again at its next step."""
+        longest = max((v.deadline for v in victims), default=self.settings.default_deadline)
+        seconds = (longest + self.settings.saving_extension + _REQUEUE_RETRY
+                   + self.settings.start_timeout)
+        return int(-(-seconds // 60)) + 5
+
+    def sweep_reservations(self) -> list[str]:
+        """End every ``hai-plan-*`` reservation that no open plan's guard stands on (left by
+        a daemon killed between making one and storing the plan's end); the names ended."""
+        try:
+            found = self.slurm.reservations(RESERVATION_PREFIX)
+        except SlurmError as err:
+            log.warning("cannot list the guard's reservations (%s); looking again later", err)
+            return []
+        self._swept = True
+        if not found:
+            return []
+        kept = set()
+        for plan in self.repo.unfinished_plans():
+            ctx = self._context(plan.plan_id)
+            if ctx is not None and not ctx.released and ctx.reservation is not None:
+                kept.add(ctx.reservation)
+        out = []
+        for r in found:
+            if reservation_plan(r.name) is None or r.name in kept:
+                continue
+            try:
+                if self.slurm.end_reservation(r.name):
+                    out.append(r.name)
+                    log.warning("reservation %s belonged to no open plan: removed", r.name)
+            except SlurmError as err:
+                log.warning("could not remove leftover reservation %s: %s", r.name, err)
+        return out
 
     def run(self, request: ExecutionRequest, snap: ClusterSnapshot,
             victims: tuple[VictimContext, ...] | None = None) -> ExecutionResult:
@@ -325,6 +373,8 @@ class PreemptionExecutor:
         every :attr:`poll_interval` between cycles while plans are open); returns the plans
         that ended. A Slurm failure in one plan's step leaves it for the next step."""
         out = []
+        if not self._swept:
+            self.sweep_reservations()
         plans = self.repo.unfinished_plans()
         beneficiaries = sorted({b.job_id for p in plans for b in p.beneficiaries})
         for plan in plans:
@@ -351,6 +401,7 @@ class PreemptionExecutor:
         once per step and never waits."""
         late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
                         self.settings.clock_skew)
+        self._swept = False   # look for leftover reservations (again)
         out = self.reconcile()
         while self._open and not self.stop.is_set():
             self._sleep(self.settings.poll)
@@ -380,12 +431,16 @@ class PreemptionExecutor:
             return self._without_context(plan)
         guard = Guard(self.slurm, self.repo, ctx)
         now = self._now()
+        verify = snap is not None or now >= self._verified.get(plan.plan_id, 0.0) + 5.0
         try:
             # The check reads the held competitors' states from the cycle's snapshot (between
             # cycles it leaves them to the next cycle): a query of every held job cost 50
             # squeue calls per step at 10,000 pending (bench/load).
             view = cast(SlurmClient, _CompetitorsFromSnapshot(self.slurm, snap, ctx))
-            guard.context = Guard(view, self.repo, ctx).check(now, snap, others) or ctx
+            guard.context = Guard(view, self.repo, ctx).check(now, snap, others,
+                                                              verify=verify) or ctx
+            if verify:
+                self._verified[plan.plan_id] = now
         except SlurmError as err:  # slurmctld restarting: the acks are still read
             log.warning("plan %d: cannot check the guard (%s)", plan.plan_id, err)
         if ctx.undo is not None:
@@ -656,6 +711,7 @@ class PreemptionExecutor:
                                   also=also)
         self.repo.put_value(context_key(plan.plan_id), None, at=self._now())
         self._next_states.pop(plan.plan_id, None)
+        self._verified.pop(plan.plan_id, None)
         return self._result(plan.plan_id, note, started, ctx)
 
     # --------------------------------------------------------------------- abort / undo
@@ -751,6 +807,7 @@ class PreemptionExecutor:
                                                if m.state is VictimState.MISSED}})
         self.repo.put_value(context_key(plan_id), None, at=self._now())
         self._next_states.pop(plan_id, None)
+        self._verified.pop(plan_id, None)
         return self._result(plan_id, note, ran, ctx)
 
     def _result(self, plan_id: int, note: str, started: bool,

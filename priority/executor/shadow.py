@@ -36,7 +36,14 @@ def would_do(request: ExecutionRequest, competitors: tuple[int, ...], signal: st
     """The real executor's Slurm commands for ``request``, in order, in words."""
     victims = ",".join(map(str, request.victims))
     out = []
-    if competitors:
+    if request.nodes:
+        out.append(f"scontrol create reservation ReservationName=hai-plan-<id> "
+                   f"Nodes={','.join(request.nodes)} Users=<job {request.beneficiary}'s user> "
+                   "StartTime=now Flags=IGNORE_JOBS,FLEX; scontrol update "
+                   f"JobId={request.beneficiary} Reservation=hai-plan-<id>"
+                   + (f" (if Slurm refuses it: scontrol hold "
+                      f"{','.join(map(str, competitors))})" if competitors else ""))
+    elif competitors:
         out.append(f"scontrol hold {','.join(map(str, competitors))} (competitors for the "
                    "freed GPUs)")
     if request.nodes:
@@ -46,8 +53,8 @@ def would_do(request: ExecutionRequest, competitors: tuple[int, ...], signal: st
     out.append(f"scancel --signal={signal} {victims} (checkpoint request; up to {deadline:g} s "
                "to acknowledge)")
     out.append(f"scontrol requeuehold {victims} (after their acknowledgements)")
-    out.append(f"wait for job {request.beneficiary} to start, then scontrol release "
-               "the held jobs")
+    out.append(f"wait for job {request.beneficiary} to start, then end the reservation and "
+               "scontrol release the held jobs")
     return tuple(out)
 
 

@@ -8,11 +8,13 @@ against the real testbed in ``tests/integration/test_adapter_contract.py`` (inte
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 import pytest
 
+from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_plugins.adapter import (
     ActionResult,
     ClusterSnapshot,
@@ -27,6 +29,13 @@ from hai_slurm.slurm_plugins.adapter import (
 
 GONE_ID = 987_654
 """A job id no test cluster reaches."""
+
+
+class _NoJob:
+    nodes: tuple[str, ...] = ()
+
+
+_NOJOB = _NoJob()
 
 
 class Harness(Protocol):
@@ -293,3 +302,96 @@ class SlurmClientContract:
                                          job.restart_count, job.requeue, job.admin_comment)
             assert b.user and b.submit_time is not None and b.submit_time > 1_600_000_000
         assert briefs[held_id].admin_comment == text
+
+    # -- reservations (the preemption guard) -------------------------------------------------
+    def test_reservation_is_made_listed_linked_and_ended(self, harness: Harness) -> None:
+        """A reservation made over a running job (IGNORE_JOBS) keeps a job not linked to it off
+        the node; a linked job starts there; ending it while the job runs in it (refused delete,
+        so EndTime=now) leaves the job running (FLEX); a second one on the same node, an
+        unknown node, are refused."""
+        name = f"hai-plan-contract1-{time.time_ns()}"  # an ended one lingers ~20 s
+        whole = min(n.gpus for n in harness.client.snapshot().nodes)  # one node's GPUs
+        blocker = harness.submit(name="contract-resv-blocker", gpus=whole)
+        harness.wait_for(blocker, "RUNNING", running)
+        bjob = harness.client.snapshot().job(blocker)
+        assert bjob is not None and len(bjob.nodes) == 1
+        node, user = bjob.nodes[0], bjob.user
+        harness.client.create_reservation(name, [node], [user], 10)
+        try:
+            with pytest.raises(SlurmError):
+                harness.client.create_reservation("hai-plan-contract2", [node], [user], 10)
+            with pytest.raises(SlurmError):
+                harness.client.create_reservation("hai-plan-contract3", ["no-such-node"],
+                                                  [user], 10)
+            (resv,) = harness.client.reservations(name)
+            assert resv.name == name and resv.nodes == (node,) and resv.users == (user,)
+            assert {"IGNORE_JOBS", "FLEX"} <= set(resv.flags)
+            assert resv.start_time is not None and resv.end_time is not None
+            assert 9 * 60 <= resv.end_time - resv.start_time <= 11 * 60
+            assert harness.client.reservations("no-such-prefix-") == ()
+            inside = harness.submit(name="contract-resv-inside", gpus=whole, hold=True)
+            assert harness.client.set_job_reservation(inside, name).done == (inside,)
+            assert harness.client.job_facts(inside)[inside].reservation == name
+            assert harness.client.set_job_reservation(inside, "").done == (inside,)
+            assert harness.client.job_facts(inside)[inside].reservation == ""
+            harness.client.set_job_reservation(inside, name)
+            assert harness.client.set_req_nodes(inside, node).done == (inside,)
+            harness.client.cancel(blocker)
+            harness.client.release(inside)
+            harness.wait_for(inside, "RUNNING", running)
+            job = harness.client.snapshot().job(inside)
+            assert job is not None and job.nodes == (node,)
+            assert harness.client.end_reservation(name) is True
+
+            def purged(job: Job | None) -> bool:  # slurmctld's reservation check (~20 s)
+                return harness.client.reservations(name) == () or not running(job)
+
+            # Without FLEX, slurmctld kills a job whose time limit passes the reservation's end
+            # here (TIMEOUT, "Reservation ended"); so does a reservation's natural end.
+            assert running(harness.wait_for(inside, "its reservation gone", purged, 90))
+            looks: list[Job | None] = []
+
+            def stopped_or_looked_12_times(job: Job | None) -> bool:
+                looks.append(job)
+                return len(looks) >= 12 or not running(job)
+
+            assert running(harness.wait_for(inside, "looked at", stopped_or_looked_12_times))
+            assert harness.client.job_facts(inside)[inside].reservation == ""
+        finally:
+            harness.client.end_reservation(name)
+        assert harness.client.end_reservation("hai-plan-contract-none") is False
+
+    def test_reservation_keeps_other_jobs_off_a_free_node(self, harness: Harness) -> None:
+        """No job that is not linked to a reservation starts on its nodes, whatever its
+        priority; deleting the reservation (no job in it) lets it start."""
+        name = f"hai-plan-contract4-{time.time_ns()}"
+        snap = harness.client.snapshot()
+        nodes = sorted(n.name for n in snap.nodes)
+        whole = min(n.gpus for n in snap.nodes)
+        blockers = [harness.submit(name=f"contract-resv-fill{i}", gpus=whole)
+                    for i in range(len(nodes) - 1)]
+        for b in blockers:
+            harness.wait_for(b, "RUNNING", running)
+        busy = {n for b in blockers for n in (harness.client.snapshot().job(b) or
+                                              _NOJOB).nodes}
+        (free,) = set(nodes) - busy
+        me = harness.client.snapshot().job(blockers[0])
+        assert me is not None
+        harness.client.create_reservation(name, [free], [me.user], 10)
+        try:
+            outside = harness.submit(name="contract-resv-outside", gpus=whole)
+            harness.client.set_priority(outside, 4_000_000_000)
+            looks = []
+
+            def started_or_looked_12_times(job: Job | None) -> bool:
+                looks.append(job)
+                return len(looks) >= 12 or job is None or job.state is not JobState.PENDING
+
+            # 12 looks: 3 s of scheduling passes on a real cluster, 12 steps of the fake
+            job = harness.wait_for(outside, "looked at", started_or_looked_12_times)
+            assert job is not None and job.state is JobState.PENDING, job
+            assert harness.client.end_reservation(name) is True
+            assert harness.client.reservations(name) == ()
+            harness.wait_for(outside, "RUNNING", running)
+        finally:
+            harness.client.end_reservation(name)

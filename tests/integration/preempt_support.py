@@ -84,7 +84,10 @@ class Bed:
         return [j for j, f in facts.items() if f.held]
 
     def cleanup(self) -> None:
-        """Cancel every job and wait until none is active."""
+        """Remove the guard reservations a failed test left (a new executor would), cancel
+        every job and wait until none is active."""
+        for r in self.slurm.reservations("hai-plan-"):
+            self.slurm.end_reservation(r.name)
         if not self.jobs:
             return
         self.run(["scancel", *map(str, self.jobs)])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Testbed
-from daemon_support import DaemonProcess, wait_until
+from daemon_support import DaemonProcess, band, wait_until
 from preempt_support import Bed, bed_for, daemon_config
 
 from hai_slurm.priority.demo.scenario import ToyJob, steps_lost, toy_runs
@@ -176,5 +176,73 @@ def test_victim_that_never_acknowledges_does_not_stall_the_queue(bed: Bed, tmp_p
         assert runs[1].start_step % 20 == 0 and runs[1].start_step > 0, runs
         assert 0 <= steps_lost(runs)[0] < 20 + 5, runs  # since its newest periodic save
         assert bed.held_jobs() == []
+    finally:
+        daemon.kill()
+
+
+def test_a_job_submitted_during_the_ack_wait_gets_its_priority_and_not_the_freed_node(
+        bed: Bed, tmp_path: Path) -> None:
+    """A HIGH job needs two nodes; its LOW victims save in 4 s and 16 s, so for ~12 s one
+    target node is free while the other victim still saves. A NORMAL 1-node job submitted
+    during that wait is never held: the daemon writes its priority within one cycle, and it
+    does not start on the target nodes (Slurm keeps the plan's reservation ``hai-plan-<id>``
+    for the beneficiary), which gets them. (Before: the guard held it for the whole plan;
+    before that, it backfilled onto the freed node.)"""
+    # Two NORMAL jobs the newcomer cannot preempt (a lower class is needed), two LOW ones
+    # (under one leaf: n3, n4) that the HIGH job preempts.
+    saves, classes = (20, 20, 4, 16), ("NORMAL", "NORMAL", "LOW", "LOW")
+    lows = [bed.toy(f"low{i}", sbatch=["-N1", "--gres=gpu:8"], grace=40, priority=c,
+                    train=["--save-seconds", str(s)])
+            for i, (s, c) in enumerate(zip(saves, classes, strict=True))]
+    for job in lows:
+        bed.wait(job, "RUNNING", timeout=60)
+    for job in lows:
+        bed.wait_progress(job, 20, timeout=60)
+    config = daemon_config(tmp_path, bed.testbed, lock_ttl="10s")
+    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
+    repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
+    try:
+        daemon.wait_log("preemption on", timeout=30)
+        urgent = bed.toy("urgent", steps=40, priority="HIGH", account="team-b",
+                         sbatch=["-N2", "--gres=gpu:8"])
+        (plan,) = wait_until(lambda: [p for p in repo.unfinished_plans()
+                                      if p.state is PlanState.SIGNALLED] or None, 20,
+                             f"no plan signalled; log:\n{daemon.text()[-3000:]}")
+        targets = {n for v in plan.victims for low in lows if low.job_id == v.job_id
+                   for n in bed.nodes_of(low)}
+        assert len(targets) == 2, (targets, plan)
+        name = f"hai-plan-{plan.plan_id}-"   # + the second it was made
+        resv = [r for r in bed.slurm.reservations(name) if r.end_time and r.end_time > time.time()]
+        assert [set(r.nodes) for r in resv] == [targets], resv
+        name = resv[0].name
+        time.sleep(1.0)
+        cycles_at_submit = daemon.text().count("cycle: ")
+        submitted = time.monotonic()
+        newcomer = bed.toy("newcomer", steps=40, priority="NORMAL", account="team-b",
+                           sbatch=["-N1", "--gres=gpu:8"])
+        written_after: tuple[float, int] | None = None
+        seen_on: set[str] = set()
+        while repo.unfinished_plans():
+            job = bed.slurm.snapshot().job(newcomer.job_id)
+            assert job is not None and not job.held, job
+            seen_on |= set(job.nodes)
+            if written_after is None and band(bed.testbed, str(newcomer.job_id)) == "NORMAL":
+                written_after = (time.monotonic() - submitted,
+                                 daemon.text().count("cycle: ") - cycles_at_submit)
+            assert time.monotonic() - submitted < 120, "the plan did not end"
+            time.sleep(0.2)
+        print(f"newcomer's priority written {written_after} (s, cycles) after its submission; "
+              f"plan {plan.plan_id} on {sorted(targets)}")
+        assert written_after is not None, "the newcomer's priority was not written while the " \
+            "plan was open"
+        assert written_after[1] <= 3, written_after  # the cycle under way, then the next
+        assert not seen_on & targets, (seen_on, targets)
+        (done,) = repo.history()
+        assert done.state is PlanState.DONE, done
+        assert bed.nodes_of(urgent) == targets
+        assert bed.slurm.reservations(name) == () or \
+            wait_until(lambda: bed.slurm.reservations(name) == () or None,
+                       40, "the plan's reservation was not removed")
+        _ends_well(bed, repo, lows)
     finally:
         daemon.kill()

@@ -97,7 +97,11 @@ def test_sigkill_mid_plan_then_restart_completes_it(bed: Bed, point: str) -> Non
         child.wait(10)
     plan_id = int(marker.read_text())
     assert bed.repo.get_plan(plan_id).state is PlanState.SIGNALLED
-    assert competitor.job_id in bed.held_jobs()  # the killed executor's guard is still up
+    # The killed executor's guard is still up: its reservation, which holds nobody.
+    standing = [r for r in bed.slurm.reservations(f"hai-plan-{plan_id}-")
+                if r.end_time and r.end_time > time.time()]   # not an ended one of a test before
+    assert [set(r.nodes) for r in standing] == [{"n1", "n2"}]
+    assert competitor.job_id not in bed.held_jobs()
 
     (result,) = bed.executor().recover()
     assert result.plan_id == plan_id

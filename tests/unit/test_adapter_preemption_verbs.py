@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -33,19 +34,20 @@ SQUEUE = ("squeue",)
 
 def test_facts_read_one_squeue_and_detect_holds() -> None:
     """States, restarts, holds (admin hold and requeue-hold) and ReqNodeList, in one command."""
-    out = ("12|RUNNING|0|1040|None||\n"
-           "13|FAILED|1|0|NonZeroExitCode||\n"
-           "14|PENDING|2|0|job_requeued_in_held_state|n[1-2]|\n"
-           "15|PENDING|0|0|JobHeldAdmin||\n")
+    out = ("12|RUNNING|0|1040|None||(null)|\n"
+           "13|FAILED|1|0|NonZeroExitCode||(null)|\n"
+           "14|PENDING|2|0|job_requeued_in_held_state|n[1-2]|hai-plan-3|\n"
+           "15|PENDING|0|0|JobHeldAdmin||\n")  # an older line without the last column
     run = Runner({SQUEUE: (0, out, "")})
     facts = CliSlurmClient(run).job_facts([12, 13, 14, 15, 16])
     assert run.calls == [("squeue", "--noheader", "--states=all", "--jobs=12,13,14,15,16",
                           "--Format=JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,"
-                          "ReqNodes:|")]
+                          "ReqNodes:|,Reservation:|")]
     assert facts[12].running and not facts[12].held
     assert facts[13].finished and facts[13].restart_count == 1
     assert facts[14].pending and facts[14].held and facts[14].req_nodes == "n[1-2]"
-    assert facts[15].held
+    assert facts[14].reservation == "hai-plan-3" and facts[12].reservation == ""
+    assert facts[15].held and facts[15].reservation == ""
     assert 16 not in facts  # gone
 
 
@@ -130,3 +132,86 @@ def test_a_state_slurm_does_not_have_is_an_error_not_finished() -> None:
     """An unknown state word raises SlurmError naming the job instead of counting as ended."""
     with pytest.raises(SlurmError, match=r"squeue State of job 7: unknown job_state 'WARPING'"):
         parse_job_facts("7|WARPING|0|5|None||")
+
+
+RESV_LINE = ("ReservationName=hai-plan-3 StartTime=2026-12-02T13:14:35 "
+             "EndTime=2026-12-02T13:19:35 Duration=00:05:00 Nodes=n[1-2] NodeCnt=2 CoreCnt=32 "
+             "Features=(null) PartitionName=(null) Flags=FLEX,IGNORE_JOBS,SPEC_NODES "
+             "TRES=cpu=32 Users=alice Groups=(null) Accounts=(null) Licenses=(null) "
+             "State=ACTIVE BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)\n")
+DELETE = ("scontrol", "delete")
+END_NOW = ("scontrol", "update", "ReservationName=hai-plan-3", "EndTime=now")
+SHOW = ("scontrol", "show", "reservation")
+
+
+def test_reservation_is_made_with_the_guard_flags_and_read_back() -> None:
+    """One ``scontrol create reservation`` with IGNORE_JOBS,FLEX; the listing (22.05's
+    one-line text) reads nodes, users, flags, times; "No reservations" is none."""
+    run = Runner({SHOW: (0, RESV_LINE, "")})
+    client = CliSlurmClient(run)
+    client.create_reservation("hai-plan-3", ["n1", "n2"], ["alice"], 8)
+    assert run.calls[0] == ("scontrol", "create", "reservation", "ReservationName=hai-plan-3",
+                            "Nodes=n1,n2", "Users=alice", "StartTime=now", "Duration=8",
+                            "Flags=IGNORE_JOBS,FLEX")
+    (r,) = client.reservations("hai-plan-")
+    assert (r.name, r.nodes, r.users, r.state) == ("hai-plan-3", ("n1", "n2"), ("alice",),
+                                                   "ACTIVE")
+    assert {"FLEX", "IGNORE_JOBS"} <= set(r.flags)
+    assert r.start_time is not None and r.end_time is not None
+    assert r.end_time - r.start_time == 300
+    assert client.reservations("other-") == ()
+    empty = CliSlurmClient(Runner({SHOW: (0, "No reservations in the system\n", "")}))
+    assert empty.reservations() == ()
+    with pytest.raises(ValueError):
+        client.create_reservation("bad name", ["n1"], ["alice"], 8)
+    with pytest.raises(ValueError):
+        client.create_reservation("hai-plan-4", ["n1"], [], 8)
+
+
+def test_reservation_in_use_is_ended_now_instead_of_deleted() -> None:
+    """Delete refused (a job runs in it): EndTime=now; an unknown name is False; a refusal of
+    both for a name Slurm no longer lists is False, for a listed one an error."""
+    in_use = (1, "", "delete_reservation ReservationName=hai-plan-3: Requested reservation "
+                     "is in use\n")
+    run = Runner({DELETE: in_use, END_NOW: (0, "", "")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is True
+    assert run.calls == [("scontrol", "delete", "ReservationName=hai-plan-3"),
+                         ("squeue", "--noheader", "--states=PENDING",
+                          "--reservation=hai-plan-3", "--Format=JobID:|"), END_NOW]
+    # a pending job waits for it: unlinked first, then the delete goes through
+    run = Runner({DELETE: in_use, SQUEUE: (0, "41|\n", ""), ("scontrol", "update"): (0, "", "")})
+    run.answers = {("scontrol", "delete"): in_use, **run.answers}
+    client = CliSlurmClient(run)
+    deletes = iter([in_use, (0, "", "")])
+    real = run.__call__
+
+    def answer(argv: Sequence[str], *, timeout: float | None = None) -> Completed:
+        if tuple(argv[:2]) == DELETE:
+            run.calls.append(tuple(argv))
+            return Completed(tuple(argv), *next(deletes))
+        return real(argv, timeout=timeout)
+
+    client._run = answer
+    assert client.end_reservation("hai-plan-3") is True
+    assert ("scontrol", "update", "JobId=41", "Reservation=") in run.calls
+    assert END_NOW not in run.calls
+    run = Runner({DELETE: (0, "", "")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is True and len(run.calls) == 1
+    run = Runner({DELETE: (1, "", "delete_reservation ReservationName=hai-plan-3: Requested "
+                                  "reservation is invalid\n")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is False
+    refused = (1, "", "Error updating the reservation: something else\n")
+    run = Runner({DELETE: in_use, END_NOW: refused, SHOW: (0, "No reservations\n", "")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is False
+    run = Runner({DELETE: in_use, END_NOW: refused, SHOW: (0, RESV_LINE, "")})
+    with pytest.raises(SlurmError):   # still listed, its end an hour ahead
+        CliSlurmClient(run, clock=lambda: _epoch("2026-12-02T12:19:35")).end_reservation(
+            "hai-plan-3")
+    again = (1, "", "Error updating the reservation: Invalid time specified\n")
+    run = Runner({DELETE: in_use, END_NOW: again, SHOW: (0, RESV_LINE, "")})
+    later = CliSlurmClient(run, clock=lambda: _epoch("2026-12-02T13:19:40"))
+    assert later.end_reservation("hai-plan-3") is True  # ended already, not purged yet
+
+
+def _epoch(iso: str) -> float:
+    return time.mktime(time.strptime(iso, "%Y-%m-%dT%H:%M:%S"))

@@ -62,7 +62,9 @@ def test_killed_between_phase_1_and_phase_2_is_completed(world: World) -> None:
     victims, other, bene, req = setup(world)
     plan_id = crashed_run(world, req, "phase1_done")
     assert world.repo.get_plan(plan_id).state is PlanState.SIGNALLED
-    assert world.fake.jobs[other].held  # the guard is still up: the crash left it
+    # the guard is still up: the crash left the reservation (nobody is held)
+    assert [r.nodes for r in world.fake.reservations()] == [("n1", "n2")]
+    assert not world.fake.jobs[other].held
     (result,) = world.executor().recover()
     assert result.state is PlanState.DONE, result.note
     assert world.fake.jobs[bene].state is JobState.RUNNING
@@ -70,6 +72,7 @@ def test_killed_between_phase_1_and_phase_2_is_completed(world: World) -> None:
         assert world.fake.jobs[v].state is JobState.PENDING
         assert world.fake.jobs[v].restart_count == 1
     nothing_held(world)
+    assert world.fake.reservations() == ()
     assert world.repo.get_value(context_key(plan_id)) is None
     assert world.repo.unfinished_plans() == []
 

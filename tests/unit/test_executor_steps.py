@@ -69,9 +69,12 @@ def test_two_plans_open_at_once_each_step_moves_both(world: World) -> None:
 
 
 def test_the_guard_lost_by_slurmctld_is_reapplied_at_the_next_step(world: World) -> None:
-    """slurmctld restarted before saving its state: the competitor's hold, the beneficiary's
-    pin and its top priority are gone. The next step puts them back; the plan ends done and
-    the competitor never took the freed node. (Before: recovery did not re-apply the guard.)"""
+    """The holds fallback (Slurm refused the reservation). slurmctld restarted before saving
+    its state: the competitor's hold, the beneficiary's pin and its top priority are gone. The
+    next step puts them back; the plan ends done and the competitor never took the freed node.
+    (Before: recovery did not re-apply the guard.) The reservation's own loss:
+    test_executor_reservation.py."""
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
     v = world.victim("v", Behaviour(ack_after=1.0))
     for i in range(3):
         world.victim(f"f{i}", Behaviour(ack_after=None))

@@ -47,9 +47,13 @@ def test_writes_through_the_wrapper_reach_nothing(tmp_path: Path) -> None:
     s = ShadowSlurm(world.fake)
     results = [s.set_priorities({bene: 99}), s.set_priority(bene, 98), s.signal(victims),
                s.requeue(victims[0]), s.requeue_hold(victims[0]), s.hold(bene), s.release(bene),
-               s.set_admin_comment(bene, "x"), s.cancel(bene), s.set_req_nodes(bene, "n1")]
+               s.set_admin_comment(bene, "x"), s.cancel(bene), s.set_req_nodes(bene, "n1"),
+               s.set_job_reservation(bene, "hai-plan-1")]
     assert all(r.done == () and r.commands == 0 for r in results)
     assert s.requeue_any(victims, hold=True) == ()
+    s.create_reservation("hai-plan-1", ["n1"], ["alice"], 5)
+    assert s.end_reservation("hai-plan-1") is False
+    assert s.reservations("hai-plan-") == () == world.fake.reservations()
     assert world.fake.writes == []
     assert _state(world) == before
     assert {w.kind for w in s.recent} == shadow_module.WRITES - {"set_priority"}  # = priorities

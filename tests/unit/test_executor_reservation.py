@@ -1,0 +1,259 @@
+"""The guard's reservation (FakeSlurm, which enforces reservations when it schedules): the freed
+GPUs go to the beneficiary against jobs submitted at any time, nobody is held, the reservation
+ends with every end state, comes back after slurmctld lost it, and holds take over only when
+Slurm refuses it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from executor_world import Behaviour, World, make_world
+
+from hai_slurm.priority.executor.guard import TOP_PRIORITY, PlanContext, context_key
+from hai_slurm.priority.executor.types import ExecutionRequest
+from hai_slurm.priority.policy.settings import DeadlineAction
+from hai_slurm.priority.store import PlanState
+from hai_slurm.slurm_plugins.types import JobState
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    """Four nodes of 8 GPUs."""
+    return make_world(tmp_path)
+
+
+def nothing_held(world: World) -> None:
+    held = [j.job_id for j in world.fake.jobs.values() if j.held]
+    assert held == [], f"jobs left held: {held}"
+
+
+def step_until_closed(world: World, ex: object, limit: int = 400) -> None:
+    """Step the open plans every 0.1 s with a fresh snapshot until none is open."""
+    from hai_slurm.priority.executor.preemption import PreemptionExecutor
+    assert isinstance(ex, PreemptionExecutor)
+    for _ in range(limit):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+        if not ex.has_open_plans():
+            return
+    raise AssertionError("plans still open")
+
+
+def context(world: World, plan_id: int) -> PlanContext:
+    raw = world.repo.get_value(context_key(plan_id))
+    assert isinstance(raw, dict)
+    return PlanContext.from_json(raw)
+
+
+def two_node_plan(world: World) -> tuple[list[int], int]:
+    """v0 (saves in 1 s) and v1 (3 s) on n1, n2; two more that never answer; backfill on."""
+    world.fake.backfill = True
+    v = [world.victim("v0", Behaviour(ack_after=1.0)),
+         world.victim("v1", Behaviour(ack_after=3.0)),
+         world.victim("f2", Behaviour(ack_after=None)),
+         world.victim("f3", Behaviour(ack_after=None))]
+    return v, world.pending("bene", gpus=8, nodes=2)
+
+
+def test_reservation_keeps_newcomers_off_the_freed_node_and_holds_nobody(world: World) -> None:
+    """The beneficiary needs n1+n2; n1 is free from 1 s, n2 from 3 s. A NORMAL job of a higher
+    priority than any but the beneficiary's, submitted at 0.5 s, fits on n1 and backfill would
+    start it there; the reservation keeps it off, it is never held (so the daemon can write its
+    priority every cycle), and the beneficiary gets both nodes. The reservation is the
+    beneficiary's user's, on exactly the target nodes, and ends with the plan."""
+    v, bene = two_node_plan(world)
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
+                       world.fake.snapshot())
+    name = context(world, plan_id).reservation
+    assert name == f"hai-plan-{plan_id}-{int(world.clock.now)}"
+    (resv,) = world.fake.reservations()
+    assert (resv.name, resv.nodes, resv.users) == (name, ("n1", "n2"), ("alice",))
+    assert {"IGNORE_JOBS", "FLEX"} <= set(resv.flags)
+    b = world.fake.jobs[bene]
+    assert b.reservation == name and b.req_nodes == "n1,n2" and b.priority == TOP_PRIORITY
+    for _ in range(5):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+    late = world.pending("late", gpus=8, priority=10**6, cls="NORMAL")
+    for _ in range(15):  # n1 is free from 1 s on; the newcomer stays off it
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+    assert world.fake.jobs[v[0]].state is JobState.FAILED  # v0 saved and left n1
+    n = world.fake.jobs[late]
+    assert n.state is JobState.PENDING and not n.held
+    assert world.fake.set_priority(late, 777).done == (late,)  # the daemon's write lands
+    assert context(world, plan_id).held == ()
+    step_until_closed(world, ex)
+    assert world.repo.get_plan(plan_id).state is PlanState.DONE
+    assert b.state is JobState.RUNNING and set(b.nodes) == {"n1", "n2"}
+    assert n.state is JobState.PENDING
+    assert not [w for w in world.fake.writes if w[:2] == ("scontrol", "hold")]
+    assert world.fake.reservations() == ()
+    assert b.reservation == ""  # ended while it ran in it: FLEX, it goes on running
+    nothing_held(world)
+
+
+def test_without_the_reservation_the_newcomer_takes_the_freed_node(world: World) -> None:
+    """The same run with Slurm refusing the reservation and the guard's holds left out (what
+    a guard of pin and priority alone does): backfill gives n1 to the newcomer. This is what
+    the reservation prevents (the test above can fail)."""
+    v, bene = two_node_plan(world)
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
+    ex = world.executor()
+    ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")), world.fake.snapshot())
+    late = world.pending("late", gpus=8, priority=10**6, cls="HIGH")  # above the hold floor
+    for _ in range(20):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+    assert world.fake.jobs[late].state is JobState.RUNNING
+    assert world.fake.jobs[late].nodes == ("n1",)
+
+
+def test_refused_reservation_falls_back_to_holds(world: World) -> None:
+    """Slurm refuses the reservation: the competitor is held, the context says so, and it is
+    released at the end; a job submitted during the plan is held at the next cycle step."""
+    v, bene = two_node_plan(world)
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
+    other = world.pending("other", gpus=8, priority=50, cls="NORMAL")
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
+                       world.fake.snapshot())
+    ctx = context(world, plan_id)
+    assert ctx.reservation is None and ctx.held == (other,)
+    assert world.fake.jobs[other].held
+    world.clock.wait(ex.stop, 0.1)
+    late = world.pending("late", gpus=8, priority=50, cls="NORMAL")
+    ex.reconcile(world.fake.snapshot())
+    assert world.fake.jobs[late].held
+    step_until_closed(world, ex)
+    b = world.fake.jobs[bene]
+    assert b.state is JobState.RUNNING and set(b.nodes) == {"n1", "n2"}
+    nothing_held(world)
+
+
+def test_a_plan_without_nodes_holds_instead(world: World) -> None:
+    """No target nodes, nothing to reserve: the holds fallback."""
+    v = world.victim("v", Behaviour(ack_after=1.0))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    other = world.pending("other", gpus=8, priority=50, cls="NORMAL")
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v,)), world.fake.snapshot())
+    assert world.fake.reservations() == () and context(world, plan_id).reservation is None
+    assert world.fake.jobs[other].held
+    step_until_closed(world, ex)
+    nothing_held(world)
+
+
+def test_reservation_lost_by_slurmctld_is_made_again_at_the_next_step(world: World) -> None:
+    """slurmctld restarted before saving its state: the reservation and the beneficiary's link
+    are gone. The next step (between cycles, no snapshot) makes it again and links the
+    beneficiary; the newcomer never gets the freed node."""
+    v, bene = two_node_plan(world)
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
+                       world.fake.snapshot())
+    name = context(world, plan_id).reservation
+    world.fake.resvs.clear()
+    world.fake.jobs[bene].reservation = ""
+    late = world.pending("late", gpus=8, priority=10**6, cls="NORMAL")
+    world.clock.wait(ex.stop, 0.1)
+    ex.reconcile()
+    assert [r.name for r in world.fake.reservations()] == [name]
+    assert world.fake.jobs[bene].reservation == name
+    step_until_closed(world, ex)
+    assert set(world.fake.jobs[bene].nodes) == {"n1", "n2"}
+    assert world.fake.jobs[late].state is JobState.PENDING
+    assert world.fake.reservations() == ()
+    nothing_held(world)
+
+
+def test_reservation_that_cannot_be_made_again_falls_back_to_holds(world: World) -> None:
+    """Lost, and Slurm now refuses it (say, an admin's reservation overlaps): the next cycle
+    step holds the competitors instead."""
+    v, bene = two_node_plan(world)
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
+                       world.fake.snapshot())
+    world.fake.resvs.clear()
+    world.fake.jobs[bene].reservation = ""
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
+    late = world.pending("late", gpus=8, priority=10**6, cls="NORMAL")
+    world.clock.wait(ex.stop, 0.1)
+    ex.reconcile(world.fake.snapshot())
+    assert context(world, plan_id).reservation is None
+    assert world.fake.jobs[late].held
+    step_until_closed(world, ex)
+    assert set(world.fake.jobs[bene].nodes) == {"n1", "n2"}
+    nothing_held(world)
+
+
+def test_abort_ends_the_reservation_and_unlinks_the_waiting_beneficiary(world: World) -> None:
+    """Policy abort, a victim never answers: the plan ends aborted, the reservation is gone,
+    the beneficiary (still pending) is no longer linked to it nor pinned."""
+    v = [world.victim("v0", Behaviour(ack_after=None)),
+         world.victim("v1", Behaviour(ack_after=None)),
+         world.victim("f2", Behaviour(ack_after=None)),
+         world.victim("f3", Behaviour(ack_after=None))]
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor(saving_extension=0.0)
+    result = ex.run(ExecutionRequest(bene, (v[0],), nodes=("n1",), deadlines={v[0]: 2.0},
+                                     on_miss=DeadlineAction.ABORT), world.fake.snapshot())
+    assert result.state is PlanState.ABORTED
+    b = world.fake.jobs[bene]
+    assert b.state is JobState.PENDING and b.reservation == "" and b.req_nodes == ""
+    assert world.fake.reservations() == ()
+
+
+def test_roll_back_ends_the_reservation(world: World) -> None:
+    """The beneficiary is cancelled while the victims save: the plan is rolled back and its
+    reservation is gone."""
+    v, bene = two_node_plan(world)
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
+                       world.fake.snapshot())
+    world.fake.cancel(bene)
+    step_until_closed(world, ex)
+    assert world.repo.get_plan(plan_id).state is PlanState.ROLLED_BACK
+    assert world.fake.reservations() == ()
+    nothing_held(world)
+
+
+def test_recover_makes_the_lost_reservation_again_and_removes_leftovers(world: World) -> None:
+    """A daemon dies mid-plan and slurmctld loses the reservation; another daemon's
+    ``recover()`` makes it again for the open plan, finishes the plan, and removes a
+    ``hai-plan-*`` reservation that belongs to no open plan (an admin's own is left alone)."""
+    v, bene = two_node_plan(world)
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2")),
+                       world.fake.snapshot())
+    context_name = context(world, plan_id).reservation
+    world.fake.resvs.clear()
+    world.fake.jobs[bene].reservation = ""
+    world.fake.create_reservation("hai-plan-999-1800000000", ["n3"], ["alice"], 10)
+    world.fake.create_reservation("maintenance", ["n4"], ["root"], 10)
+    seen: list[tuple[str, ...]] = []
+    fresh = world.executor()
+    fresh.hook = lambda point, _p: seen.append(
+        tuple(r.name for r in world.fake.reservations())) if point == "requeued" else None
+    (result,) = fresh.recover()
+    assert result.plan_id == plan_id and result.state is PlanState.DONE, result.note
+    assert seen == [(context_name, "maintenance")]  # made again, leftover removed
+    assert set(world.fake.jobs[bene].nodes) == {"n1", "n2"}
+    assert [r.name for r in world.fake.reservations()] == ["maintenance"]
+    nothing_held(world)
+
+
+def test_reservation_lasts_the_whole_plan_and_no_more(world: World) -> None:
+    """Its length covers the longest deadline, the saving extension, the requeue retries and
+    the start wait, plus 5 min."""
+    v, bene = two_node_plan(world)
+    ex = world.executor(saving_extension=60.0, start_timeout=60.0)
+    ex.start(ExecutionRequest(bene, (v[0], v[1]), nodes=("n1", "n2"),
+                              deadlines={v[0]: 30.0, v[1]: 300.0}), world.fake.snapshot())
+    (resv,) = world.fake.reservations()
+    assert resv.start_time is not None and resv.end_time is not None
+    assert resv.end_time - resv.start_time == 60 * (-(-(300 + 60 + 10 + 60) // 60) + 5)
