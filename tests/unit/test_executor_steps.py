@@ -160,16 +160,18 @@ def test_a_job_submitted_during_the_ack_wait_does_not_take_the_freed_node(world:
 
 def test_a_step_asks_slurm_about_the_beneficiary_and_victims_not_the_held_queue(
         world: World) -> None:
-    """60 NORMAL jobs wait behind the plan and the guard holds them all. The steps (with the
-    cycle's snapshot, and between cycles without one) ask Slurm's job states of the beneficiary
-    and the victims only: the held jobs' states come from the snapshot. (Before: every step
-    asked for every held job, 50 squeue calls at 10,000 pending in bench/load.) A hold lost
-    meanwhile is still put back from the snapshot."""
+    """Under the holds fallback (Slurm refused the reservation), 60 NORMAL jobs wait behind
+    the plan and the guard holds them all. The steps (with the cycle's snapshot, and between
+    cycles without one) ask Slurm's job states of the beneficiary and the victims only: the
+    held jobs' states come from the snapshot. (Before: every step asked for every held job, 50
+    squeue calls at 10,000 pending in bench/load.) A hold lost meanwhile is still put back from
+    the snapshot."""
     v = world.victim("v", Behaviour(ack_after=1.0))
     for i in range(3):
         world.victim(f"f{i}", Behaviour(ack_after=None))
     queue = [world.pending(f"q{i}", priority=100, cls="NORMAL") for i in range(60)]
     bene = world.pending("bene", gpus=8)
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
     ex = world.executor()
     ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
     assert all(world.fake.jobs[q].held for q in queue)
