@@ -44,6 +44,7 @@ import logging
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -259,6 +260,7 @@ class Daemon:
 
     def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
         repo = self.repository
+        counted_before = dict(self.totals.values)
         decision, tracked, stored_state = self._decide(snap, now)
         if not self._take_lead(self.clock.time()):  # the snapshot took longer than the lease
             self.metrics.cycles.labels("standby").inc()
@@ -288,10 +290,18 @@ class Daemon:
         values: list[tuple[str, JsonValue]] = [(TOTALS_KEY, self.totals.to_json())]
         if decision.state_changed or stored_state is None:
             values.append((POLICY_STATE_KEY, state_to_json(decision.state)))
-        repo.record_cycle(CycleWrite(
-            at=now, jobs=jobs, forget_jobs=decision.forget, events=extras.events,
-            credits=extras.credits, protections=decision.protections,
-            audit=_audit(decision, now) + extras.audit, values=tuple(values)))
+        try:
+            repo.record_cycle(CycleWrite(
+                at=now, jobs=jobs, forget_jobs=decision.forget, events=extras.events,
+                credits=extras.credits, protections=decision.protections,
+                audit=_audit(decision, now) + extras.audit, values=tuple(values)))
+        except StateError:
+            # Not committed: the next cycle decides these changes again and counts them then.
+            # Slurm's writes and errors did happen; they stay counted.
+            kept = {k: self.totals.values[k] for k in ("slurm_writes", "slurm_errors")}
+            self.totals = Totals(Counter(counted_before))
+            self.totals.values.update(kept)
+            raise
         self._last_snapshot = float(snap.time)
         self._last_cycle = now
         if self._urgent_on():  # this cycle planned every pending job: the looks due now

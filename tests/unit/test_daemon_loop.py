@@ -11,9 +11,10 @@ import pytest
 from daemon_helpers import T0, Broken, rig
 
 from hai_slurm.classes import PriorityClass
+from hai_slurm.errors import StateError
 from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
 from hai_slurm.priority.daemon.loop import Outcome
-from hai_slurm.priority.daemon.metrics import sample
+from hai_slurm.priority.daemon.metrics import TOTALS_KEY, sample
 from hai_slurm.priority.policy.settings import ClassPolicy, FairnessConfig, PolicyConfig
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
@@ -183,3 +184,34 @@ def test_running_jobs_are_not_rewritten_each_cycle_yet_their_run_time_is_kept(
     r.tick(RUN_FLUSH + 1)
     rep = d.run_once()
     assert rep.decision is not None and job in {j.job_id for j in rep.decision.jobs}
+
+
+def test_a_cycle_whose_commit_fails_is_not_counted(tmp_path: Path) -> None:
+    """The database fails at the cycle's commit (MariaDB down): that cycle counts as skipped
+    only, and the promotions it decided are counted once, when the next cycle commits them.
+    (Before: it counted as a committed cycle too, and its promotions twice.)"""
+    classes = dict(PolicyConfig().classes)
+    classes[PriorityClass.LOW] = ClassPolicy(60, 120, False)
+    r = rig(tmp_path, PolicyConfig(classes=classes), cycle=10, lock_ttl=30)
+    lows = [r.submit(PriorityClass.LOW, team=t) for t in ("a", "b")]
+    d = r.daemon()
+    assert d.run_once().outcome is Outcome.OK
+    r.tick(70)  # past LOW's max wait: the next cycle promotes both
+    real = d.repository.record_cycle
+    calls = {"n": 0}
+
+    def failing(write: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StateError("database unreachable: (2013, 'Lost connection')")
+        real(write)  # type: ignore[arg-type]
+
+    d.repository.record_cycle = failing  # type: ignore[method-assign]
+    assert d.run_once().outcome is Outcome.SKIPPED
+    r.tick(10)
+    assert d.run_once().outcome is Outcome.OK
+    stored = d.repository.get_value(TOTALS_KEY)
+    assert isinstance(stored, dict)
+    assert stored["cycles"] == 2 and stored["cycles_skipped"] == 1
+    assert stored["promotions"] == len(lows)
+    assert sample(d.metrics, "hai_priority_promotions_total") == len(lows)
