@@ -66,7 +66,8 @@ log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
 ReportReader = Callable[..., JobReport]
 Hook = Callable[[str, int], None]
-"""Called at named points (``"asked"``, ``"phase1_done"``, ``"requeued"``) with the plan id."""
+"""Called at named points (``"planned"``, ``"asked"``, ``"phase1_done"``, ``"requeued"``) with
+the plan id."""
 
 _EXIT_WAIT = 3.0
 """Seconds an aborted plan waits for acknowledged victims to exit (they exit at once); one that
@@ -250,6 +251,7 @@ class PreemptionExecutor:
                                      signal=self.settings.signal), now)
         self._open = True
         try:
+            self.hook("planned", plan.plan_id)
             ctx = guard.apply(ctx, snap, now, sorted(others.beneficiaries))
             self._ask(guard, plan.plan_id, [v.job_id for v in victims])
         except SlurmError as err:
