@@ -73,6 +73,8 @@ class Outcome:
     repos: list[Repository] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     strict_restarts: bool = True
+    after: list[Callable[[], None]] = field(default_factory=list)
+    """Run once the end checks are done and the jobs cancelled (e.g. unmount a file system)."""
 
 
 @dataclass(frozen=True)
@@ -101,12 +103,13 @@ class CaseResult:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _fill(fb: FaultBed, *, steps: int = 400, train: tuple[str, ...] = (), grace: int = 30,
-          pinned: bool = False) -> list[ToyJob]:
-    """Four LOW 8-GPU toy jobs (one per node, saving every 50 steps), running, past a save."""
+def _fill(fb: FaultBed, *, steps: int = 240, train: tuple[str, ...] = (), grace: int = 30,
+          pinned: bool = False, every: int = 60) -> list[ToyJob]:
+    """Four LOW 8-GPU toy jobs (one per node, saving every ``every`` steps), running, past a
+    save. (``--save-seconds`` slows every save, the periodic ones too.)"""
     lows = [fb.toy(f"low{i}", steps=steps, grace=grace,
                    sbatch=["-N1", "--gres=gpu:8", *([f"--nodelist=n{i}"] if pinned else [])],
-                   train=["--save-every", "50", *train]) for i in range(1, 5)]
+                   train=["--save-every", str(every), *train]) for i in range(1, 5)]
     for job in lows:
         fb.wait(job, "RUNNING", timeout=60)
     for job in lows:
@@ -287,7 +290,7 @@ def case_mariadb_down(fb: FaultBed, opts: Options) -> Outcome:
     daemon = fb.start_daemon(fb.config(database_url=url))
     daemon.wait_log("preemption on", timeout=60)
     repo = Repository(make_engine(url))
-    _fill(fb, train=("--save-seconds", "6"), grace=40)
+    _fill(fb, train=("--save-seconds", "6"), grace=40, every=100)
     _urgent(fb)
     _wait(lambda: _signalled(repo), 30, "no plan reached signalled")
     mark = len(daemon.text())
@@ -392,25 +395,33 @@ def _fill_disk(mount: Path) -> Path:
 def case_disk_full(fb: FaultBed, opts: Options) -> Outcome:
     """The victim's checkpoint dir on a 1-MiB tmpfs that fills as its requested save starts."""
     lows = [fb.toy(f"low{i}", sbatch=["-N1", "--gres=gpu:8", f"--nodelist=n{i}"],
-                   train=("--save-every", "50")) for i in (2, 3, 4)]
+                   train=("--save-every", "60")) for i in (2, 3, 4)]
     mount = fb.workdir / "victim.ck"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mount)],
                    check=True, capture_output=True, timeout=30)
-    try:
-        return _disk_full(fb, mount, lows)
-    finally:
+
+    def unmount() -> None:
         for _ in range(20):
             res = subprocess.run(["umount", str(mount)], capture_output=True, timeout=30,
                                  check=False)
             if res.returncode == 0:
-                break
+                return
             time.sleep(0.5)
+
+    try:
+        out = _disk_full(fb, mount, lows)
+    except BaseException:
+        fb.cleanup()
+        unmount()
+        raise
+    out.after.append(unmount)  # the victim's next run reads its checkpoint from this tmpfs
+    return out
 
 
 def _disk_full(fb: FaultBed, mount: Path, lows: list[ToyJob]) -> Outcome:
-    victim = fb.toy("victim", steps=400, sbatch=["-N1", "--gres=gpu:8", "--nodelist=n1"],
-                    train=("--save-every", "50", "--save-seconds", "3"))
+    victim = fb.toy("victim", steps=240, sbatch=["-N1", "--gres=gpu:8", "--nodelist=n1"],
+                    train=("--save-every", "60", "--save-seconds", "3"))
     for job in [*lows, victim]:
         fb.wait(job, "RUNNING", timeout=60)
     fb.wait_saved(victim)
@@ -440,8 +451,10 @@ def _disk_full(fb: FaultBed, mount: Path, lows: list[ToyJob]) -> Outcome:
         "the previous checkpoint stayed valid", valid and newest is not None
         and newest.step == saved, f"newest on disk step {newest.step if newest else None} "
         f"({'valid' if valid else 'INVALID'}), newest the job reported saved: {saved}"))
-    out.checks.append(Check("the job said so", bool(said) and "still valid" in said[0],
-                            said[0][:160] if said else "no 'save failed' line in its output"))
+    kept = said[0][said[0].find("; the previous"):].lstrip("; ") if said else ""
+    out.checks.append(Check("the job said so", "still valid" in kept,
+                            f"'save failed at step ... {kept}'" if said
+                            else "no 'save failed' line in its output"))
     if not filled:
         out.checks.append(Check("the disk was filled", False, "the request was never sent"))
     return out
@@ -476,4 +489,6 @@ def run_case(name: str, bed: Testbed, opts: Options, workdir: Path,
         checks = list(outcome.checks)
     finally:
         fb.cleanup()
+        for step in outcome.after:
+            step()
     return CaseResult(name, outcome.covered, tuple(checks), time.monotonic() - t0, error)
