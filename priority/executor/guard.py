@@ -16,7 +16,8 @@ the middle can undo it (:class:`PlanContext`, stored as a named value in the dae
 3. once the beneficiary runs (or after ``start_timeout``, or when the plan is aborted): release
    exactly the jobs the guard held, release the victims, restore the beneficiary's ReqNodeList if
    it still waits. Jobs that were held before the plan (by their user or an admin) are never
-   touched.
+   touched. A target node that goes down meanwhile (its slurmd died, say) unpins the beneficiary
+   at once (:meth:`Guard.unpin`), so it can start on other free GPUs.
 
 The daemon writes priorities every cycle but never to held jobs nor to an open plan's
 beneficiary, and :meth:`Guard.check` (each step) re-applies what slurmctld lost and holds lower
@@ -260,6 +261,19 @@ class Guard:
                 log.warning("plan %d: could not raise the beneficiary's priority: %s",
                             ctx.plan_id, err)
         return ctx
+
+    def unpin(self, at: float) -> PlanContext | None:
+        """Give a still-pending beneficiary its own node list back while the rest of the guard
+        stands (a target node went down: it may start elsewhere); :meth:`check` and
+        :meth:`release` leave its node list alone from then on. Done before it is stored: a
+        crash in between re-pins at the next :meth:`check` and unpins again."""
+        ctx = self.context
+        if ctx is None or ctx.released or ctx.pinned_from is None:
+            return ctx
+        b = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
+        if b is not None and b.pending:
+            self.slurm.set_req_nodes(ctx.beneficiary, ctx.pinned_from)
+        return self.save(replace(ctx, pinned_from=None), at)
 
     def release(self, at: float, *, keep_pin: bool = False) -> PlanContext | None:
         """Undo the guard: release held jobs and victims, restore the pin if B still waits.

@@ -351,6 +351,8 @@ class PreemptionExecutor:
             return self._without_context(plan)
         guard = Guard(self.slurm, self.repo, ctx)
         now = self._now()
+        if snap is not None and ctx.pinned_from is not None and not ctx.released:
+            self._unpin_if_down(guard, plan.plan_id, snap, now)
         try:
             guard.check(now, snap, others)
         except SlurmError as err:  # slurmctld restarting: the acks are still read
@@ -407,6 +409,29 @@ class PreemptionExecutor:
                 return None
             plan = requeued
         return self._step_requeued(guard, plan)
+
+    def _unpin_if_down(self, guard: Guard, plan_id: int, snap: ClusterSnapshot,
+                       now: float) -> None:
+        """A target node that Slurm no longer offers (down, not responding, drained): unpin
+        the beneficiary so it can start elsewhere; the victims are still handled as planned."""
+        assert guard.context is not None
+        ctx = guard.context
+        down = {n.name: "+".join([n.state, *n.state_flags]) for n in snap.nodes
+                if n.name in ctx.nodes and not n.available}
+        if not down:
+            return
+        try:
+            guard.unpin(now)
+        except SlurmError as err:
+            log.warning("plan %d: cannot unpin beneficiary %d (%s)", plan_id, ctx.beneficiary,
+                        err)
+            return
+        what = ", ".join(f"{n} {s}" for n, s in sorted(down.items()))
+        log.warning("plan %d: target node(s) %s; beneficiary %d unpinned so it can start "
+                    "elsewhere", plan_id, what, ctx.beneficiary)
+        self._audit(plan_id, f"plan {plan_id}: target node(s) {what}: beneficiary "
+                    f"{ctx.beneficiary} unpinned so it can start elsewhere",
+                    job_id=ctx.beneficiary)
 
     def _without_context(self, plan: Plan) -> ExecutionResult:
         if plan.state is PlanState.REQUEUED:  # context already cleared: only DONE missing

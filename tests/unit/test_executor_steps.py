@@ -4,6 +4,7 @@ cannot acknowledge stays preemptible, and a victim that missed is not chosen aga
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -152,4 +153,33 @@ def test_a_job_submitted_during_the_ack_wait_does_not_take_the_freed_node(world:
     b, n = world.fake.jobs[bene], world.fake.jobs[late]
     assert b.state is JobState.RUNNING and set(b.nodes) == {"n1", "n2"}
     assert n.state is JobState.PENDING and not n.held
+    nothing_held(world)
+
+
+def test_beneficiary_pinned_to_a_node_that_went_down_is_unpinned(world: World) -> None:
+    """The victim's node stops responding while it saves (its slurmd died): the beneficiary,
+    pinned there, is unpinned at the next step with a snapshot and starts on the node that
+    freed up meanwhile; the plan ends done once the victim is requeued, nothing held.
+    (Before: it stayed pinned to the dead node until start_timeout.)"""
+    v = world.victim("v", Behaviour(ack_after=8.0, saving_from=0.5))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor(start_timeout=600.0)
+    plan_id = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
+    assert world.fake.jobs[bene].req_nodes == "n1"
+    world.clock.wait(ex.stop, 1.0)
+    world.fake.nodes["n1"] = replace(world.fake.nodes["n1"], state="DOWN")
+    last = next(j for j in world.fake.jobs.values() if j.name == "f2")
+    world.fake.finish(last.job_id)  # n4 frees up
+    ex.reconcile(world.fake.snapshot())
+    b = world.fake.jobs[bene]
+    assert b.req_nodes == ""  # the pin's old value
+    world.fake.schedule()
+    assert b.state is JobState.RUNNING and b.nodes == ("n4",)
+    steps_until_closed(world, ex)
+    plan = world.repo.get_plan(plan_id)
+    assert plan.state is PlanState.DONE
+    assert any("n1" in s.note and "unpinned" in s.note for s in plan.steps) or any(
+        "unpinned" in e.message for e in world.repo.audit_entries())
     nothing_held(world)
