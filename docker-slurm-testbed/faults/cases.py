@@ -171,7 +171,9 @@ def _slurmctld_in(fb: FaultBed, phase: str, out: Outcome) -> list[ToyJob]:
     """One plan whose phase ``phase`` meets a slurmctld SIGKILL; returns its jobs."""
     repo = _sqlite_repo(fb, f"state-{phase}")
     out.repos.append(repo)
-    lows = _fill(fb, train=("--save-seconds", "3"), pinned=True)
+    # long enough to outlive the outage: the victim must still run when it is asked
+    lows = _fill(fb, steps=int((OUTAGE + 20) / 0.05), every=300, pinned=True,
+                 train=("--save-seconds", "2"))
     victim = lows[0]
     bene = _urgent(fb, f"urgent-{phase}")
     restarted = threading.Event()

@@ -1,8 +1,8 @@
 """The checks every fault case ends with.
 
 1. **no job lost**: every job the case submitted completes (Slurm's COMPLETED) with the result of
-   an uninterrupted run (the toy's digest of its whole trajectory), and no plan records a victim
-   ``gone``;
+   an uninterrupted run (the toy's digest of its whole trajectory), and no plan records as
+   ``gone`` a victim that did not complete;
 2. **none left held**: once no plan is open, none of the case's jobs is held;
 3. **no checkpoint lost**: each run of a job after a restart starts from the newest checkpoint
    an earlier run saved (``saved N`` / ``acked N`` lines of its output), never from an older one;
@@ -120,8 +120,10 @@ def end_checks(fb: FaultBed, repos: Sequence[Repository], *, timeout: float = 18
             got = json.loads(j.result.read_text()) if j.result.exists() else None
             if got != want:
                 wrong.append(f"{j.name}: result differs from an uninterrupted run")
+    # ``gone`` is also a victim that completed during the plan: lost only if it did not
     gone = [f"plan {p.plan_id} victim {v.job_id}" for r in repos for p in r.history(limit=1000)
-            for v in p.victims if v.state is VictimState.GONE]
+            for v in p.victims if v.state is VictimState.GONE
+            and states.get(v.job_id) != "COMPLETED"]
     out = [Check(NAMES[0], not (lost or wrong or gone),
                  "; ".join([*(f"not completed: {x}" for x in lost), *wrong,
                             *(f"recorded gone: {x}" for x in gone)])
