@@ -46,6 +46,47 @@ TOP_PRIORITY = 4_000_000_000
 """What the beneficiary's priority is raised to while the guard stands (below Slurm's limit)."""
 
 
+RELEASE_LATER_KEY = "executor.release_later"
+"""Named value: victims requeued held that had not ended when their guard was released ->
+when the executor stops watching them (:func:`sweep_releases` releases them once pending)."""
+RELEASE_WINDOW = 3600.0
+"""Seconds such a victim is watched (a dead node's jobs end when it is declared DOWN or its
+slurmd is back)."""
+
+
+def remember_release(repo: Repository, job_ids: Sequence[int], at: float) -> None:
+    """Watch ``job_ids`` until they are pending (then :func:`sweep_releases` releases them)."""
+    raw = repo.get_value(RELEASE_LATER_KEY)
+    kept: dict[str, JsonValue] = dict(raw) if isinstance(raw, dict) else {}
+    kept.update({str(j): at + RELEASE_WINDOW for j in job_ids})
+    repo.put_value(RELEASE_LATER_KEY, kept, at=at)
+    log.warning("victim(s) %s not ended yet when their guard was released: released once "
+                "they are pending", list(job_ids))
+
+
+def sweep_releases(repo: Repository, slurm: SlurmClient, now: float) -> list[int]:
+    """Release the watched victims that are now pending and held; forget those that are
+    pending and free, gone, cancelled, running again, or past their window. Returns the ones
+    released. One query when something is watched, none otherwise."""
+    raw = repo.get_value(RELEASE_LATER_KEY)
+    if not isinstance(raw, dict) or not raw:
+        return []
+    watched = {int(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
+    facts = slurm.job_facts(sorted(watched))
+    release = sorted(j for j, f in facts.items() if f.pending and f.held)
+    kept: dict[str, JsonValue] = {
+        str(j): until for j, until in watched.items() if until > now and j in facts
+            and j not in release and not facts[j].pending and not facts[j].running
+            and facts[j].state is not JobState.CANCELLED}
+    if release:
+        slurm.release(release)
+        log.warning("released victim(s) %s, requeued held after their guard was released",
+                    release)
+    if kept != raw:
+        repo.put_value(RELEASE_LATER_KEY, kept, at=now)
+    return release
+
+
 def context_key(plan_id: int) -> str:
     """Name of a plan's stored context."""
     return CONTEXT_KEY.format(plan_id=plan_id)
@@ -288,6 +329,12 @@ class Guard:
         facts = self.slurm.job_facts([*ids, ctx.beneficiary]) if wanted else {}
         to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
                       and facts[j].pending]
+        # A victim requeued held while it could not end yet (its node not responding: it stays
+        # COMPLETING until slurmctld sees it end) becomes pending and held later: released then.
+        later = [j for j in ctx.victims_held if j in facts and not facts[j].pending
+                 and facts[j].state is not JobState.CANCELLED]
+        if later:
+            remember_release(self.repo, later, at)
         if to_release:
             self.slurm.release(to_release)
         if ctx.pinned_from is not None and not keep_pin:

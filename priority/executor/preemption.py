@@ -35,7 +35,7 @@ from hai_slurm.checkpoint import Ack, JobReport, read_job_report
 from hai_slurm.errors import SlurmError, StateError
 from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.executor import late_acks
-from hai_slurm.priority.executor.guard import Guard, PlanContext, context_key
+from hai_slurm.priority.executor.guard import Guard, PlanContext, context_key, sweep_releases
 from hai_slurm.priority.executor.notify import CheckpointNotifier, NoNotifier
 from hai_slurm.priority.executor.records import (
     plan_jobs,
@@ -125,6 +125,7 @@ class PreemptionExecutor:
 
         late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
                         self.settings.clock_skew)
+        sweep_releases(self.repo, self.slurm, self._now())
         self.reconcile(view.snapshot)
         if plan is None:
             return CycleExtras()
@@ -328,6 +329,7 @@ class PreemptionExecutor:
         while self._open and not self.stop.is_set():
             self._sleep(self.settings.poll)
             out += self.reconcile()
+        sweep_releases(self.repo, self.slurm, self._now())
         return out
 
     def resume(self, plan: Plan) -> ExecutionResult:

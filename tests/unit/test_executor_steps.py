@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 from executor_world import Behaviour, World, make_world
 
-from hai_slurm.priority.executor.guard import TOP_PRIORITY
+from hai_slurm.priority.executor.guard import (
+    TOP_PRIORITY,
+    Guard,
+    PlanContext,
+    sweep_releases,
+)
 from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store import PlanState, VictimState
@@ -183,3 +188,22 @@ def test_beneficiary_pinned_to_a_node_that_went_down_is_unpinned(world: World) -
     assert any("n1" in s.note and "unpinned" in s.note for s in plan.steps) or any(
         "unpinned" in e.message for e in world.repo.audit_entries())
     nothing_held(world)
+
+
+def test_victim_requeued_held_that_ends_after_the_release_is_released_then(
+        world: World) -> None:
+    """A victim on a node that stopped responding stays COMPLETING after phase 2's requeuehold;
+    when the plan ends (the beneficiary ran elsewhere) its guard cannot release it yet. Once
+    slurmctld sees it end it is pending and held: the next cycle's sweep releases it.
+    (Before: it was left held for good.)"""
+    v = world.victim("v", Behaviour(ack_after=None))
+    job = world.fake.jobs[v]
+    ctx = PlanContext(7, world.pending("bene"), ("n1",), (), victims_held=(v,))
+    guard = Guard(world.fake, world.repo, ctx)
+    job.state = JobState.COMPLETING  # the requeuehold is not done until the node answers
+    guard.release(world.clock.now)
+    assert sweep_releases(world.repo, world.fake, world.clock.now) == []
+    job.state, job.held, job.restart_count = JobState.PENDING, True, 1  # the node is back
+    assert sweep_releases(world.repo, world.fake, world.clock.now) == [v]
+    assert not job.held
+    assert sweep_releases(world.repo, world.fake, world.clock.now) == []  # forgotten
