@@ -212,10 +212,10 @@ class FaultBed:
                 raise AssertionError(f"{job.name} saved nothing within {timeout:g} s")
             time.sleep(0.2)
 
-    def held(self) -> list[int]:
-        """The case's jobs that are held now."""
+    def held(self, *, pending_only: bool = False) -> list[int]:
+        """The case's jobs that are held now (``pending_only``: and pending)."""
         facts = self.slurm.job_facts([j.job_id for j in self.jobs]) if self.jobs else {}
-        return sorted(j for j, f in facts.items() if f.held)
+        return sorted(j for j, f in facts.items() if f.held and (f.pending or not pending_only))
 
     def cleanup(self) -> None:
         """Stop the daemons (SIGKILL), cancel every job and wait until none is active."""
