@@ -22,7 +22,10 @@ the
    credits, and the counter totals in one transaction.
 
 :meth:`Daemon.run` loops like rq's worker: SIGTERM/SIGINT handlers only set a flag, the first
-signal lets the current cycle finish, a second exits at once; waits use ``Event.wait``. While
+signal lets the current cycle finish, a second exits at once; waits use ``Event.wait``. A
+cycle stuck in a call that does not return (pyslurm waiting for an absent slurmctld) cannot run
+those handlers: a watcher thread of the signal wakeup fd then ends the process
+:data:`STOP_GRACE` s after the first signal (1 s after a second). While
 the executor has open plans, the wait between cycles is cut into ``poll_interval`` slices and
 each slice steps the open plans (:meth:`Daemon.step_plans`: acks, states, deadlines only); the
 policy and planner still run once per cycle, so a plan reacts to an ack within the poll and
@@ -41,11 +44,13 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -82,6 +87,9 @@ from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot, SlurmCl
 
 log = logging.getLogger("hai_slurm.priority.daemon.loop")
 _MAX_FAILED_WRITES = 3
+STOP_GRACE = 20.0
+"""Seconds after SIGTERM/SIGINT within which the current cycle must end, else the process exits
+(a call into Slurm or the database that does not return; see ``Daemon._watch_signals``)."""
 
 
 class Outcome(enum.StrEnum):
@@ -127,6 +135,9 @@ class Daemon:
         self.totals = Totals()
         self.stop_event = threading.Event()
         self._stop_requested = False
+        self._signals_handled = 0
+        self.stop_grace = STOP_GRACE
+        self.hard_exit: Callable[[int], object] = os._exit
         self._last_snapshot: float | None = None
         self._last_cycle: float | None = None  # ``now`` of the last committed cycle
         self._standby_logged = False
@@ -152,7 +163,8 @@ class Daemon:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         # Only flags here. Event.set takes a lock the interrupted main thread may hold, so it is
         # done by a short-lived thread rather than inside the handler.
-        if self._stop_requested:
+        self._signals_handled += 1
+        if self._signals_handled > 1:
             log.warning("second %s: exiting at once", signal.Signals(signum).name)
             raise SystemExit(128 + signum)
         self._stop_requested = True
@@ -160,15 +172,62 @@ class Daemon:
         log.warning("%s received: finishing the current cycle, then stopping (send it again to "
                     "exit at once)", signal.Signals(signum).name)
 
+    def _watch_signals(self, sock: socket.socket, done: threading.Event) -> None:
+        """Watch the signal wakeup fd (written by the C-level handler even while the main thread
+        is stuck inside a library call, where Python handlers cannot run: pyslurm waiting for an
+        absent slurmctld, say). The first SIGTERM/SIGINT sets the stop flag; if the loop has not
+        ended :attr:`stop_grace` s later, or 1 s after a second one, the process exits: the
+        daemon is safe to kill at any point (the lease expires, the next leader finishes the
+        open plans)."""
+        seen = 0
+        first: float | None = None
+        signum = signal.SIGTERM
+        sock.settimeout(0.2)
+        while not done.is_set():
+            try:
+                data = sock.recv(64)
+            except TimeoutError:
+                data = b""
+            except OSError:
+                return
+            for byte in data:
+                if byte in (signal.SIGTERM, signal.SIGINT):
+                    seen += 1
+                    signum = signal.Signals(byte)
+                    self._stop_requested = True
+                    self.stop_event.set()
+                    first = time.monotonic() if first is None else first
+            if first is None or done.is_set():
+                continue
+            late = time.monotonic() - first
+            if late > self.stop_grace or (seen > 1 and late > 1.0):
+                log.error("still not stopped %.0f s after %s (a Slurm or database call does not "
+                          "return); exiting now. The leader lease expires by itself and the next "
+                          "daemon finishes any open plan", late, signum.name)
+                self.hard_exit(128 + signum)
+                return
+
     @contextmanager
     def _signals(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch_signals, args=(reader, done), daemon=True,
+                                   name="hai-daemon-signals")
+        watcher.start()
         try:
             yield
         finally:
+            done.set()
+            signal.set_wakeup_fd(old_fd)
+            watcher.join(timeout=2)
+            reader.close()
+            writer.close()
             for s, handler in old.items():
                 signal.signal(s, handler)
 

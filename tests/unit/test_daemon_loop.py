@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,31 @@ def test_a_cycle_whose_commit_fails_is_not_counted(tmp_path: Path) -> None:
     assert stored["cycles"] == 2 and stored["cycles_skipped"] == 1
     assert stored["promotions"] == len(lows)
     assert sample(d.metrics, "hai_priority_promotions_total") == len(lows)
+
+
+def test_sigterm_ends_the_process_when_the_cycle_hangs(tmp_path: Path) -> None:
+    """SIGTERM arrives while the cycle is stuck in a call that does not return (pyslurm waiting
+    for an absent slurmctld: Python signal handlers cannot end it). The watcher of the signal
+    wakeup fd exits the process ``stop_grace`` s later (injected here; ``os._exit`` for real).
+    (Before: the daemon ignored SIGTERM until the call returned, well past systemd's 30 s.)"""
+    r = rig(tmp_path)
+    r.submit(PriorityClass.HIGH)
+    stuck = threading.Event()
+    exits: list[int] = []
+
+    def doctor(s: ClusterSnapshot) -> ClusterSnapshot:
+        os.kill(os.getpid(), signal.SIGTERM)
+        stuck.wait(10)  # the handler runs meanwhile, the call still does not return
+        return s
+
+    def hard_exit(code: int) -> None:
+        exits.append(code)
+        stuck.set()
+
+    d = r.daemon(client=Broken(r.slurm, doctor))
+    d.stop_grace = 0.5
+    d.hard_exit = hard_exit
+    t0 = time.monotonic()
+    d.run()
+    assert exits == [128 + signal.SIGTERM]
+    assert time.monotonic() - t0 < 5
