@@ -39,7 +39,7 @@ from ..shape import ClusterShape
 Echo = Callable[[str], None]
 SLOTS = 8
 PORT_BASE = 21000
-SIGTERM_WAIT = 30.0
+SIGTERM_WAIT = float(os.environ.get("HAI_FAULT_SIGTERM_WAIT", "30"))
 """Seconds a daemon gets to stop after SIGTERM before it is SIGKILLed (and that is reported)."""
 
 

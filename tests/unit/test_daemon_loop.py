@@ -221,27 +221,34 @@ def test_a_cycle_whose_commit_fails_is_not_counted(tmp_path: Path) -> None:
 
 def test_sigterm_ends_the_process_when_the_cycle_hangs(tmp_path: Path) -> None:
     """SIGTERM arrives while the cycle is stuck in a call that does not return (pyslurm waiting
-    for an absent slurmctld: Python signal handlers cannot end it). The watcher of the signal
-    wakeup fd exits the process ``stop_grace`` s later (injected here; ``os._exit`` for real).
-    (Before: the daemon ignored SIGTERM until the call returned, well past systemd's 30 s.)"""
+    for an absent slurmctld). The handler arms an exit ``stop_grace`` s later (faulthandler's C
+    timer for real; a Python timer here), which ends the stuck process; a cycle that ends in
+    time disarms it. (Before: the daemon stayed until the calls returned, past 30 s.)"""
     r = rig(tmp_path)
     r.submit(PriorityClass.HIGH)
     stuck = threading.Event()
-    exits: list[int] = []
+    exits: list[float] = []
+    armed: list[float] = []
 
     def doctor(s: ClusterSnapshot) -> ClusterSnapshot:
         os.kill(os.getpid(), signal.SIGTERM)
         stuck.wait(10)  # the handler runs meanwhile, the call still does not return
         return s
 
-    def hard_exit(code: int) -> None:
-        exits.append(code)
-        stuck.set()
+    def arm(seconds: float) -> None:
+        armed.append(seconds)
+        threading.Timer(seconds, lambda: (exits.append(time.monotonic()), stuck.set())).start()
 
     d = r.daemon(client=Broken(r.slurm, doctor))
-    d.stop_grace = 0.5
-    d.hard_exit = hard_exit
+    d.stop_grace, d.arm_exit, d.disarm_exit = 0.5, arm, lambda: None
     t0 = time.monotonic()
     d.run()
-    assert exits == [128 + signal.SIGTERM]
-    assert time.monotonic() - t0 < 5
+    assert armed == [0.5] and len(exits) == 1 and exits[0] - t0 < 5
+
+    disarmed: list[bool] = []
+    quick = r.daemon(owner="d2", client=Broken(r.slurm, lambda s: (
+        os.kill(os.getpid(), signal.SIGTERM), s)[1]))
+    quick.arm_exit, quick.disarm_exit = armed.append, lambda: disarmed.append(True)
+    r.tick(60)
+    quick.run()
+    assert armed == [0.5, 8.0] and disarmed == [True]  # ended in time: the exit is called off
