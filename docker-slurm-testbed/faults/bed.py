@@ -179,7 +179,10 @@ class FaultBed:
     def toy(self, name: str, *, steps: int = 300, step_seconds: float = 0.05,
             priority: str = "LOW", account: str = "team-a", sbatch: Sequence[str] = (),
             train: Sequence[str] = (), grace: int = 30) -> ToyJob:
-        """Submit a toy job (remembered, cancelled at the end)."""
+        """Submit a toy job (remembered, cancelled at the end). Names are unique within a
+        case: a second job of the same name would resume from the first one's checkpoints."""
+        if any(j.name == name for j in self.jobs):
+            raise ValueError(f"toy job name {name!r} used twice in one case")
         job = submit_toy(self.slurm, self.workdir, name, steps=steps, step_seconds=step_seconds,
                          priority=priority, account=account, sbatch_args=sbatch,
                          train_args=train, grace=grace)

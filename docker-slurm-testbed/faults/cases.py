@@ -104,10 +104,10 @@ class CaseResult:
 
 # ----------------------------------------------------------------------------- helpers
 def _fill(fb: FaultBed, *, steps: int = 240, train: tuple[str, ...] = (), grace: int = 30,
-          pinned: bool = False, every: int = 60) -> list[ToyJob]:
+          pinned: bool = False, every: int = 60, prefix: str = "low") -> list[ToyJob]:
     """Four LOW 8-GPU toy jobs (one per node, saving every ``every`` steps), running, past a
     save. (``--save-seconds`` slows every save, the periodic ones too.)"""
-    lows = [fb.toy(f"low{i}", steps=steps, grace=grace,
+    lows = [fb.toy(f"{prefix}{i}", steps=steps, grace=grace,
                    sbatch=["-N1", "--gres=gpu:8", *([f"--nodelist=n{i}"] if pinned else [])],
                    train=["--save-every", str(every), *train]) for i in range(1, 5)]
     for job in lows:
@@ -173,7 +173,7 @@ def _slurmctld_in(fb: FaultBed, phase: str, out: Outcome) -> list[ToyJob]:
     out.repos.append(repo)
     # long enough to outlive the outage: the victim must still run when it is asked
     lows = _fill(fb, steps=int((OUTAGE + 20) / 0.05), every=300, pinned=True,
-                 train=("--save-seconds", "2"))
+                 train=("--save-seconds", "2"), prefix=f"low-{phase}-")
     victim = lows[0]
     bene = _urgent(fb, f"urgent-{phase}")
     restarted = threading.Event()
