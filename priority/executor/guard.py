@@ -259,8 +259,9 @@ class Guard:
     def check(self, at: float, snap: ClusterSnapshot | None = None,
               exclude: Sequence[int] = ()) -> PlanContext | None:
         """Re-apply what is missing of a standing guard (a slurmctld restart before its state
-        save loses holds, pins and priorities): jobs the guard held, and victims requeued held,
-        that are pending but not held are held again; a still-pending beneficiary gets its pin
+        save loses holds, pins, priorities and requeues): jobs the guard held, and victims
+        requeued held, that are pending but not held are held again; a victim requeued held that
+        runs at its old restart count is requeued again; a still-pending beneficiary gets its pin
         back, and its top priority when ``snap`` shows another value. With ``snap``, jobs
         submitted since the guard went up that could use the target nodes are held too (stored
         first; ``exclude``: other open plans' beneficiaries). Idempotent, one ``job_facts``
@@ -284,6 +285,18 @@ class Guard:
             log.warning("plan %d: guard re-applied: %s pending again without the hold",
                         ctx.plan_id, rehold)
             self.slurm.hold(rehold)
+        if ctx.requeued_at is not None:
+            # A victim requeued held cannot run again while the guard stands: one that runs at
+            # the restart count it was asked at is slurmctld's old state (killed before saving
+            # the requeue), a ghost holding its GPUs. Requeue it again.
+            lost = [v.job_id for v in ctx.victims if v.job_id in ctx.victims_held
+                    and v.job_id in facts and facts[v.job_id].running
+                    and facts[v.job_id].restart_count == v.restart_count]
+            if lost:
+                log.warning("plan %d: guard re-applied: victim(s) %s run again at the restart "
+                            "count they were requeued from (slurmctld lost the requeue); "
+                            "requeued (held) again", ctx.plan_id, lost)
+                self.slurm.requeue_any(lost, hold=True)
         b = facts.get(ctx.beneficiary)
         if b is None or not b.pending:
             return ctx

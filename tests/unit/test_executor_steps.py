@@ -207,3 +207,35 @@ def test_victim_requeued_held_that_ends_after_the_release_is_released_then(
     assert sweep_releases(world.repo, world.fake, world.clock.now) == [v]
     assert not job.held
     assert sweep_releases(world.repo, world.fake, world.clock.now) == []  # forgotten
+
+
+def test_a_requeue_slurmctld_lost_is_done_again(world: World) -> None:
+    """slurmctld SIGKILLed right after phase 2's requeuehold comes back from an older state
+    save: the victim, which had acknowledged and exited, shows RUNNING at its old restart
+    count (a ghost on the GPUs). The next step requeues it held again; the plan ends done and
+    the victim is released, pending at restart count 1. (Before: the ghost kept the node, the
+    beneficiary never started there, and the victim was never requeued.)"""
+    v = world.victim("v", Behaviour(ack_after=1.0))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor()
+    hits: list[int] = []
+    ex.hook = lambda point, plan: hits.append(plan) if point == "requeued" else None
+    plan_id = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
+    for _ in range(100):
+        if hits:
+            break
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+    job = world.fake.jobs[v]
+    assert hits and job.restart_count == 1 and job.held
+    if world.fake.jobs[bene].state is JobState.RUNNING:  # undo what the fake already did
+        world.fake.jobs[bene].state, world.fake.jobs[bene].nodes = JobState.PENDING, ()
+    job.state, job.nodes, job.held, job.restart_count = JobState.RUNNING, ("n1",), False, 0
+    ex.reconcile(world.fake.snapshot())
+    assert job.state is JobState.PENDING and job.restart_count == 1 and job.held
+    steps_until_closed(world, ex)
+    assert world.repo.get_plan(plan_id).state is PlanState.DONE
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    nothing_held(world)
