@@ -221,7 +221,8 @@ def case_daemon_kill(fb: FaultBed, opts: Options) -> Outcome:
     daemon = fb.start_daemon(config)
     daemon.wait_log("preemption on", timeout=60)
     repo = Repository(make_engine(repo_url))
-    _fill(fb, steps=max(300, 8 * opts.cycles), train=("--save-seconds", "1"))
+    # the LOW jobs outlive the cycles (about 1.4 s each), so each urgent job needs a victim
+    _fill(fb, steps=max(300, 25 * opts.cycles), every=200, train=("--save-seconds", "1"))
     urgent = 0
     next_urgent = 2
     done_kills: list[str] = []
