@@ -344,7 +344,7 @@ def case_hung_victim(fb: FaultBed, opts: Options) -> Outcome:
     daemon = fb.start_daemon(fb.config())
     daemon.wait_log("preemption on", timeout=60)
     repo = Repository(make_engine(f"sqlite:///{fb.workdir}/daemon.db"))
-    _fill(fb, train=("--ignore-requests",), grace=8)
+    _fill(fb, steps=500, train=("--ignore-requests",), grace=8)  # outlives the grace
     _urgent(fb)
     _wait(lambda: repo.history() and not repo.unfinished_plans(), 90, "the plan did not end")
     plans = repo.history()
