@@ -219,7 +219,7 @@ def start_mariadb(ctx: Ctx) -> procs.ProcRecord:
             f"--socket={_mariadb_socket(ctx)}", f"--pid-file={ctx.path('run', 'mariadbd.pid')}",
             f"--port={ctx.ports.mariadb}", "--bind-address=127.0.0.1", "--skip-name-resolve",
             f"--log-error={ctx.path('log', 'mariadb.log')}", "--skip-log-bin",
-            "--innodb-flush-log-at-trx-commit=0", "--max-connections=100", *_MARIADB_SIZES]
+            "--innodb-flush-log-at-trx-commit=2", "--max-connections=100", *_MARIADB_SIZES]
     return procs.start("mariadb", argv, ctx.log("mariadb"), env=ctx.env, cwd=ctx.state_dir)
 
 

@@ -70,6 +70,7 @@ COMMANDS = (
     ("status", "hai_slurm.priority.cli.status", "status"),
     ("simulate", "hai_slurm.priority.sim.cli", "simulate"),
     ("demo", "hai_slurm.demo", "demo"),
+    ("selftest", "hai_slurm.testbed.faults.cli", "selftest"),
 )
 
 

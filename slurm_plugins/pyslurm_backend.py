@@ -40,9 +40,11 @@ import importlib.metadata
 import logging
 import os
 import pwd
+import re
+import socket
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,6 +272,46 @@ def _modifier(desc: Any) -> Callable[[Any], None]:
     return modify
 
 
+UNREACHABLE = "Unable to contact slurm controller"
+"""libslurm's words for an RPC that found no slurmctld to talk to."""
+
+
+def controller_addresses(conf_text: str) -> tuple[tuple[str, int], ...]:
+    """``(address, port)`` of each ``SlurmctldHost`` (its ``(address)`` when given, else the
+    name; ``ControlMachine``/``ControlAddr`` of old files) with ``SlurmctldPort`` (the first of
+    a range; default 6817), from slurm.conf's text; () when it names none (configless)."""
+    hosts: list[str] = []
+    port = 6817
+    for raw in conf_text.splitlines():
+        key, sep, value = raw.split("#", 1)[0].strip().partition("=")
+        if not sep:
+            continue
+        key, value = key.strip().lower(), value.strip()
+        if key == "slurmctldhost" and value:
+            m = re.match(r"([^(\s]+)(?:\(([^)\s]+)\))?", value)
+            if m:
+                hosts.append(m.group(2) or m.group(1))
+        elif key in ("controladdr", "controlmachine") and value:
+            hosts.append(value)
+        elif key == "slurmctldport" and value.split("-")[0].isdigit():
+            port = int(value.split("-")[0])
+    return tuple(dict.fromkeys((h, port) for h in hosts))
+
+
+def tcp_probe(addresses: Sequence[tuple[str, int]], timeout: float = 1.0) -> str | None:
+    """None when one of ``addresses`` accepts a TCP connection (or none is known), else why
+    not."""
+    problems = []
+    for host, port in addresses:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except OSError as err:
+            problems.append(f"{host}:{port}: {err.strerror or err}")
+        else:
+            return None
+    return "; ".join(problems) or None
+
+
 class PyslurmClient:
     """SlurmClient over pyslurm, with the CLI backend for what pyslurm cannot do (module doc).
 
@@ -304,6 +346,13 @@ class PyslurmClient:
             raise SlurmError(f"pyslurm {have} does not match Slurm {cluster}: install pyslurm's "
                              f"{cluster.major}.{cluster.minor}.x branch, or use the CLI backend")
         self._clock = clock
+        try:
+            text = Path(conf).read_text(errors="replace")
+        except OSError:
+            text = ""
+        addresses = controller_addresses(text)
+        self.probe: Callable[[], str | None] = lambda: tcp_probe(addresses)
+        self._unreachable = False
         self._aliases: frozenset[int] = frozenset()
         """Array tasks whose own id is the array's id (from the latest snapshot): written
         through the CLI, which addresses them as ``ARRAY_TASK``."""
@@ -318,10 +367,31 @@ class PyslurmClient:
         """The cluster's release (the CLI backend's ``scontrol version``, read once)."""
         return self._cli.version()
 
+    def _before_rpc(self) -> None:
+        """Once an RPC found slurmctld unreachable, each later one first checks that it accepts
+        connections again (one TCP connect, a second at most) and fails at once while it does
+        not. A pyslurm call holds the interpreter lock through libslurm's own connect retries
+        (35 s here with MessageTimeout=20): no signal handler and no other thread runs
+        meanwhile, so a daemon SIGTERMed during an outage would wait out each call. Not probed
+        while slurmctld answers (it logs an error for each empty connection)."""
+        if not self._unreachable:
+            return
+        problem = self.probe()
+        if problem is not None:
+            raise SlurmError(f"slurmctld does not accept connections ({problem}); pyslurm is "
+                             "not called until it does")
+        self._unreachable = False
+
+    def _rpc_failed(self, message: str) -> None:
+        if UNREACHABLE in message:
+            self._unreachable = True
+
     def _load_jobs(self) -> list[Any]:
+        self._before_rpc()
         try:
             jobs = self._ps.Jobs.load()
         except self._ps.RPCError as err:
+            self._rpc_failed(str(err))
             raise SlurmError(f"pyslurm Jobs.load() failed: {err}") from err
         return [pj for cluster in jobs.data.values() for pj in cluster.values()]
 
@@ -404,11 +474,13 @@ class PyslurmClient:
 
     def _load_one(self, job_id: int) -> Any:
         """``Job.load(id)``; None when slurmctld no longer knows the id."""
+        self._before_rpc()
         try:
             pj = self._ps.Job.load(job_id)
         except self._ps.RPCError as err:
             if _classify(str(err.msg), (_GONE,)) is not None:
                 return None
+            self._rpc_failed(str(err.msg))
             raise SlurmError(f"pyslurm Job.load({job_id}) failed: {err.msg}") from err
         if pj.id == job_id:
             return pj
@@ -429,10 +501,12 @@ class PyslurmClient:
         skipped: list[Skipped] = []
         failures: list[str] = []
         for jid in ids:
+            self._before_rpc()
             try:
                 action(self._ps.Job(jid))
             except self._ps.RPCError as err:
                 msg = str(err.msg)
+                self._rpc_failed(msg)
                 reason = _classify(msg, harmless)
                 if reason is None:
                     failures.append(f"job {jid}: {msg} (errno {err.errno})")

@@ -22,7 +22,10 @@ the
    credits, and the counter totals in one transaction.
 
 :meth:`Daemon.run` loops like rq's worker: SIGTERM/SIGINT handlers only set a flag, the first
-signal lets the current cycle finish, a second exits at once; waits use ``Event.wait``. While
+signal lets the current cycle finish, a second exits at once; waits use ``Event.wait``. If the
+cycle has not ended :data:`STOP_GRACE` s after the first signal (a Slurm or database call that
+does not return: pyslurm waiting for an absent slurmctld), the process exits, printing where it
+was stuck. While
 the executor has open plans, the wait between cycles is cut into ``poll_interval`` slices and
 each slice steps the open plans (:meth:`Daemon.step_plans`: acks, states, deadlines only); the
 policy and planner still run once per cycle, so a plan reacts to an ack within the poll and
@@ -40,11 +43,13 @@ work is planned within about ``urgent_poll`` of its submission, not at the next 
 from __future__ import annotations
 
 import enum
+import faulthandler
 import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,6 +86,15 @@ from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot, SlurmCl
 
 log = logging.getLogger("hai_slurm.priority.daemon.loop")
 _MAX_FAILED_WRITES = 3
+STOP_GRACE = 8.0
+"""Seconds after SIGTERM/SIGINT is handled within which the current cycle must end, else the
+process exits with the tracebacks of where it was stuck. A call holding the GIL delays the
+handler itself by up to slurmctld's MessageTimeout (20 s on the testbed): 20 + 8 stays under
+systemd's default 90 s and the 30 s a site's stop script may allow."""
+
+
+def _arm_exit(seconds: float) -> None:
+    faulthandler.dump_traceback_later(seconds, exit=True)
 
 
 class Outcome(enum.StrEnum):
@@ -126,6 +140,10 @@ class Daemon:
         self.totals = Totals()
         self.stop_event = threading.Event()
         self._stop_requested = False
+        self._signals_handled = 0
+        self.stop_grace = STOP_GRACE
+        self.arm_exit: Callable[[float], None] = _arm_exit
+        self.disarm_exit: Callable[[], None] = faulthandler.cancel_dump_traceback_later
         self._last_snapshot: float | None = None
         self._last_cycle: float | None = None  # ``now`` of the last committed cycle
         self._standby_logged = False
@@ -151,13 +169,19 @@ class Daemon:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         # Only flags here. Event.set takes a lock the interrupted main thread may hold, so it is
         # done by a short-lived thread rather than inside the handler.
-        if self._stop_requested:
+        self._signals_handled += 1
+        if self._signals_handled > 1:
             log.warning("second %s: exiting at once", signal.Signals(signum).name)
             raise SystemExit(128 + signum)
         self._stop_requested = True
         threading.Thread(target=self.stop_event.set, daemon=True).start()
         log.warning("%s received: finishing the current cycle, then stopping (send it again to "
-                    "exit at once)", signal.Signals(signum).name)
+                    "exit at once; if the cycle has not ended in %g s, the process exits and "
+                    "prints where it was stuck)", signal.Signals(signum).name, self.stop_grace)
+        # A call that holds the GIL and does not return (pyslurm waiting for an absent
+        # slurmctld, MessageTimeout each) would keep even a watcher thread from running; the
+        # faulthandler's timer is a C thread. The daemon is safe to kill at any point.
+        self.arm_exit(self.stop_grace)
 
     @contextmanager
     def _signals(self) -> Iterator[None]:
@@ -168,6 +192,8 @@ class Daemon:
         try:
             yield
         finally:
+            if self._signals_handled:
+                self.disarm_exit()
             for s, handler in old.items():
                 signal.signal(s, handler)
 
@@ -259,6 +285,7 @@ class Daemon:
 
     def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
         repo = self.repository
+        counted_before = dict(self.totals.values)
         decision, tracked, stored_state = self._decide(snap, now)
         if not self._take_lead(self.clock.time()):  # the snapshot took longer than the lease
             self.metrics.cycles.labels("standby").inc()
@@ -288,10 +315,18 @@ class Daemon:
         values: list[tuple[str, JsonValue]] = [(TOTALS_KEY, self.totals.to_json())]
         if decision.state_changed or stored_state is None:
             values.append((POLICY_STATE_KEY, state_to_json(decision.state)))
-        repo.record_cycle(CycleWrite(
-            at=now, jobs=jobs, forget_jobs=decision.forget, events=extras.events,
-            credits=extras.credits, protections=decision.protections,
-            audit=_audit(decision, now) + extras.audit, values=tuple(values)))
+        try:
+            repo.record_cycle(CycleWrite(
+                at=now, jobs=jobs, forget_jobs=decision.forget, events=extras.events,
+                credits=extras.credits, protections=decision.protections,
+                audit=_audit(decision, now) + extras.audit, values=tuple(values)))
+        except StateError:
+            # Not committed: the next cycle decides these changes again and counts them then.
+            # Slurm's writes and errors did happen; they stay counted.
+            kept = {k: self.totals.values[k] for k in ("slurm_writes", "slurm_errors")}
+            self.totals = Totals(Counter(counted_before))
+            self.totals.values.update(kept)
+            raise
         self._last_snapshot = float(snap.time)
         self._last_cycle = now
         if self._urgent_on():  # this cycle planned every pending job: the looks due now

@@ -22,7 +22,9 @@ the requeue's SIGTERM then saves again and exits 75). ``--ignore-requests`` simu
 never answers USR2; ``--save-seconds`` makes each save take that long (the phase shows
 ``saving`` meanwhile); ``--save-every K`` adds periodic saves; ``--fail-save-on-run N`` makes
 the requested save of run N fail in the kernel (a file size limit: EFBIG, as a full disk) so the
-job exits 1. With ``--ignore-requests`` SIGTERM
+job exits 1. Each save prints ``saved STEP``; a save that fails for real (a full disk) prints
+``save failed at step S (run N): ...; the previous checkpoint (step P, FILE) is still valid``
+and the job exits 1. With ``--ignore-requests`` SIGTERM
 kills the job at once (its default action), as it would a job without the library.
 """
 
@@ -122,6 +124,24 @@ def _failing_save(ck: Any, state: dict[str, Any]) -> int:
     return 2
 
 
+def _save(ck: Any, state: dict[str, Any], run: int) -> bool:
+    """Save; print ``saved STEP``, or on a failure (a full disk, say) one line saying so and
+    which checkpoint is still valid, and return False (the caller exits 1)."""
+    from hai_slurm.errors import CheckpointError
+
+    try:
+        ck.save(state)
+    except CheckpointError as err:
+        last = ck.last_checkpoint
+        kept = (f"the previous checkpoint (step {last.step}, {last.file}) is still valid and "
+                "the next run resumes from it" if last is not None else
+                "no earlier checkpoint exists: the next run starts from step 0")
+        print(f"save failed at step {state['step']} (run {run}): {err}; {kept}", flush=True)
+        return False
+    print(f"saved {state['step']}", flush=True)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train, answering checkpoint requests; return the exit code."""
     args = _parser().parse_args(argv)
@@ -154,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             by_term = pending is not None and pending.signal == signal.SIGTERM
             if args.fail_save_on_run == run:
                 return _failing_save(ck, state)
-            if acked_at != state["step"]:
-                ck.save(state)
+            if acked_at != state["step"] and not _save(ck, state, run):
+                return 1
             if args.on_request == "continue" and not by_term:
                 ck.acknowledge()  # keep training until Slurm requeues us (SIGTERM)
                 acked_at = state["step"]
@@ -163,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"acked {state['step']} (exiting)", flush=True)
             ck.acknowledge_and_exit()
-        if ck.due(state["step"]):
-            ck.save(state)
+        if ck.due(state["step"]) and not _save(ck, state, run):
+            return 1
     ck.close()
     if writer:
         tmp = Path(args.out + ".tmp")

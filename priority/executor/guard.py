@@ -25,7 +25,9 @@ the middle can undo it (:class:`PlanContext`, stored as a named value in the dae
    deletes it, or ends it now when the beneficiary runs in it: FLEX keeps it running), release
    exactly the jobs the guard held, release the victims, restore the beneficiary's ReqNodeList
    if it still waits. Jobs that were held before the plan (by their user or an admin) are never
-   touched.
+   touched. A target node that goes down meanwhile (its slurmd died, say) unpins the beneficiary
+   at once (:meth:`Guard.unpin`): it is unlinked from the reservation, which ends, so it can
+   start on other free GPUs (the holds fallback guards the target nodes from then on).
 
 The daemon writes priorities every cycle but never to held jobs nor to an open plan's
 beneficiary, and :meth:`Guard.check` (each step) re-applies what slurmctld lost (the
@@ -61,6 +63,47 @@ RESERVATION_PREFIX = "hai-plan-"
 """Names of the guard's reservations: ``hai-plan-<plan id>-<time>`` (:func:`reservation_name`)."""
 TOP_PRIORITY = 4_000_000_000
 """What the beneficiary's priority is raised to while the guard stands (below Slurm's limit)."""
+
+
+RELEASE_LATER_KEY = "executor.release_later"
+"""Named value: victims requeued held that had not ended when their guard was released ->
+when the executor stops watching them (:func:`sweep_releases` releases them once pending)."""
+RELEASE_WINDOW = 3600.0
+"""Seconds such a victim is watched (a dead node's jobs end when it is declared DOWN or its
+slurmd is back)."""
+
+
+def remember_release(repo: Repository, job_ids: Sequence[int], at: float) -> None:
+    """Watch ``job_ids`` until they are pending (then :func:`sweep_releases` releases them)."""
+    raw = repo.get_value(RELEASE_LATER_KEY)
+    kept: dict[str, JsonValue] = dict(raw) if isinstance(raw, dict) else {}
+    kept.update({str(j): at + RELEASE_WINDOW for j in job_ids})
+    repo.put_value(RELEASE_LATER_KEY, kept, at=at)
+    log.warning("victim(s) %s not ended yet when their guard was released: released once "
+                "they are pending", list(job_ids))
+
+
+def sweep_releases(repo: Repository, slurm: SlurmClient, now: float) -> list[int]:
+    """Release the watched victims that are now pending and held; forget those that are
+    pending and free, gone, cancelled, running again, or past their window. Returns the ones
+    released. One query when something is watched, none otherwise."""
+    raw = repo.get_value(RELEASE_LATER_KEY)
+    if not isinstance(raw, dict) or not raw:
+        return []
+    watched = {int(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
+    facts = slurm.job_facts(sorted(watched))
+    release = sorted(j for j, f in facts.items() if f.pending and f.held)
+    kept: dict[str, JsonValue] = {
+        str(j): until for j, until in watched.items() if until > now and j in facts
+            and j not in release and not facts[j].pending and not facts[j].running
+            and facts[j].state is not JobState.CANCELLED}
+    if release:
+        slurm.release(release)
+        log.warning("released victim(s) %s, requeued held after their guard was released",
+                    release)
+    if kept != raw:
+        repo.put_value(RELEASE_LATER_KEY, kept, at=now)
+    return release
 
 
 def context_key(plan_id: int) -> str:
@@ -317,12 +360,13 @@ class Guard:
     def check(self, at: float, snap: ClusterSnapshot | None = None,
               exclude: Sequence[int] = (), *, verify: bool = True) -> PlanContext | None:
         """Re-apply what is missing of a standing guard (a slurmctld restart before its state
-        save loses reservations, holds, pins and priorities): a still-pending beneficiary that
-        is no longer linked to the reservation is linked again (the reservation made again
-        first when it is gone; with ``verify``, the reservation is looked up even when the link
-        stands); jobs the guard held, and victims requeued held, that are pending but not held
-        are held again; a still-pending beneficiary gets its pin back, and its top priority
-        when ``snap`` shows another value. Under the holds fallback, with ``snap``, jobs
+        save loses reservations, holds, pins, priorities and requeues): a still-pending
+        beneficiary that is no longer linked to the reservation is linked again (the reservation
+        made again first when it is gone; with ``verify``, the reservation is looked up even when
+        the link stands); jobs the guard held, and victims requeued held, that are pending but
+        not held are held again; a victim requeued held that runs at its old restart count is
+        requeued again; a still-pending beneficiary gets its pin back, and its top priority when
+        ``snap`` shows another value. Under the holds fallback, with ``snap``, jobs
         submitted since the guard went up that could use the target nodes are held too (stored
         first; ``exclude``: other open plans' beneficiaries). Idempotent; returns the context."""
         ctx = self.context
@@ -343,6 +387,18 @@ class Guard:
             log.warning("plan %d: guard re-applied: %s pending again without the hold",
                         ctx.plan_id, rehold)
             self.slurm.hold(rehold)
+        if ctx.requeued_at is not None:
+            # A victim requeued held cannot run again while the guard stands: one that runs at
+            # the restart count it was asked at is slurmctld's old state (killed before saving
+            # the requeue), a ghost holding its GPUs. Requeue it again.
+            lost = [v.job_id for v in ctx.victims if v.job_id in ctx.victims_held
+                    and v.job_id in facts and facts[v.job_id].running
+                    and facts[v.job_id].restart_count == v.restart_count]
+            if lost:
+                log.warning("plan %d: guard re-applied: victim(s) %s run again at the restart "
+                            "count they were requeued from (slurmctld lost the requeue); "
+                            "requeued (held) again", ctx.plan_id, lost)
+                self.slurm.requeue_any(lost, hold=True)
         b = facts.get(ctx.beneficiary)
         if b is None or not b.pending:
             return ctx
@@ -384,6 +440,27 @@ class Guard:
             ctx = self._hold_competitors(ctx, snap, at, exclude)
         return ctx
 
+    def unpin(self, at: float) -> PlanContext | None:
+        """Give a still-pending beneficiary its own node list back while the rest of the guard
+        stands (a target node went down: it may start elsewhere); :meth:`check` and
+        :meth:`release` leave its node list alone from then on. A reservation would keep it on
+        the target nodes, so it is unlinked and the reservation ended (stored as gone: the holds
+        fallback guards the target nodes from then on). Done before it is stored: a crash in
+        between re-pins at the next :meth:`check` and unpins again."""
+        ctx = self.context
+        if ctx is None or ctx.released or ctx.pinned_from is None:
+            return ctx
+        b = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
+        if b is not None and b.pending:
+            self.slurm.set_req_nodes(ctx.beneficiary, ctx.pinned_from)
+        if ctx.reservation is not None:
+            try:
+                self._end_reservation(ctx)
+            except SlurmError as err:
+                log.warning("plan %d: could not end %s: %s (recover removes it)", ctx.plan_id,
+                            ctx.reservation, err)
+        return self.save(replace(ctx, pinned_from=None, reservation=None), at)
+
     def release(self, at: float, *, keep_pin: bool = False) -> PlanContext | None:
         """Undo the guard: end the reservation, release held jobs and victims, restore the
         pin if B still waits.
@@ -399,6 +476,12 @@ class Guard:
         facts = self.slurm.job_facts([*ids, ctx.beneficiary]) if wanted else {}
         to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
                       and facts[j].pending]
+        # A victim requeued held while it could not end yet (its node not responding: it stays
+        # COMPLETING until slurmctld sees it end) becomes pending and held later: released then.
+        later = [j for j in ctx.victims_held if j in facts and not facts[j].pending
+                 and facts[j].state is not JobState.CANCELLED]
+        if later:
+            remember_release(self.repo, later, at)
         if to_release:
             self.slurm.release(to_release)
         if ctx.pinned_from is not None and not keep_pin:

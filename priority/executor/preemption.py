@@ -43,6 +43,7 @@ from hai_slurm.priority.executor.guard import (
     PlanContext,
     context_key,
     reservation_plan,
+    sweep_releases,
 )
 from hai_slurm.priority.executor.notify import CheckpointNotifier, NoNotifier
 from hai_slurm.priority.executor.records import (
@@ -75,7 +76,8 @@ log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
 ReportReader = Callable[..., JobReport]
 Hook = Callable[[str, int], None]
-"""Called at named points (``"asked"``, ``"phase1_done"``, ``"requeued"``) with the plan id."""
+"""Called at named points (``"planned"``, ``"asked"``, ``"phase1_done"``, ``"requeued"``) with
+the plan id."""
 
 _EXIT_WAIT = 3.0
 """Seconds an aborted plan waits for acknowledged victims to exit (they exit at once); one that
@@ -163,6 +165,7 @@ class PreemptionExecutor:
 
         late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
                         self.settings.clock_skew)
+        sweep_releases(self.repo, self.slurm, self._now())
         self.reconcile(view.snapshot)
         if plan is None:
             return CycleExtras()
@@ -289,6 +292,7 @@ class PreemptionExecutor:
                                      signal=self.settings.signal), now)
         self._open = True
         try:
+            self.hook("planned", plan.plan_id)
             ctx = guard.apply(ctx, snap, now, sorted(others.beneficiaries),
                               minutes=self._reservation_minutes(victims))
             self._ask(guard, plan.plan_id, [v.job_id for v in victims])
@@ -406,6 +410,7 @@ class PreemptionExecutor:
         while self._open and not self.stop.is_set():
             self._sleep(self.settings.poll)
             out += self.reconcile()
+        sweep_releases(self.repo, self.slurm, self._now())
         return out
 
     def resume(self, plan: Plan) -> ExecutionResult:
@@ -432,6 +437,9 @@ class PreemptionExecutor:
         guard = Guard(self.slurm, self.repo, ctx)
         now = self._now()
         verify = snap is not None or now >= self._verified.get(plan.plan_id, 0.0) + 5.0
+        if snap is not None and ctx.pinned_from is not None and not ctx.released:
+            self._unpin_if_down(guard, plan.plan_id, snap, now)
+            ctx = guard.context or ctx   # unpinned (and its reservation ended): check that
         try:
             # The check reads the held competitors' states from the cycle's snapshot (between
             # cycles it leaves them to the next cycle): a query of every held job cost 50
@@ -495,6 +503,29 @@ class PreemptionExecutor:
                 return None
             plan = requeued
         return self._step_requeued(guard, plan)
+
+    def _unpin_if_down(self, guard: Guard, plan_id: int, snap: ClusterSnapshot,
+                       now: float) -> None:
+        """A target node that Slurm no longer offers (down, not responding, drained): unpin
+        the beneficiary so it can start elsewhere; the victims are still handled as planned."""
+        assert guard.context is not None
+        ctx = guard.context
+        down = {n.name: "+".join([n.state, *n.state_flags]) for n in snap.nodes
+                if n.name in ctx.nodes and not n.available}
+        if not down:
+            return
+        try:
+            guard.unpin(now)
+        except SlurmError as err:
+            log.warning("plan %d: cannot unpin beneficiary %d (%s)", plan_id, ctx.beneficiary,
+                        err)
+            return
+        what = ", ".join(f"{n} {s}" for n, s in sorted(down.items()))
+        log.warning("plan %d: target node(s) %s; beneficiary %d unpinned so it can start "
+                    "elsewhere", plan_id, what, ctx.beneficiary)
+        self._audit(plan_id, f"plan {plan_id}: target node(s) {what}: beneficiary "
+                    f"{ctx.beneficiary} unpinned so it can start elsewhere",
+                    job_id=ctx.beneficiary)
 
     def _without_context(self, plan: Plan) -> ExecutionResult:
         if plan.state is PlanState.REQUEUED:  # context already cleared: only DONE missing

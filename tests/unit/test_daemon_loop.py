@@ -5,15 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from daemon_helpers import T0, Broken, rig
 
 from hai_slurm.classes import PriorityClass
+from hai_slurm.errors import StateError
 from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
 from hai_slurm.priority.daemon.loop import Outcome
-from hai_slurm.priority.daemon.metrics import sample
+from hai_slurm.priority.daemon.metrics import TOTALS_KEY, sample
 from hai_slurm.priority.policy.settings import ClassPolicy, FairnessConfig, PolicyConfig
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
@@ -183,3 +186,69 @@ def test_running_jobs_are_not_rewritten_each_cycle_yet_their_run_time_is_kept(
     r.tick(RUN_FLUSH + 1)
     rep = d.run_once()
     assert rep.decision is not None and job in {j.job_id for j in rep.decision.jobs}
+
+
+def test_a_cycle_whose_commit_fails_is_not_counted(tmp_path: Path) -> None:
+    """The database fails at the cycle's commit (MariaDB down): that cycle counts as skipped
+    only, and the promotions it decided are counted once, when the next cycle commits them.
+    (Before: it counted as a committed cycle too, and its promotions twice.)"""
+    classes = dict(PolicyConfig().classes)
+    classes[PriorityClass.LOW] = ClassPolicy(60, 120, False)
+    r = rig(tmp_path, PolicyConfig(classes=classes), cycle=10, lock_ttl=30)
+    lows = [r.submit(PriorityClass.LOW, team=t) for t in ("a", "b")]
+    d = r.daemon()
+    assert d.run_once().outcome is Outcome.OK
+    r.tick(70)  # past LOW's max wait: the next cycle promotes both
+    real = d.repository.record_cycle
+    calls = {"n": 0}
+
+    def failing(write: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StateError("database unreachable: (2013, 'Lost connection')")
+        real(write)  # type: ignore[arg-type]
+
+    d.repository.record_cycle = failing  # type: ignore[method-assign]
+    assert d.run_once().outcome is Outcome.SKIPPED
+    r.tick(10)
+    assert d.run_once().outcome is Outcome.OK
+    stored = d.repository.get_value(TOTALS_KEY)
+    assert isinstance(stored, dict)
+    assert stored["cycles"] == 2 and stored["cycles_skipped"] == 1
+    assert stored["promotions"] == len(lows)
+    assert sample(d.metrics, "hai_priority_promotions_total") == len(lows)
+
+
+def test_sigterm_ends_the_process_when_the_cycle_hangs(tmp_path: Path) -> None:
+    """SIGTERM arrives while the cycle is stuck in a call that does not return (pyslurm waiting
+    for an absent slurmctld). The handler arms an exit ``stop_grace`` s later (faulthandler's C
+    timer for real; a Python timer here), which ends the stuck process; a cycle that ends in
+    time disarms it. (Before: the daemon stayed until the calls returned, past 30 s.)"""
+    r = rig(tmp_path)
+    r.submit(PriorityClass.HIGH)
+    stuck = threading.Event()
+    exits: list[float] = []
+    armed: list[float] = []
+
+    def doctor(s: ClusterSnapshot) -> ClusterSnapshot:
+        os.kill(os.getpid(), signal.SIGTERM)
+        stuck.wait(10)  # the handler runs meanwhile, the call still does not return
+        return s
+
+    def arm(seconds: float) -> None:
+        armed.append(seconds)
+        threading.Timer(seconds, lambda: (exits.append(time.monotonic()), stuck.set())).start()
+
+    d = r.daemon(client=Broken(r.slurm, doctor))
+    d.stop_grace, d.arm_exit, d.disarm_exit = 0.5, arm, lambda: None
+    t0 = time.monotonic()
+    d.run()
+    assert armed == [0.5] and len(exits) == 1 and exits[0] - t0 < 5
+
+    disarmed: list[bool] = []
+    quick = r.daemon(owner="d2", client=Broken(r.slurm, lambda s: (
+        os.kill(os.getpid(), signal.SIGTERM), s)[1]))
+    quick.arm_exit, quick.disarm_exit = armed.append, lambda: disarmed.append(True)
+    r.tick(60)
+    quick.run()
+    assert armed == [0.5, 8.0] and disarmed == [True]  # ended in time: the exit is called off

@@ -4,13 +4,19 @@ cannot acknowledge stays preemptible, and a victim that missed is not chosen aga
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from executor_world import Behaviour, World, make_world
 
-from hai_slurm.priority.executor.guard import TOP_PRIORITY
-from hai_slurm.priority.executor.types import ExecutionRequest
+from hai_slurm.priority.executor.guard import (
+    TOP_PRIORITY,
+    Guard,
+    PlanContext,
+    sweep_releases,
+)
+from hai_slurm.priority.executor.types import ExecutionRequest, VictimContext
 from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store import PlanState, VictimState
 from hai_slurm.slurm_plugins.types import JobState
@@ -194,3 +200,69 @@ def test_a_step_asks_slurm_about_the_beneficiary_and_victims_not_the_held_queue(
     steps_until_closed(world, ex)
     assert world.fake.jobs[bene].state is JobState.RUNNING
     nothing_held(world)
+
+
+def test_beneficiary_pinned_to_a_node_that_went_down_is_unpinned(world: World) -> None:
+    """The victim's node stops responding while it saves (its slurmd died): the beneficiary,
+    pinned there, is unpinned at the next step with a snapshot and starts on the node that
+    freed up meanwhile; the plan ends done once the victim is requeued, nothing held.
+    (Before: it stayed pinned to the dead node until start_timeout.)"""
+    v = world.victim("v", Behaviour(ack_after=8.0, saving_from=0.5))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor(start_timeout=600.0)
+    plan_id = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
+    assert world.fake.jobs[bene].req_nodes == "n1"
+    world.clock.wait(ex.stop, 1.0)
+    world.fake.nodes["n1"] = replace(world.fake.nodes["n1"], state="DOWN")
+    last = next(j for j in world.fake.jobs.values() if j.name == "f2")
+    world.fake.finish(last.job_id)  # n4 frees up
+    ex.reconcile(world.fake.snapshot())
+    b = world.fake.jobs[bene]
+    assert b.req_nodes == ""  # the pin's old value
+    world.fake.schedule()
+    assert b.state is JobState.RUNNING and b.nodes == ("n4",)
+    steps_until_closed(world, ex)
+    plan = world.repo.get_plan(plan_id)
+    assert plan.state is PlanState.DONE
+    assert any("n1" in s.note and "unpinned" in s.note for s in plan.steps) or any(
+        "unpinned" in e.message for e in world.repo.audit_entries())
+    nothing_held(world)
+
+
+def test_victim_requeued_held_that_ends_after_the_release_is_released_then(
+        world: World) -> None:
+    """A victim on a node that stopped responding stays COMPLETING after phase 2's requeuehold;
+    when the plan ends (the beneficiary ran elsewhere) its guard cannot release it yet. Once
+    slurmctld sees it end it is pending and held: the next cycle's sweep releases it.
+    (Before: it was left held for good.)"""
+    v = world.victim("v", Behaviour(ack_after=None))
+    job = world.fake.jobs[v]
+    ctx = PlanContext(7, world.pending("bene"), ("n1",), (), victims_held=(v,))
+    guard = Guard(world.fake, world.repo, ctx)
+    job.state = JobState.COMPLETING  # the requeuehold is not done until the node answers
+    guard.release(world.clock.now)
+    assert sweep_releases(world.repo, world.fake, world.clock.now) == []
+    job.state, job.held, job.restart_count = JobState.PENDING, True, 1  # the node is back
+    assert sweep_releases(world.repo, world.fake, world.clock.now) == [v]
+    assert not job.held
+    assert sweep_releases(world.repo, world.fake, world.clock.now) == []  # forgotten
+
+
+def test_a_requeue_slurmctld_lost_is_done_again(world: World) -> None:
+    """slurmctld SIGKILLed right after phase 2's requeuehold comes back from an older state
+    save: the victim, which had acknowledged and exited, shows RUNNING at the restart count it
+    was asked at (a ghost on the GPUs). The guard's next check requeues it held again; one
+    running at a higher count (it was released and started again) is left alone. (Before:
+    the ghost kept its node and the victim was never requeued: found by the fault tier.)"""
+    v = world.victim("v", Behaviour(ack_after=None))
+    job = world.fake.jobs[v]
+    victim = VictimContext(v, 0, None, 0, 30.0)
+    ctx = PlanContext(7, world.pending("bene"), ("n1",), (victim,), victims_held=(v,),
+                      requeued_at=world.clock.now)
+    Guard(world.fake, world.repo, ctx).check(world.clock.now)
+    assert job.state is JobState.PENDING and job.restart_count == 1 and job.held
+    job.state, job.held = JobState.RUNNING, False  # restarted after a release: not ours
+    Guard(world.fake, world.repo, ctx).check(world.clock.now)
+    assert job.state is JobState.RUNNING and job.restart_count == 1

@@ -218,3 +218,45 @@ def test_job_facts_of_a_task_under_the_array_id() -> None:
     fake.Job.load = staticmethod(lambda job_id: task6)
     facts = c.job_facts([5])
     assert list(facts) == [5] and facts[5].state is JobState.RUNNING
+
+
+def test_after_slurmctld_was_unreachable_calls_fail_fast_until_it_accepts_again() -> None:
+    """An RPC that found no slurmctld marks it unreachable: later calls check that it accepts
+    connections first and fail at once while it does not (a pyslurm call holds the interpreter
+    lock through libslurm's connect retries, so a SIGTERMed daemon could not stop); once it
+    accepts again, pyslurm is called again. No probe while all is well."""
+    c, fake = client({1: pyslurm_job(id=1)})
+    probes: list[str | None] = []
+    answer: dict[str, str | None] = {"now": "127.0.0.1:6817: Connection refused"}
+
+    def probe() -> str | None:
+        probes.append(answer["now"])
+        return answer["now"]
+
+    c.probe = probe
+    assert 1 in c.job_facts([1]) and probes == []
+    real = fake.Job.load
+    fake.Job.load = staticmethod(lambda _id: (_ for _ in ()).throw(RPCError(
+        1007, "Unable to contact slurm controller (connect failure)")))
+    with pytest.raises(SlurmError, match="Unable to contact"):
+        c.job_facts([1])
+    fake.Job.load = real
+    with pytest.raises(SlurmError, match=r"does not accept connections.*Connection refused"):
+        c.job_facts([1])
+    with pytest.raises(SlurmError, match="does not accept connections"):
+        c.hold([1])
+    assert fake.calls == []  # pyslurm was not called while it was refused
+    answer["now"] = None
+    assert 1 in c.job_facts([1])
+    assert c.hold([1]).done == (1,)
+    assert len(probes) == 3  # one per call while unreachable, then none
+
+
+def test_controller_addresses_from_slurm_conf() -> None:
+    """SlurmctldHost's address (or name) with SlurmctldPort's first port; none: ()."""
+    from hai_slurm.slurm_plugins.pyslurm_backend import controller_addresses
+
+    text = ("SlurmctldHost=vm(127.0.0.1)  # primary\nSlurmctldHost=backup\n"
+            "SlurmctldPort=7817-7818\n")
+    assert controller_addresses(text) == (("127.0.0.1", 7817), ("backup", 7817))
+    assert controller_addresses("ClusterName=x\n") == ()
