@@ -269,6 +269,8 @@ class FakeSlurm:
                                                         key=lambda j: j.job_id)
                      if j.state.active)
         free = self._free()
+        self._purge_reservations()
+        reserved = {n for r in self.resvs.values() for n in r.nodes}
         nodes = []
         for n in self.nodes.values():
             g, c, m = free.get(n.name, (n.gpus, n.cpus, n.memory_mb))
@@ -276,8 +278,9 @@ class FakeSlurm:
             state = n.state if n.state != "IDLE" else (
                 "IDLE" if used_c == 0 and g == n.gpus else
                 "ALLOCATED" if c == 0 else "MIXED")
-            nodes.append(Node(n.name, state, (), n.cpus, used_c, n.memory_mb, n.memory_mb - m,
-                              n.gpus, n.gpus - g, n.partitions))
+            flags = ("RESERVED",) if n.name in reserved else ()  # as sinfo shows it
+            nodes.append(Node(n.name, state, flags, n.cpus, used_c, n.memory_mb,
+                              n.memory_mb - m, n.gpus, n.gpus - g, n.partitions))
         return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
                                nodes=tuple(nodes), partitions=self.partitions, qos=self.qos)
 

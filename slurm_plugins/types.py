@@ -157,6 +157,12 @@ class Job:
         return sum(self.gpus_per_node.values())
 
 
+_NODE_LOST = frozenset({
+    "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "INVALID",
+    "INVALID_REG", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN", "UNKNOWN"})
+"""Node states and flags of a node that cannot run jobs itself (see :attr:`Node.lost`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A compute node with its GPU counts."""
@@ -178,10 +184,15 @@ class Node:
     @property
     def available(self) -> bool:
         """True when Slurm may place new jobs here (not down, drained, failing or off)."""
-        bad = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE",
-               "INVALID", "INVALID_REG", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN",
-               "MAINTENANCE", "RESERVED", "UNKNOWN"}
+        bad = {*_NODE_LOST, "MAINTENANCE", "RESERVED"}
         return self.state not in bad and not bad.intersection(self.state_flags)
+
+    @property
+    def lost(self) -> bool:
+        """True when the node itself cannot run jobs (down, drained, failing, off, not
+        responding), as opposed to being reserved: a node in a reservation is not
+        :attr:`available` to others, but its reservation's jobs still start there."""
+        return self.state in _NODE_LOST or bool(_NODE_LOST.intersection(self.state_flags))
 
 
 @dataclass(frozen=True, slots=True)

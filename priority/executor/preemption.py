@@ -511,7 +511,7 @@ class PreemptionExecutor:
         assert guard.context is not None
         ctx = guard.context
         down = {n.name: "+".join([n.state, *n.state_flags]) for n in snap.nodes
-                if n.name in ctx.nodes and not n.available}
+                if n.name in ctx.nodes and n.lost}   # RESERVED: the plan's own reservation
         if not down:
             return
         try:

@@ -231,6 +231,30 @@ def test_beneficiary_pinned_to_a_node_that_went_down_is_unpinned(world: World) -
     nothing_held(world)
 
 
+def test_target_node_in_the_plans_own_reservation_keeps_the_pin(world: World) -> None:
+    """Slurm (and the fake) shows the target nodes as MIXED+RESERVED while the plan's
+    reservation stands: that is the guard working, not a lost node, so the beneficiary stays
+    pinned and linked and nobody is held. (Seen on the testbed: the merge of the unpin rule read
+    RESERVED as down, unpinned the beneficiary and fell back to holds.)"""
+    v = world.victim("v", Behaviour(ack_after=8.0, saving_from=0.5))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    bene = world.pending("bene", gpus=8)
+    other = world.pending("other", priority=100, cls="NORMAL")
+    ex = world.executor(start_timeout=600.0)
+    ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
+    world.clock.wait(ex.stop, 1.0)
+    snap = world.fake.snapshot()
+    assert "RESERVED" in next(n for n in snap.nodes if n.name == "n1").state_flags
+    ex.reconcile(snap)
+    b = world.fake.jobs[bene]
+    assert b.req_nodes == "n1"
+    assert b.reservation.startswith("hai-plan-")
+    assert not world.fake.jobs[other].held
+    steps_until_closed(world, ex)
+    nothing_held(world)
+
+
 def test_victim_requeued_held_that_ends_after_the_release_is_released_then(
         world: World) -> None:
     """A victim on a node that stopped responding stays COMPLETING after phase 2's requeuehold;
