@@ -1,6 +1,6 @@
 """Load, CI-sized: 900 jobs from 20 real unprivileged users in bursts while the daemon preempts.
 
-The 10,000-job run with the shipped 30 s cycle is ``bench/load`` (figures in bench/README.md);
+The 10,000-job run with the shipped 30 s cycle is ``bench/load`` (figures in README.md, "Load");
 this is the same scenario small enough for CI (about 3 min): 20 throwaway Unix users
 (``useradd``, as test_security_users.py makes them) in team-a and team-b submit 900 one-node GPU
 jobs of classes NORMAL and below, each with its own sbatch, in three bursts, while four NORMAL
