@@ -141,6 +141,7 @@ RESV_LINE = ("ReservationName=hai-plan-3 StartTime=2026-12-02T13:14:35 "
              "State=ACTIVE BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)\n")
 DELETE = ("scontrol", "delete")
 END_NOW = ("scontrol", "update", "ReservationName=hai-plan-3", "EndTime=now")
+END_ANY = ("scontrol", "update", "ReservationName=hai-plan-3")   # EndTime=now, then now+2
 SHOW = ("scontrol", "show", "reservation")
 
 
@@ -201,17 +202,29 @@ def test_reservation_in_use_is_ended_now_instead_of_deleted() -> None:
                                   "reservation is invalid\n")})
     assert CliSlurmClient(run).end_reservation("hai-plan-3") is False
     refused = (1, "", "Error updating the reservation: something else\n")
-    run = Runner({DELETE: in_use, END_NOW: refused, SHOW: (0, "No reservations\n", "")})
+    run = Runner({DELETE: in_use, END_ANY: refused, SHOW: (0, "No reservations\n", "")})
     assert CliSlurmClient(run).end_reservation("hai-plan-3") is False
-    run = Runner({DELETE: in_use, END_NOW: refused, SHOW: (0, RESV_LINE, "")})
+    run = Runner({DELETE: in_use, END_ANY: refused, SHOW: (0, RESV_LINE, "")})
     with pytest.raises(SlurmError):   # still listed, its end an hour ahead
         CliSlurmClient(run, clock=lambda: _epoch("2026-12-02T12:19:35")).end_reservation(
             "hai-plan-3")
     again = (1, "", "Error updating the reservation: Invalid time specified\n")
-    run = Runner({DELETE: in_use, END_NOW: again, SHOW: (0, RESV_LINE, "")})
+    run = Runner({DELETE: in_use, END_ANY: again, SHOW: (0, RESV_LINE, "")})
     later = CliSlurmClient(run, clock=lambda: _epoch("2026-12-02T13:19:40"))
     assert later.end_reservation("hai-plan-3") is True  # ended already, not purged yet
 
 
 def _epoch(iso: str) -> float:
     return time.mktime(time.strptime(iso, "%Y-%m-%dT%H:%M:%S"))
+
+
+def test_reservation_ended_within_its_first_second_ends_two_seconds_later() -> None:
+    """22.05 refuses EndTime=now within the second the reservation started ("Invalid time
+    specified": the end must come after the start), which a plan whose victim saves at once
+    reaches (seen on the testbed: the plan's release failed). EndTime=now+2 is tried next."""
+    in_use = (1, "", "delete_reservation ReservationName=hai-plan-3: Requested reservation "
+                     "is in use\n")
+    again = (1, "", "Error updating the reservation: Invalid time specified\n")
+    run = Runner({DELETE: in_use, END_NOW: again, (*END_ANY, "EndTime=now+2"): (0, "", "")})
+    assert CliSlurmClient(run).end_reservation("hai-plan-3") is True
+    assert run.calls[-2:] == [END_NOW, (*END_ANY, "EndTime=now+2")]
