@@ -116,23 +116,25 @@ def bed_for(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def daemon_config(tmp: Path, testbed: Testbed, *, extra: str = "", lock_ttl: str = "30s",
-                  database_url: str | None = None) -> Path:
+                  database_url: str | None = None, shipped_intervals: bool = False) -> Path:
     """A daemon config for the preemption tests: the testbed's Redis, SQLite under ``tmp``
-    (unless ``database_url``), a 1-s cycle, team quotas of 16 GPUs, and a planner that preempts
-    seconds-old toy jobs. These are test settings for a feature, not the README path (the demo
-    and the README-path tests use only what the README shows). Mode 0600: it holds the Redis
+    (unless ``database_url``), a 1-s cycle (the shipped intervals with ``shipped_intervals``:
+    no [intervals] table), team quotas of 16 GPUs, and a planner that preempts seconds-old toy
+    jobs. These are test settings for a feature, not the README path (the demo and the
+    README-path tests use only what the README shows). Mode 0600: it holds the Redis
     password."""
+    intervals = "" if shipped_intervals else f"""[intervals]
+cycle = "1s"
+lock_ttl = "{lock_ttl}"
+backoff_max = "4s"
+"""
     path = tmp / "daemon.toml"
     path.write_text(f"""
 state_dir = "{tmp}"
 database_url = "{database_url or f'sqlite:///{tmp}/hai-slurm.db'}"
 redis_url = "{testbed.redis_url}"
 metrics_port = 0
-[intervals]
-cycle = "1s"
-lock_ttl = "{lock_ttl}"
-backoff_max = "4s"
-[teams.team-a]
+{intervals}[teams.team-a]
 gpus = 16
 [teams.team-b]
 gpus = 16

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import Testbed
 from daemon_support import DaemonProcess, wait_until
-from preempt_support import Bed, bed_for
+from preempt_support import Bed, bed_for, daemon_config
 
 from hai_slurm.priority.demo.scenario import ToyJob
 from hai_slurm.priority.store.engine import make_engine
@@ -31,27 +31,6 @@ def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """The testbed with toy-job helpers; cancels what it submitted."""
     yield from bed_for(testbed, tmp_path_factory)
 
-
-def _config(tmp: Path, bed: Testbed) -> Path:
-    """The shipped intervals (cycle 30 s, urgent_poll 1 s: no [intervals] table); a planner
-    that preempts seconds-old test jobs."""
-    path = tmp / "daemon.toml"
-    path.write_text(f"""
-state_dir = "{tmp}"
-database_url = "sqlite:///{tmp}/hai-slurm.db"
-redis_url = "{bed.redis_url}"
-metrics_port = 0
-[teams.team-a]
-gpus = 16
-[teams.team-b]
-gpus = 16
-[planner]
-min_run_time = "5s"
-restart_cost = "10s"
-benefit_threshold = 0.1
-""")
-    path.chmod(0o600)  # it holds the Redis password
-    return path
 
 
 def _fill(bed: Bed) -> list[ToyJob]:
@@ -68,7 +47,8 @@ def test_a_high_job_is_planned_seconds_after_sbatch_with_the_default_30s_cycle(
     """sbatch -> plan created, measured and printed; < 10 s (the cycle is 30 s), with no
     cycle in between; the HIGH job then runs."""
     _fill(bed)
-    daemon = DaemonProcess.start(_config(tmp_path, bed.testbed), tmp_path / "daemon.log",
+    config = daemon_config(tmp_path, bed.testbed, shipped_intervals=True)
+    daemon = DaemonProcess.start(config, tmp_path / "daemon.log",
                                  bed.testbed)
     repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
     try:
