@@ -199,8 +199,10 @@ def test_requeue_of_array_task_holding_the_array_id(backend: str, adapter_slurm_
 
 
 # The README's script shape: training in an srun step, no `exec`; the batch shell has no trap.
+# The step says when its trap is set: squeue lists a step as soon as slurmctld creates it, before
+# slurmd has started its task, and a signal sent in that window reaches no process (CI lost one).
 _SRUN_SCRIPT = """#!/bin/bash
-srun bash -c 'trap "echo HAI-SIGNAL USR2; exit 0" USR2; while :; do sleep 0.2 & wait $!; done'
+srun bash -c 'trap "echo HAI-SIGNAL USR2; exit 0" USR2; touch "$0.trapped"; while :; do sleep 0.2 & wait $!; done' "$1"
 echo "batch shell survived"
 """
 
@@ -215,19 +217,15 @@ def test_workload_signal_reaches_the_step_and_spares_the_batch_shell(
     script = tmp_path / "srun.sh"
     script.write_text(_SRUN_SCRIPT)
     res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
-                          f"--output={tmp_path}/%j.out", str(script)], capture_output=True,
+                          f"--output={tmp_path}/%j.out", str(script), str(tmp_path / "step")],
+                         capture_output=True,
                          text=True, env=h.env, timeout=30, check=False)
     assert res.returncode == 0, res.stderr
     jid = int(res.stdout.strip().split(";")[0])
     h.submitted.append(jid)
     try:
-        def stepping(_: Job | None) -> bool:
-            out = subprocess.run(["squeue", "--noheader", "--steps", f"--jobs={jid}"],
-                                 capture_output=True, text=True, env=h.env, timeout=30,
-                                 check=False).stdout
-            return f"{jid}.0" in out
-
-        h.wait_for(jid, "running its srun step", stepping)
+        trapped = tmp_path / "step.trapped"
+        h.wait_for(jid, "running its srun step with the trap set", lambda _: trapped.exists())
         assert h.client.signal(jid, "USR2", target=SignalTarget.WORKLOAD).done == (jid,)
         h.wait_for(jid, "ended", lambda j: j is None)
         facts = h.client.job_facts(jid)[jid]
