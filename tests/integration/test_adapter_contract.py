@@ -202,7 +202,8 @@ def test_requeue_of_array_task_holding_the_array_id(backend: str, adapter_slurm_
 # The step says when its trap is set: squeue lists a step as soon as slurmctld creates it, before
 # slurmd has started its task, and a signal sent in that window reaches no process (CI lost one).
 _SRUN_SCRIPT = """#!/bin/bash
-srun bash -c 'trap "echo HAI-SIGNAL USR2; exit 0" USR2; touch "$0.trapped"; while :; do sleep 0.2 & wait $!; done' "$1"
+srun bash -c 'trap "echo HAI-SIGNAL USR2; exit 0" USR2; touch "$0.trapped"
+  while :; do sleep 0.2 & wait $!; done' "$1"
 echo "batch shell survived"
 """
 
