@@ -219,8 +219,7 @@ def test_workload_signal_reaches_the_step_and_spares_the_batch_shell(
     script.write_text(_SRUN_SCRIPT)
     res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
                           f"--output={tmp_path}/%j.out", str(script), str(tmp_path / "step")],
-                         capture_output=True,
-                         text=True, env=h.env, timeout=30, check=False)
+                         capture_output=True, text=True, env=h.env, timeout=30, check=False)
     assert res.returncode == 0, res.stderr
     jid = int(res.stdout.strip().split(";")[0])
     h.submitted.append(jid)
