@@ -73,6 +73,7 @@ from hai_slurm.priority.daemon.metrics import TOTALS_KEY, DaemonMetrics, Totals
 from hai_slurm.priority.daemon.urgent import (
     UrgentState,
     brief_of,
+    look_again,
     observe,
     urgent_rule,
     with_jobs_ahead,
@@ -332,6 +333,7 @@ class Daemon:
         if self._urgent_on():  # this cycle planned every pending job: the looks due now
             self.urgent, _ = observe(self.urgent, (brief_of(j) for j in snap.pending), now,
                                      urgent=self._urgent_rule, cycle=True)
+            self._look_again(now)
         self.metrics.observe(decision, now)
         if write_error:
             self.failures += 1
@@ -504,9 +506,17 @@ class Daemon:
             log.warning("urgent look at job(s) %s skipped: database: %s", sorted(focus), err)
             return None
         self.urgent_looks += 1
+        self._look_again(now)
         log.info("urgent look at job(s) %s: %.3f s", ",".join(map(str, sorted(focus))),
                  time.monotonic() - started)
         return extras
+
+    def _look_again(self, now: float) -> None:
+        """Watched jobs the planner's latest pass found not worth it yet get a look when their
+        wait will outweigh the loss (:func:`~.urgent.look_again`)."""
+        worth_in = getattr(self.planner, "worth_in", None)
+        if isinstance(worth_in, Mapping) and worth_in:
+            self.urgent = look_again(self.urgent, worth_in, now)
 
     def _wait(self, report: CycleReport) -> None:
         """Wait for the next cycle. Meanwhile, after a cycle that went well and while this

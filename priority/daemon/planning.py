@@ -44,6 +44,9 @@ class SnapshotPlanner:
         self.topology = topology if isinstance(topology, Topology) else None
         self.config = config or PlannerConfig()
         self.last: PlanningResult | None = None
+        self.worth_in: Mapping[int, float] = {}
+        """The latest pass's :attr:`PlanningResult.worth_in` (a cycle's or a look's): the
+        daemon's urgent path looks again at those jobs then."""
         self.on_verdicts = on_verdicts
         self._verdicts: dict[int, Outcome] = {}
 
@@ -85,9 +88,11 @@ class SnapshotPlanner:
         """The planner's result when it proposes at least one plan, else None. A pass with a
         ``focus`` (an urgent look) plans for those jobs only; it is not kept as :attr:`last`
         nor counted in the verdicts by class, which describe a cycle's whole queue."""
+        self.worth_in = {}
         snapshot = self.snapshot(view)
         result = plan_preemptions(snapshot, config=self.config, now=view.now)
         self._report(snapshot, result, whole=view.focus is None)
+        self.worth_in = result.worth_in
         if view.focus is None:
             self.last = result
         return result if result.plans else None

@@ -6,8 +6,11 @@ default) to be planned. Between cycles the daemon polls Slurm's pending jobs in 
 ``[intervals] urgent_poll`` seconds; a job it has not seen before gets *looks*: the planner runs
 for that job alone at each of :data:`URGENT_LOOKS` seconds after the daemon first saw it (0: at
 once; later looks because the planner's benefit test, class weight x wait x GPUs against the
-victims' lost work, needs some seconds of waiting before it lets a job preempt). The simulator
-(:class:`hai_slurm.priority.sim.ours.HaiSlurm`) looks at the same times.
+victims' lost work, needs some seconds of waiting before it lets a job preempt). A look that
+finds a job not worth it yet also says when its wait will outweigh the loss; the job gets one
+more look just after that (:func:`look_again`), so it is planned as soon as the test lets it
+rather than at the next fixed look. The simulator (:class:`hai_slurm.priority.sim.ours.HaiSlurm`)
+looks at the same times.
 
 Pure: this module decides which jobs to look at and when (:func:`observe`); the loop
 (:mod:`hai_slurm.priority.daemon.loop`) polls, and runs the planner and executor for them.
@@ -21,7 +24,7 @@ class that may preempt (:func:`may_preempt`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from hai_slurm.classes import PriorityClass
@@ -123,6 +126,31 @@ def observe(state: UrgentState, briefs: Iterable[PendingBrief], now: float, *,
             del due[jid]
     new = UrgentState(seen=frozenset(pending), due=MappingProxyType(due))
     return new, () if cycle else now_due
+
+
+LOOK_MARGIN = 0.2
+"""Seconds past the moment the planner said a job's wait would outweigh the loss at which
+:func:`look_again` schedules its look (the wait is measured on the look's snapshot, and the test
+is strict: benefit > threshold x loss)."""
+
+
+def look_again(state: UrgentState, worth_in: Mapping[int, float], now: float, *,
+               margin: float = LOOK_MARGIN) -> UrgentState:
+    """``state`` with an extra look for each watched job the planner refused as not worth it
+    yet (``worth_in``: seconds from ``now`` until its wait alone outweighs the loss, see
+    :attr:`~hai_slurm.priority.planner.types.PlanningResult.worth_in`), at ``now + worth_in +
+    margin``, when that comes before its next look. So a job is planned as soon as the benefit
+    test lets it, not at the next of :data:`URGENT_LOOKS`; jobs not watched are left to the
+    cycle."""
+    due = dict(state.due)
+    changed = False
+    for jid, secs in worth_in.items():
+        times = due.get(jid)
+        at = now + secs + margin
+        if times is not None and at < times[0]:
+            due[jid] = (at, *times)
+            changed = True
+    return replace(state, due=MappingProxyType(due)) if changed else state
 
 
 def with_jobs_ahead(focus: frozenset[int], priorities: Mapping[int, int]) -> frozenset[int]:

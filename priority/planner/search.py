@@ -13,7 +13,8 @@ that are preemptible, not protected and older than the minimum run time (see
 :mod:`~hai_slurm.priority.planner.victims` for how sets are compared: borrowed jobs first, then
 least
 lost work, then placement quality). The best set becomes a plan only when the beneficiary's
-benefit (class weight x wait x GPUs) exceeds ``benefit_threshold`` x lost work. A plan's victims
+benefit (class weight x wait x GPUs; the wait is at least ``victim_age_wait`` x the youngest
+victim's run time) exceeds ``benefit_threshold`` x lost work. A plan's victims
 and placement are then reserved: no later beneficiary counts them again, and GPUs freed outside
 the placement stay unavailable for the pass (each plan stands on its own if the executor aborts
 another).
@@ -256,6 +257,10 @@ class _Pass:
                 by_node.setdefault(node, []).append(c)
         return by_node, by_id, excluded
 
+    def youngest(self, victims: frozenset[int]) -> float:
+        """The shortest run time (seconds until now) among ``victims``."""
+        return max(0.0, min(self.now - self.holders[v].start_time for v in victims))
+
     def victim(self, jid: int) -> Victim:
         h, c = self.holders[jid], self.cands[jid]
         secs = c.lost_work / len(h.gpus)
@@ -353,8 +358,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     # shapes are (nodes, --switches limit or 0[, GPUs per node])
     no_free: dict[tuple[int, int], int] = {}     # shape -> smallest per-node count that failed
     no_victims: dict[tuple[int, int, int], int] = {}  # shape -> highest rank that found none
-    # (rank, shape) -> (state version, loss of the best set): reused only while nothing changed
-    not_worth: dict[tuple[int, int, int, int], tuple[int, float]] = {}
+    # (rank, shape) -> (state version, loss of the best set, its expected-wait floor): reused
+    # only while nothing changed
+    not_worth: dict[tuple[int, int, int, int], tuple[int, float, float]] = {}
+    worth_in: dict[int, float] = {}
     version = searches = 0
     max_plans, max_searches = config.limits(len(snapshot.pending))
     shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
@@ -406,14 +413,16 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                     f"{_dur(config.min_run_time)} frees such a placement")
             decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, text))
             continue
-        benefit = weights.get(cls, 0.0) * max(0.0, job.wait) * job.gpus
+        weight = weights.get(cls, 0.0)
         seen = not_worth.get((rank, *vkey))
-        if seen is not None and seen[0] == version and \
-                benefit <= config.benefit_threshold * seen[1]:
-            decisions[jid] = Decision(jid, _NOT_WORTH, (
-                f"{lead}; the best victim set loses {_gs(seen[1])}; benefit {benefit:,.0f} is "
-                f"not more than {config.benefit_threshold:g} x that"))
-            continue
+        if seen is not None and seen[0] == version:
+            benefit = weight * max(job.wait, seen[2]) * job.gpus
+            if benefit <= config.benefit_threshold * seen[1]:
+                _worth_later(worth_in, job, weight, config.benefit_threshold * seen[1])
+                decisions[jid] = Decision(jid, _NOT_WORTH, (
+                    f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
+                    f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"))
+                continue
         if limited:
             limit = "plans" if len(plans) >= max_plans else "victim searches"
             text = texts.get((lead, limit))
@@ -434,11 +443,16 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             continue
         best = options[0]
         loss = sum(st.cands[v].lost_work for v in best.victims)
-        weighed = (f"benefit {benefit:,.0f} = class weight "
-                   f"{config.class_weights.get(job.effective, 0.0):g} x wait {_dur(job.wait)} x "
-                   f"{job.gpus} GPUs")
+        floor = config.victim_age_wait * st.youngest(best.victims)
+        wait = max(0.0, job.wait, floor)
+        benefit = weight * wait * job.gpus
+        counted = (f"wait {_dur(job.wait)}" if wait <= job.wait else
+                   f"expected wait {_dur(wait)} ({config.victim_age_wait:g} x the youngest "
+                   f"victim's run time; waited {_dur(job.wait)})")
+        weighed = f"benefit {benefit:,.0f} = class weight {weight:g} x {counted} x {job.gpus} GPUs"
         if not benefit > config.benefit_threshold * loss:
-            not_worth[(rank, *vkey)] = (version, loss)
+            not_worth[(rank, *vkey)] = (version, loss, floor)
+            _worth_later(worth_in, job, weight, config.benefit_threshold * loss)
             decisions[jid] = Decision(jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"))
@@ -463,7 +477,13 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, _PREEMPT, reason)
         limited = limited or len(plans) >= max_plans
-    return PlanningResult(tuple(plans), decisions, None)
+    return PlanningResult(tuple(plans), decisions, None, worth_in)
+
+
+def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:
+    """Note when ``job``'s wait alone makes weight x wait x GPUs exceed ``bar``."""
+    if weight > 0:
+        worth_in[job.job_id] = max(0.0, bar / (weight * job.gpus) - job.wait)
 
 
 _decision = tuple.__new__

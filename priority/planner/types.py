@@ -88,6 +88,12 @@ class PlannerConfig:
       ``priority/sim/README.md``.
     * ``class_weights``: benefit = weight of the beneficiary's class x wait x GPUs.
     * ``benefit_threshold``: preempt only when benefit > threshold x lost work.
+    * ``victim_age_wait``: the wait the benefit counts is at least this fraction of the
+      youngest chosen victim's run time. A job that has run for T is expected to run about T
+      more (the Lindy estimate), so without preemption the beneficiary would wait about that
+      long; the elapsed wait alone is 0 when an urgent job arrives, which delayed every plan by
+      the seconds the wait took to outgrow the loss. 0: the elapsed wait only, the default
+      (0.1 to 1 lost more work on the scenario matrix, ``priority/sim/README.md``).
     * ``restart_cost`` + ``restart_cost_per_node`` x nodes: a victim's restart cost in seconds
       when its :class:`Holder` has no estimate of its own.
     * ``save_cost``: seconds a victim that saves on request (``Holder.can_ack``) needs to save
@@ -123,6 +129,7 @@ class PlannerConfig:
     class_min_run_time: Mapping[PriorityClass, float] = field(
         default_factory=lambda: MappingProxyType({}))
     benefit_threshold: float = 1.0
+    victim_age_wait: float = 0.0
     restart_cost: float = 120.0
     restart_cost_per_node: float = 0.0
     save_cost: float = 60.0
@@ -147,7 +154,7 @@ class PlannerConfig:
         return plans, max(self.max_searches, self.max_searches * plans // self.max_plans)
 
     def __post_init__(self) -> None:
-        for key in ("min_run_time", "benefit_threshold", "restart_cost",
+        for key in ("min_run_time", "benefit_threshold", "victim_age_wait", "restart_cost",
                     "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending",
                     "reserve_after"):
             _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
@@ -252,6 +259,10 @@ class PlanningResult:
     plans: tuple[PreemptionPlan, ...] = ()
     decisions: Mapping[int, Decision] = field(default_factory=dict)
     refused: str | None = None
+    worth_in: Mapping[int, float] = field(default_factory=dict)
+    """For each job refused as not worth it: seconds from ``now`` after which its own growing
+    wait alone outweighs the loss of the best victim set found, if nothing else changes (the
+    daemon's urgent path looks at it again then, rather than at its next fixed look)."""
 
     def plan_for(self, job_id: int) -> PreemptionPlan | None:
         """The plan whose beneficiary is ``job_id``, if any."""

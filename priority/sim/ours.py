@@ -21,8 +21,9 @@ Two rules of issue 16 are modelled here as well:
   (the worst case, rounded up to whole seconds; 0: no urgent path), then planned alone at each
   of :data:`~hai_slurm.priority.daemon.urgent.URGENT_LOOKS` seconds after that (0, 2, 5, 10,
   15, 20 s: the benefit test needs a few seconds of wait to outweigh a victim's save +
-  restart): the
-  policy's decisions on a fresh snapshot, nothing written, the planner for that job only.
+  restart), and once more in the first whole second after the planner says its wait will
+  outweigh the loss (:func:`~hai_slurm.priority.daemon.urgent.look_again`): the policy's
+  decisions on a fresh snapshot, nothing written, the planner for that job only.
 * **The executor's guard.** While a plan is open (until ``start_timeout`` of the executor's
   settings after the victims' requeue) the plan's nodes are closed to jobs of a lower class than
   the beneficiary's, as :mod:`hai_slurm.priority.executor.guard` holds them
@@ -38,12 +39,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import replace
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import decide
-from hai_slurm.priority.daemon.urgent import URGENT_LOOKS, may_preempt, with_jobs_ahead
+from hai_slurm.priority.daemon.urgent import (
+    LOOK_MARGIN,
+    URGENT_LOOKS,
+    may_preempt,
+    with_jobs_ahead,
+)
 from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
@@ -117,6 +124,23 @@ class HaiSlurm:
         if focus:
             self.counts["urgent_looks"] += 1
             self.look(now, focus)
+
+    def _look_again(self, now: int, worth_in: Mapping[int, float]) -> None:
+        """As the daemon's :func:`~hai_slurm.priority.daemon.urgent.look_again`: a job with looks
+        to come that the planner found not worth it yet gets one more, in the first whole second
+        after its wait outweighs the loss, when that comes before its next look."""
+        if not worth_in or not self._urgent:
+            return
+        nxt: dict[int, int] = {}
+        for at, jobs in self._urgent.items():
+            for job in jobs:
+                if job.slurm_id in worth_in and at < nxt.get(job.slurm_id, at + 1):
+                    nxt[job.slurm_id] = at
+        for jid, first in nxt.items():
+            at = math.ceil(now + worth_in[jid] + LOOK_MARGIN)
+            if at < first:
+                self._urgent.setdefault(at, []).append(self.eng.by_slurm[jid])
+                self.eng.wake(at)
 
     def look(self, now: int, focus: frozenset[int]) -> None:
         """The daemon's urgent look (:meth:`hai_slurm.priority.daemon.loop.Daemon.look`): the
@@ -196,6 +220,7 @@ class HaiSlurm:
                                  config=self.planner, now=float(now))
         if plans.refused:
             self.counts["plans_refused"] += 1
+        self._look_again(now, plans.worth_in)
         for plan in plans.plans:
             delay = max(eng.costs.checkpoint_time(eng.by_slurm[v].gpus)
                         for v in plan.victim_ids)

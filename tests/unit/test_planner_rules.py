@@ -181,6 +181,32 @@ def test_no_preemption_when_loss_outweighs_benefit() -> None:
     assert strict.plans == () and strict.decisions[9].outcome is Outcome.NOT_WORTH
 
 
+def test_victim_age_counts_as_expected_wait() -> None:
+    """With ``victim_age_wait``, a job that has just arrived is weighed by the wait it would face:
+    a fraction of the youngest victim's run time. The cached "not worth" verdict of one job uses
+    the same floor for the next job of its shape."""
+    topo = gpu_cluster(1, 1)
+    victim = holder(1, NORMAL, gpus("n1", *ALL8), start=NOW - 1000, can_ack=True)
+    loss = lost_seconds(victim, CFG, NOW) * 8
+    fresh = waiting(9, HIGH, 8, wait=0.0)
+    assert _plan(snapshot(topo, [victim], [fresh])).decisions[9].outcome is Outcome.NOT_WORTH
+    floor = loss / (HIGH.weight * 8) + 1            # the expected wait that just outweighs it
+    eager = replace(CFG, victim_age_wait=floor / 1000)
+    result = _plan(snapshot(topo, [victim], [fresh]), eager)
+    plan = result.plan_for(9)
+    assert plan is not None and plan.victim_ids == (1,)
+    assert plan.benefit == pytest.approx(HIGH.weight * floor * 8)
+    assert "expected wait" in plan.reason and "youngest victim's run time" in plan.reason
+    # a floor just short of the loss: not worth, for the first job and (cached) the second
+    short = replace(CFG, victim_age_wait=(floor - 2) / 1000)
+    two = _plan(snapshot(topo, [victim], [fresh, waiting(10, HIGH, 8, wait=0.0)]), short)
+    assert two.plans == ()
+    assert [two.decisions[j].outcome for j in (9, 10)] == [Outcome.NOT_WORTH] * 2
+    # the elapsed wait still counts when it is the longer one
+    waited = replace(fresh, wait=floor)
+    assert _plan(snapshot(topo, [victim], [waited]), short).plan_for(9) is not None
+
+
 def test_stale_or_future_snapshot_gives_no_plan_and_says_why() -> None:
     """A snapshot older than max_staleness (or from the future) is refused with a reason."""
     topo = gpu_cluster(1, 1)

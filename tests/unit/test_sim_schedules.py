@@ -79,15 +79,17 @@ def test_hai_slurm_preempts_once_the_benefit_beats_the_lost_work() -> None:
 
 def test_hai_slurm_counts_a_checkpointing_victims_save_not_its_age() -> None:
     """B asks for 8 GPUs at 1000; the daemon's 1-s poll sees it at 1001 and looks at 1001,
-    1003, 1006 and 1011 (URGENT_LOOKS after it was seen). At 1011 its benefit 30 x 11 x 8 =
-    2640 beats A's save + restart as the planner counts them, (70 + 120) x 8 = 1520, although
-    A has not saved for 1011 s (at 1006, 30 x 6 x 8 = 1440 did not): A checkpoints, B runs
-    1081-1181, A restarts at 1181 and ends 1181 + 70 + (5000 - 1011) = 5240. (Before the
-    daemon had the urgent path, the simulator's looks at 1002 and 1010 preempted at 1010.)"""
+    1003 and 1006 (URGENT_LOOKS after it was seen). A's save + restart as the planner counts
+    them is (70 + 120) x 8 = 1520, although A has not saved for 1006 s; at 1006 B's benefit
+    30 x 6 x 8 = 1440 does not beat it, and the refusal says a wait over 6.33 s does, so B gets
+    one more look at 1007 (look_again): 30 x 7 x 8 = 1680 beats it. A checkpoints, B runs
+    1077-1177, A restarts at 1177 and ends 1177 + 70 + (5000 - 1007) = 5240. (Before
+    look_again the fixed look at 1011 preempted; before the daemon had the urgent path, the
+    simulator's looks at 1002 and 1010 preempted at 1010.)"""
     engine = run("hai-slurm", PREEMPT)
-    assert runs(engine) == {1: (0, 5240, 1), 2: (1081, 1181, 0)}
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1077, 1177, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1011, 1, 2)]
+        (1007, 1, 2)]
 
 
 def test_hai_slurm_never_preempts_a_job_younger_than_the_minimum_run_time() -> None:
@@ -153,32 +155,32 @@ PROTECT = [*PREEMPT[:1], PREEMPT[1], job(3, 2000, 100, 8, "t2", P.HIGH)]
 
 
 def test_hai_slurm_preempts_the_same_team_again_when_unprotected() -> None:
-    """Default protection (after more than 3 preemptions): job 2 preempts job 1 at its fourth
-    urgent look, 1011; job 3 preempts job 1 again at the cycle of 2010, before its fourth look
-    (job 1 has run 829 s since its restart at 1181, but saves on request: 30 x 10 x 8 >
+    """Default protection (after more than 3 preemptions): job 2 preempts job 1 at 1007 (the
+    look after its wait passed 6.33 s, see above); job 3 preempts job 1 again the same way, at
+    2007 (job 1 has run 830 s since its restart at 1177, but saves on request: 30 x 7 x 8 >
     (70 + 120) x 8)."""
     engine = run("hai-slurm", PROTECT)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1011, 1, 2), (2010, 1, 3)]
-    assert runs(engine)[3] == (2080, 2180, 0)
+        (1007, 1, 2), (2007, 1, 3)]
+    assert runs(engine)[3] == (2077, 2177, 0)
 
 
 def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
-    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1011 (job 2's fourth
-    urgent look), so job 3 waits until the first cycle after 4611, 4620, then preempts: job 3
-    runs 4690-4790; job 1 kept its progress (1011 s, then 3369 s of this run, 620 s left) and
-    ends 4790 + 70 + 620.
+    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1007 (job 2's
+    urgent look after its wait passed 6.33 s), so job 3 waits until the first cycle after
+    4607, 4620, then preempts: job 3 runs 4690-4790; job 1 kept its progress (1007 s, then
+    3373 s of this run, 620 s left) and ends 4790 + 70 + 620.
 
     Job 1 holds all 8 GPUs, so 4 of them are borrowed (quota 4 per team): protection covers it
-    only with protect_borrowed; by default (second run) the borrowed job is reclaimed at 2010
+    only with protect_borrowed; by default (second run) the borrowed job is reclaimed at 2007
     exactly as when unprotected."""
     toml = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
     engine = run("hai-slurm", PROTECT, toml + "protect_borrowed = true\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1011, 1, 2), (4620, 1, 3)]
-    assert runs(engine) == {1: (0, 5480, 2), 2: (1081, 1181, 0), 3: (4690, 4790, 0)}
+        (1007, 1, 2), (4620, 1, 3)]
+    assert runs(engine) == {1: (0, 5480, 2), 2: (1077, 1177, 0), 3: (4690, 4790, 0)}
     assert engine.policy.counts["protections"] >= 1
     default = run("hai-slurm", PROTECT, toml)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
-        (1011, 1, 2), (2010, 1, 3)]
+        (1007, 1, 2), (2007, 1, 3)]
     assert default.policy.counts["protections"] >= 1

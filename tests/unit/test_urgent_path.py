@@ -15,9 +15,11 @@ from hai_slurm.priority.config.loader import DaemonConfig, parse_config
 from hai_slurm.priority.daemon.factory import build_daemon
 from hai_slurm.priority.daemon.loop import Daemon, Outcome
 from hai_slurm.priority.daemon.urgent import (
+    LOOK_MARGIN,
     NEW_WITHIN,
     URGENT_LOOKS,
     UrgentState,
+    look_again,
     may_preempt,
     observe,
     urgent_rule,
@@ -250,3 +252,35 @@ def test_a_look_also_plans_for_the_jobs_ranked_above_the_newcomer() -> None:
     assert with_jobs_ahead(frozenset({9}), prio) == {3, 4, 5, 9}
     assert with_jobs_ahead(frozenset({4}), prio) == {4}
     assert with_jobs_ahead(frozenset({42}), prio) == {42}
+
+
+def test_look_again_adds_a_look_before_the_next_one_only() -> None:
+    """The planner says job 7's wait outweighs the loss in 1.5 s: a look at +1.7 s comes
+    before its next fixed look (+2 s); 3 s would come after it (the fixed look covers it); a
+    job that is not watched gets nothing."""
+    state, due = observe(UrgentState(), [brief(7)], NOW, urgent=RULE)
+    assert due == (7,)
+    again = look_again(state, {7: 1.5, 8: 0.5}, NOW)
+    assert again.due[7] == pytest.approx((NOW + 1.5 + LOOK_MARGIN, *state.due[7]))
+    assert 8 not in again.due
+    assert look_again(state, {7: 3.0}, NOW) is state
+    got = run_polls([NOW + 1, NOW + 1.7, NOW + 1.8, NOW + 2], [brief(7)], again)
+    assert [(round(t - NOW, 1), d) for t, d in got] == [(1, ()), (1.7, (7,)), (1.8, ()),
+                                                         (2, (7,))]
+
+
+def test_a_job_is_planned_as_soon_as_its_wait_outweighs_the_loss(tmp_path: Path) -> None:
+    """A threshold whose benefit test passes a few seconds into the wait: the fixed looks
+    before that say when, and the job is planned at one more look then, between two fixed
+    looks (before look_again it was planned at the next fixed look)."""
+    times: list[float] = []
+    world, _daemon, high, _submitted = _between_cycles(tmp_path, "1s", threshold=2.0,
+                                                       looks=times)
+    (plan,) = world.repo.history()
+    assert [b.job_id for b in plan.beneficiaries] == [high]
+    seen = times[0]
+    offsets = [round(t - seen, 2) for t in times]
+    *fixed, extra = offsets
+    assert fixed == list(URGENT_LOOKS[:len(fixed)]) and len(fixed) >= 2, offsets
+    assert fixed[-1] < extra < URGENT_LOOKS[len(fixed)], offsets
+    assert plan.created_at == pytest.approx(times[-1], abs=0.01)
