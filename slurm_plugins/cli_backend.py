@@ -523,8 +523,14 @@ class CliSlurmClient:
         done = {j for j in ids if j in facts and facts[j].pending and j not in to_hold}
         verb = "requeuehold" if hold else "requeue"
         if to_requeue:
-            done.update(self._scontrol_ids([verb], to_requeue, f"scontrol {verb}",
-                                           (_GONE, _PENDING)).done)
+            res = self._scontrol_ids([verb], to_requeue, f"scontrol {verb}", (_GONE, _PENDING))
+            done.update(res.done)
+            # pending now: Slurm requeued it since the query (RequeueExit): as pending above
+            meanwhile = [s.job_id for s in res.skipped if s.reason is SkipReason.PENDING]
+            if hold:
+                to_hold.extend(meanwhile)
+            else:
+                done.update(meanwhile)
         if to_hold:
             done.update(self._scontrol_ids(["hold"], to_hold, "scontrol hold",
                                            (_GONE, _DONE)).done)

@@ -392,12 +392,15 @@ def parse_qos(output: str, fields: tuple[str, ...]) -> tuple[Qos, ...]:
 _JOB_REF = r"(\d+(?:_\d+)?)"
 _SCANCEL_ERR = re.compile(r"error: Kill job error on job id " + _JOB_REF + r": (.*)$")
 _SCONTROL_ERR = re.compile(r"^(.*?) for job " + _JOB_REF + r"\s*$")
+_REF_FIRST = re.compile(r"^" + _JOB_REF + r": (.+)$")
 
 
 def job_messages(stderr: str) -> tuple[dict[str, str], list[str]]:
     """Split a Slurm command's stderr into per-job messages and other lines.
 
-    ``scontrol`` writes ``"<message> for job <ref>"``; ``scancel`` writes
+    ``scontrol`` writes ``"<message> for job <ref>"``, and for an array task addressed as
+    ``<array id>_<task>`` ``"<ref>: <message>"`` (22.05's ``scontrol requeuehold 1085_3``:
+    ``1085_3: Job is pending execution``); ``scancel`` writes
     ``"scancel: error: Kill job error on job id <ref>: <message>"``. ``<ref>`` is a job id or,
     for an array task, ``<array id>_<task>``; it is returned as written.
     """
@@ -414,6 +417,10 @@ def job_messages(stderr: str) -> tuple[dict[str, str], list[str]]:
         m2 = _SCONTROL_ERR.match(line)
         if m2:
             per_job[m2.group(2)] = m2.group(1).strip()
+            continue
+        m3 = _REF_FIRST.match(line)
+        if m3:
+            per_job[m3.group(1)] = m3.group(2).strip()
             continue
         other.append(line)
     return per_job, other

@@ -339,3 +339,23 @@ def test_workload_signal_goes_to_srun_steps_else_to_the_batch_shell() -> None:
         ("scancel", "--signal=USR2", "7", "11"),
         ("scancel", "--signal=USR2", "--batch", "9")]
     assert set(res.done) == {7, 9, 11} and res.commands == 2
+
+
+def test_requeue_any_counts_an_array_task_slurm_requeued_meanwhile() -> None:
+    """The victim, array task 1085_3, exits 75 after its ack and Slurm's RequeueExit requeues it
+    between our state query and our ``scontrol requeuehold``, which then says
+    ``1085_3: Job is pending execution`` (seen on 22.05, a CI run): it counts as requeued,
+    not as a failure."""
+    answers = cluster_2205()
+    answers[("squeue", "--json")] = ok([], json.dumps({"jobs": [
+        {"job_id": 1085, "array_job_id": 1085, "array_task_id": 3, "job_state": "RUNNING",
+         "nodes": "n1", "node_count": 1}], "errors": []}))
+    answers[("squeue", "--noheader")] = ok([], "1085|RUNNING|0|9|None||\n")
+    answers[("scontrol", "requeuehold")] = ok([], "", "1085_3: Job is pending execution\n",
+                                              rc=1)
+    runner = ReplayRunner(answers)
+    client = CliSlurmClient(runner)
+    client.snapshot()
+    assert client.requeue_any([1085], hold=True) == (1085,)
+    assert runner.calls[-2:] == [("scontrol", "requeuehold", "1085_3"),
+                                 ("scontrol", "hold", "1085_3")]

@@ -280,11 +280,13 @@ def test_job_messages_from_real_stderr() -> None:
               "slurm_suspend error: Invalid job id specified\n"
               "Job is pending execution for job 3\n"
               "scancel: error: Kill job error on job id 7: Invalid job id specified\n"
-              "Job/step already completing or completed for job 40_3\n")
+              "Job/step already completing or completed for job 40_3\n"
+              "1085_3: Job is pending execution\n")
     per_job, other = job_messages(stderr)
     assert per_job == {"999": "Invalid job id specified", "3": "Job is pending execution",
                        "7": "Invalid job id specified",
-                       "40_3": "Job/step already completing or completed"}
+                       "40_3": "Job/step already completing or completed",
+                       "1085_3": "Job is pending execution"}
     assert other == ["slurm_suspend error: Invalid job id specified"]
 
 
