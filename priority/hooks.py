@@ -86,8 +86,10 @@ class Executor(Protocol):
     An executor whose plans span cycles may also offer ``claims() -> Claims`` (the daemon then
     leaves the claimed jobs' priorities alone and shows them to the planner),
     ``has_open_plans() -> bool``, ``poll_interval`` and ``reconcile()`` (the daemon steps open
-    plans every ``poll_interval`` s between its cycles); the daemon looks these up with
-    ``getattr``, so an executor without them works as before.
+    plans every ``poll_interval`` s between its cycles), and ``ack_interval`` and
+    ``acks_due() -> bool`` (in between, every ``ack_interval`` s, the daemon asks whether a
+    plan has all the acks it waits for, and steps the plans at once if so); the daemon looks
+    these up with ``getattr``, so an executor without them works as before.
     """
 
     def execute(self, plan: object | None, view: CycleView) -> CycleExtras:

@@ -27,9 +27,12 @@ cycle has not ended :data:`STOP_GRACE` s after the first signal (a Slurm or data
 does not return: pyslurm waiting for an absent slurmctld), the process exits, printing where it
 was stuck. While
 the executor has open plans, the wait between cycles is cut into ``poll_interval`` slices and
-each slice steps the open plans (:meth:`Daemon.step_plans`: acks, states, deadlines only); the
-policy and planner still run once per cycle, so a plan reacts to an ack within the poll and
-the priorities are still written every cycle.
+each slice steps the open plans (:meth:`Daemon.step_plans`: acks, states, deadlines only);
+in between, every ``ack_interval`` (the executor's ``poll``, 0.1 s), the daemon asks the
+executor whether a plan has all the acks it waits for (files and the store, no Slurm query)
+and steps the plans at once if so. The policy and planner still run once per cycle, so a
+plan reacts to its last ack within ``ack_interval`` and the priorities are still written
+every cycle.
 
 The urgent path (with a planner and executor, ``[intervals] urgent_poll`` > 0): between cycles
 the daemon also reads the pending jobs in brief every ``urgent_poll`` seconds
@@ -521,14 +524,20 @@ class Daemon:
     def _wait(self, report: CycleReport) -> None:
         """Wait for the next cycle. Meanwhile, after a cycle that went well and while this
         daemon leads: step the open plans every ``poll_interval`` s (:meth:`step_plans`), and
-        poll for urgent work every ``urgent_poll`` s and at each look's time
+        sooner when the executor's ``acks_due()``, asked every ``ack_interval`` s, says a plan
+        has its acks; poll for urgent work every ``urgent_poll`` s and at each look's time
         (:meth:`urgent_step`)."""
         now = self.clock.time()
         end = now + report.next_wait
         step_every = float(getattr(self.executor, "poll_interval", 0.0) or 0.0)
+        ack_every = float(getattr(self.executor, "ack_interval", 0.0) or 0.0)
+        acks_due = getattr(self.executor, "acks_due", None)
+        if acks_due is None or not 0 < ack_every < step_every:
+            ack_every = 0.0
         poll_every = self.config.intervals.urgent_poll if self._urgent_on() else 0.0
         self._last_renew = now
         next_step, next_poll = now + step_every, now + poll_every
+        next_ack = now + ack_every
         while not self.stop_event.is_set():
             now = self.clock.time()
             left = end - now
@@ -542,7 +551,7 @@ class Daemon:
                 return
             wake = end
             if steps:
-                wake = min(wake, next_step)
+                wake = min(wake, next_step, next_ack if ack_every else next_step)
             look = self.urgent.next_look() if polls else None
             if look is not None and look <= now:
                 look = None  # overdue (the poll failed): the next poll takes it
@@ -554,10 +563,27 @@ class Daemon:
                 return
             if steps and now >= next_step:
                 self.step_plans()
-                next_step = now + step_every
+                next_step, next_ack = now + step_every, now + ack_every
+            elif steps and ack_every and now >= next_ack:
+                next_ack = now + ack_every
+                if self._acks_due(acks_due):
+                    self.step_plans()
+                    next_step = now + step_every
             if polls and (now >= next_poll or (look is not None and now >= look)):
                 self.urgent_step()
                 next_poll = now + poll_every
+
+    @staticmethod
+    def _acks_due(acks_due: Callable[[], object] | None) -> bool:
+        """The executor's ``acks_due()`` (an open plan has all the acks it waits for); a
+        store failure is logged and counts as no."""
+        if acks_due is None:
+            return False
+        try:
+            return bool(acks_due())
+        except StateError as err:
+            log.warning("looking for acknowledgements failed: %s", err)
+            return False
 
     # --------------------------------------------------------------------------------- loop
     def run(self, *, once: bool = False) -> CycleReport | None:

@@ -156,6 +156,30 @@ class PreemptionExecutor:
         """True when the latest look found a plan still open (cheap: no query)."""
         return self._open
 
+    @property
+    def ack_interval(self) -> float:
+        """Seconds between two :meth:`acks_due` looks the daemon makes while plans are open
+        (the ``poll`` setting: reading the victims' control directories is cheap)."""
+        return self.settings.poll
+
+    def acks_due(self) -> bool:
+        """Whether an open plan that waits for acknowledgements now has one from every victim
+        it still waits for (the store and the control directories are read, Slurm is not).
+        The daemon then steps the plans at once, so the victims are requeued and the
+        beneficiary starts within ``poll`` of the last ack, not at the next state poll."""
+        for plan in self.repo.unfinished_plans():
+            asked = [v.job_id for v in plan.victims if v.state is VictimState.ASKED]
+            if plan.state is not PlanState.SIGNALLED or not asked:
+                continue
+            ctx = self._context(plan.plan_id)
+            if ctx is None or ctx.undo is not None:
+                continue
+            asked_at = ctx.asked_at or plan.created_at
+            reports = [self._report(ctx, asked_at, jid) for jid in asked]
+            if all(r is not None and r.ack is not None for r in reports):
+                return True
+        return False
+
     def execute(self, plan: object | None, view: CycleView) -> CycleExtras:
         """The daemon's hook: step every open plan once (:meth:`reconcile`), then start what
         the planner proposed (converted with

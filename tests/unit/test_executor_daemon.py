@@ -102,3 +102,36 @@ def test_the_wait_between_cycles_steps_open_plans(tmp_path: Path) -> None:
     assert plan.state is PlanState.DONE  # stepped during the wait, not at the next cycle
     done_at = max(s.at for s in plan.steps)
     assert done_at - started < 3.0
+
+
+def test_the_last_ack_is_acted_on_within_poll_not_state_poll(tmp_path: Path) -> None:
+    """Victims ack 0.53 s after the request. Between cycles the daemon steps the plans every
+    state_poll (0.5 s) and, in between, looks for acks every poll (0.1 s): the victims are
+    requeued within about 0.1 s of their acks, not at the next state poll, 0.47 s later."""
+    world = make_world(tmp_path)
+    for i in range(4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.53))
+    world.fake.advance(world.fake.now + 3600)
+    world.clock.now = float(world.fake.now)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=2,
+                      gpus_per_node=8, admin_comment=format_admin_comment(info),
+                      now=world.fake.now - 600)
+    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
+    executor = world.executor()
+    assert (executor.ack_interval, executor.poll_interval) == (0.1, 0.5)
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0)),
+                    executor=executor, interval=10.0)
+    report = daemon.run_once()
+    (plan,) = world.repo.history()
+    asked = max(v.asked_at or 0.0 for v in plan.victims)
+    daemon._wait(report)
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.DONE
+    requeued = next(s.at for s in plan.steps if s.to_state is PlanState.REQUEUED)
+    acked = max(v.acked_at or 0.0 for v in plan.victims)   # the acks' own times
+    assert acked >= asked + 0.53
+    assert 0 <= requeued - acked <= 0.1 + 1e-6, (acked - asked, requeued - asked)
