@@ -74,6 +74,8 @@ def test_enabled_false_turns_preemption_off() -> None:
      r"d\.toml, line 2: planner\.min_run_time = 'soon': .*allowed: seconds"),
     ("[planner]\nbenefit_threshold = -1",
      r"line 2: planner\.benefit_threshold = -1: out of range; allowed: a number >= 0"),
+    ("[planner]\nvictim_age_wait = -0.5",
+     r"line 2: planner\.victim_age_wait = -0\.5: out of range; allowed: a number >= 0"),
     ("[planner]\nmax_plans = 1.5",
      r"planner\.max_plans = 1\.5: expected an integer, got float; allowed: an integer >= 0"),
     ("[planner]\nmax_candidates_per_node = 20",

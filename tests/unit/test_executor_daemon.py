@@ -6,13 +6,14 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from executor_world import Behaviour, make_world
+from executor_world import Behaviour, World, make_world
 
 from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.executor.guard import TOP_PRIORITY
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.planner.testing import gpu_cluster
 from hai_slurm.priority.planner.types import PlannerConfig
 from hai_slurm.priority.policy.state import EventKind
@@ -73,13 +74,12 @@ def test_daemon_cycle_plans_and_executes_a_preemption(tmp_path: Path) -> None:
     assert counts[("team-b", EventKind.PREEMPTING)] == 1
 
 
-def test_the_wait_between_cycles_steps_open_plans(tmp_path: Path) -> None:
-    """With a 10-s cycle, the plan a cycle started is finished during the wait before the next
-    cycle (steps every poll_interval), not 10 s later; with no plan open the wait is one
-    plain wait."""
-    world = make_world(tmp_path)
+def _ten_second_daemon(tmp: Path, *, ack_after: float) -> tuple[World, Daemon]:
+    """Four LOW 8-GPU victims that ack ``ack_after`` s after a request, an hour old; a HIGH
+    16-GPU job waiting 10 min; a daemon with a 10-s cycle over them."""
+    world = make_world(tmp)
     for i in range(4):
-        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+        world.victim(f"v{i}", Behaviour(ack_after=ack_after))
     world.fake.advance(world.fake.now + 3600)
     world.clock.now = float(world.fake.now)
     info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
@@ -87,11 +87,19 @@ def test_the_wait_between_cycles_steps_open_plans(tmp_path: Path) -> None:
     world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=2,
                       gpus_per_node=8, admin_comment=format_admin_comment(info),
                       now=world.fake.now - 600)
-    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
-    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
+    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp / 'state.db'}"))
     daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
                     planner=SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0)),
                     executor=world.executor(), interval=10.0)
+    return world, daemon
+
+
+def test_the_wait_between_cycles_steps_open_plans(tmp_path: Path) -> None:
+    """With a 10-s cycle, the plan a cycle started is finished during the wait before the next
+    cycle (steps every poll_interval), not 10 s later; with no plan open the wait is one
+    plain wait."""
+    world, daemon = _ten_second_daemon(tmp_path, ack_after=0.5)
     report = daemon.run_once()
     (plan,) = world.repo.history()
     assert plan.state is PlanState.SIGNALLED
@@ -108,23 +116,10 @@ def test_the_last_ack_is_acted_on_within_poll_not_state_poll(tmp_path: Path) -> 
     """Victims ack 0.53 s after the request. Between cycles the daemon steps the plans every
     state_poll (0.5 s) and, in between, looks for acks every poll (0.1 s): the victims are
     requeued within about 0.1 s of their acks, not at the next state poll, 0.47 s later."""
-    world = make_world(tmp_path)
-    for i in range(4):
-        world.victim(f"v{i}", Behaviour(ack_after=0.53))
-    world.fake.advance(world.fake.now + 3600)
-    world.clock.now = float(world.fake.now)
-    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
-                      grace=30, source=ClassOrigin.DIRECTIVE)
-    world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=2,
-                      gpus_per_node=8, admin_comment=format_admin_comment(info),
-                      now=world.fake.now - 600)
-    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
-    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
-    executor = world.executor()
+    world, daemon = _ten_second_daemon(tmp_path, ack_after=0.53)
+    executor = daemon.executor
+    assert isinstance(executor, PreemptionExecutor)
     assert (executor.ack_interval, executor.poll_interval) == (0.1, 0.5)
-    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
-                    planner=SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0)),
-                    executor=executor, interval=10.0)
     report = daemon.run_once()
     (plan,) = world.repo.history()
     asked = max(v.asked_at or 0.0 for v in plan.victims)
