@@ -93,6 +93,13 @@ _NOT_REQUEUED = frozenset({JobState.COMPLETED, JobState.CANCELLED})
 """End states of a victim that are not requeued: a real completion (exit 0), or a cancel."""
 
 
+def _ran(b: JobFacts) -> bool:
+    """The beneficiary ended after it ran (any end but a cancel, which may come before a
+    start): it took the GPUs, so the preemption happened even if a look missed it running (a
+    short job can start and end between two state polls)."""
+    return b.finished and b.state is not JobState.CANCELLED
+
+
 class _CompetitorsFromSnapshot:
     """The Slurm client a step's :meth:`Guard.check` sees: every call goes to ``slurm``, except
     that :meth:`job_facts` answers for the pending competitors the guard holds (``ctx.held``,
@@ -494,7 +501,7 @@ class PreemptionExecutor:
         if plan.state is PlanState.SIGNALLED:
             waiting = {v.job_id for v in plan.victims if v.state is VictimState.ASKED}
             b = self._look(guard, plan, waiting) if waiting else None
-            if b is not None and not (b.pending or b.running):
+            if b is not None and not (b.pending or b.running or _ran(b)):
                 return self._begin_undo(guard, self.repo.get_plan(plan.plan_id),
                                         f"beneficiary {ctx.beneficiary} no longer waits "
                                         f"({b.state})", PlanState.ROLLED_BACK)
@@ -833,7 +840,7 @@ class PreemptionExecutor:
         guard.release(self._now())
         b = self.slurm.job_facts([plan.beneficiaries[0].job_id]).get(
             plan.beneficiaries[0].job_id) if plan.beneficiaries else None
-        ran = b is not None and (b.running or (b.finished and b.state is not JobState.CANCELLED))
+        ran = b is not None and (b.running or _ran(b))
         if ran:  # it took the GPUs the victims freed: the preemption happened after all
             final = PlanState.DONE
             note += f"; beneficiary {plan.beneficiaries[0].job_id} runs on the freed GPUs"

@@ -72,6 +72,39 @@ def test_victim_that_dies_during_the_save_is_requeued_held(world: World,
     assert any(f"victim {victims[0]} ended ({dies_as.value})" in m for m in audit), audit
 
 
+def test_beneficiary_that_runs_and_ends_between_two_looks_still_gets_a_held_requeue(
+        world: World) -> None:
+    """The victim's save fails (exit 1); the short beneficiary starts on its node and completes
+    before the executor's next look: the plan goes on (forced, requeued held, done), it is not
+    undone into an unheld requeue. (Before: "beneficiary no longer waits (COMPLETED)", rolled
+    back, then done: planned, signalled, done; seen on the testbed under load.)"""
+    victims = [world.victim(f"v{i}", Behaviour(ack_after=None, dies_after=0.5) if i == 0
+                            else Behaviour()) for i in range(4)]
+    bene = world.pending("bene")
+    req = ExecutionRequest(bene, (victims[0],), nodes=("n1",), deadlines={victims[0]: 10.0})
+    tick = world.tick
+    ran: list[bool] = []
+
+    def tick_and_finish() -> None:
+        tick()
+        if world.fake.jobs[bene].state is JobState.RUNNING:
+            ran.append(True)
+            world.fake.finish(bene, JobState.COMPLETED)
+    world.tick = tick_and_finish  # type: ignore[method-assign]
+    held: list[bool] = []
+    ex = world.executor()
+    ex.hook = lambda point, _p: held.append(world.fake.jobs[victims[0]].held) \
+        if point == "requeued" else None
+    result = ex.run(req, world.fake.snapshot())
+    assert ran, "the beneficiary never started"
+    assert result.state is PlanState.DONE, result.note
+    assert steps(world, result.plan_id) == ["planned", "signalled", "forced", "requeued", "done"]
+    assert held == [True]
+    assert result.beneficiary_started
+    job = world.fake.jobs[victims[0]]
+    assert job.state is JobState.PENDING and job.restart_count == 1 and not job.held
+
+
 def test_gone_is_never_acked(world: World) -> None:
     """A plan whose every victim died is not ``all_acked``: it is ``forced`` and says why."""
     victims, _bene, req = two_victims(world, Behaviour(ack_after=None, dies_after=0.3),
