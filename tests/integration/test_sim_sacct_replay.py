@@ -44,7 +44,11 @@ def test_replay_of_this_clusters_jobs(testbed: Testbed, submit: Submitter,
         text = as_text.read_text()
         # slurmdbd may store the job before job_submit's #HAI record (AdminComment) reaches it
         high_line = next((ln for ln in text.splitlines() if ln.startswith(f"{high}|")), "")
-        return "class=HIGH" in high_line and f"{low}|" in text and "COMPLETED" in text
+        jobs = json.loads(as_json.read_text()).get("jobs", [])
+        json_high = next((j for j in jobs if str(j.get("job_id")) == high), {})
+        # both exports must carry the record: the JSON one runs first and can miss it alone
+        return ("class=HIGH" in high_line and f"{low}|" in text and "COMPLETED" in text
+                and "class=HIGH" in json.dumps(json_high.get("comment", "")))
 
     wait_for(export, timeout=30, interval=1.0, describe=lambda: "sacct did not list both jobs")
     for path in (as_json, as_text):
