@@ -438,12 +438,15 @@ class Checkpointer:
         sys.exit(protocol.EXIT_REQUEUE if every else 1)
 
     def close(self) -> None:
-        """Wait for a pending save and restore the previous signal handlers."""
+        """Wait for a pending save and restore the previous signal handlers; let torch's worker
+        threads drop the last request exchange (see :mod:`hai_slurm.checkpoint.ranks`), so that
+        an exit right after ``close`` cannot abort the process."""
         try:
             self.wait()
             self.store.wait_pruning()
         finally:
             self.listener.uninstall()
+            self._ranks.settle()
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -15,6 +15,15 @@ signal themselves. As a second path:
 
 :meth:`RankSync.gather` (values of all ranks) and :meth:`RankSync.finish` (the exit barrier, then
 ``destroy_process_group``) use torch.distributed when it is initialized and the files otherwise.
+
+A gloo collective returns to Python before its worker thread has dropped the work, which still
+holds the tensor; dropping it needs the GIL. If the interpreter finalizes in that window (a
+collective right before exit, as the exit barrier and the last step's exchange are), the worker
+thread is killed inside ``take_gil`` and the process aborts ("terminate called without an active
+exception"), whatever the exit code was to be: about once in five runs of the two-rank recipe
+test on a loaded CI machine. A lone all_reduce leaves its tensor held in about one of four
+returns, for up to ~4 ms. So :meth:`RankSync.settle` waits (releasing the GIL) until the last
+collective's tensor is ours alone, and :meth:`RankSync.finish` and ``Checkpointer.close`` call it.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ class RankSync:
         self._published = False
         self._last_poll = float("-inf")
         self._stop_at: int | None = None
+        self._last: Any = None  # the tensor of this rank's last all_reduce (see settle)
         self.flag_path: Path = env.control_dir / f"{REQUEST_FLAG_PREFIX}{env.restart_count}"
         self.files = FileRendezvous(env.control_dir, rank=env.rank, world_size=env.world_size,
                                     restart_count=env.restart_count, clock=clock)
@@ -122,7 +132,8 @@ class RankSync:
         dist = _torch_distributed()
         try:
             if dist is not None:
-                every = all(bool(v) for v in self.gather("exit", ok))
+                every = self._all_reduce(dist, ok, op=dist.ReduceOp.MIN)
+                self.settle()
             else:
                 every = all(bool(v) for v in self.files.gather("exit", ok,
                                                                 timeout_s=2 * self.timeout_s))
@@ -134,12 +145,28 @@ class RankSync:
                 dist.destroy_process_group()
         return every
 
-    def _all_reduce(self, dist: Any, local: bool) -> bool:
+    def settle(self, timeout_s: float = 1.0) -> bool:
+        """Wait until no collective's worker still holds this rank's last all_reduce tensor
+        (see the module's docstring), sleeping so the worker can take the GIL. True if none does
+        (or there was none); False after ``timeout_s``, or where torch cannot tell."""
+        flag, self._last = self._last, None
+        use_count = getattr(flag, "_use_count", None)
+        if flag is None or use_count is None:
+            return flag is None
+        deadline = time.monotonic() + timeout_s  # real time, not a test clock: torch waits
+        while use_count() > 1:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.0005)
+        return True
+
+    def _all_reduce(self, dist: Any, local: bool, *, op: Any = None) -> bool:
         torch = sys.modules["torch"]
         device = (torch.device("cuda", torch.cuda.current_device())
                   if dist.get_backend() == "nccl" else torch.device("cpu"))
         flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX if op is None else op)
+        self._last = flag
         return bool(flag.item())
 
     def _publish(self) -> None:
