@@ -85,6 +85,10 @@ WRITERS = 4
 DETAIL_REFRESH = 600.0
 """Seconds after which a compact snapshot reads ``squeue --json`` again anyway, so an admin's
 hand edit of a job's AdminComment is seen within this long."""
+QOS_REFRESH = 300.0
+"""Seconds a client keeps the QOS it read with ``sacctmgr show qos`` (0.2-0.3 s per read on
+the testbed, the largest fixed cost of a pyslurm snapshot). Nothing in a daemon cycle depends
+on them; an admin's QOS change shows in snapshots within this long."""
 
 # The one table of harmless races: per-job messages Slurm prints that mean "nothing to do"
 # rather than "failed". Each write names the rows that apply to it.
@@ -142,6 +146,8 @@ class CliSlurmClient:
         """The previous compact snapshot: job id -> (its line, the Job parsed from it)."""
         self.json_snapshots = 0
         """Snapshots that read ``squeue --json`` (the others read the compact listing)."""
+        self._qos: tuple[float, tuple[Qos, ...]] | None = None
+        """When the QOS were read, and what they were (see :data:`QOS_REFRESH`)."""
         self._aliases: dict[int, str] = {}
         """Array tasks whose own id equals the array's id: Slurm reads that id as the whole
         array, so they are addressed as ``ARRAY_TASK`` (filled from the latest snapshot)."""
@@ -169,6 +175,17 @@ class CliSlurmClient:
             m = re.search(r"^AccountingStorageType\s*=\s*(\S+)", out, re.MULTILINE)
             self._accounting = m is not None and m.group(1) != "accounting_storage/none"
         return self._accounting
+
+    def qos(self) -> tuple[Qos, ...]:
+        """The accounting database's QOS (none without accounting), read again at most every
+        :data:`QOS_REFRESH` seconds."""
+        if not self.accounting():
+            return ()
+        now = self._clock()
+        if self._qos is None or not 0 <= now - self._qos[0] < QOS_REFRESH:
+            out = check(self._run(QOS_COMMAND), "sacctmgr show qos").stdout
+            self._qos = (now, parse_qos(out, QOS_FIELDS))
+        return self._qos[1]
 
     def _json(self, argv: Sequence[str]) -> Any:
         res = check(self._run(argv), " ".join(argv))
@@ -198,10 +215,7 @@ class CliSlurmClient:
             partitions = parse_partitions_text(out)
         else:
             partitions = parse_partitions_json(self._json(plan.partitions))
-        qos: tuple[Qos, ...] = ()
-        if self.accounting():
-            out = check(self._run(QOS_COMMAND), "sacctmgr show qos").stdout
-            qos = parse_qos(out, QOS_FIELDS)
+        qos = self.qos()
         self._aliases = {j.job_id: f"{j.job_id}_{j.array_task_id}" for j in jobs
                          if j.array_job_id == j.job_id and j.array_task_id is not None}
         return ClusterSnapshot(time=now, version=plan.version, jobs=jobs, nodes=nodes,

@@ -440,9 +440,8 @@ class PyslurmClient:
             parse_nodes,
             parse_partitions_json,
             parse_partitions_text,
-            parse_qos,
         )
-        from hai_slurm.slurm_plugins.version import QOS_COMMAND, QOS_FIELDS, PartitionSource
+        from hai_slurm.slurm_plugins.version import PartitionSource
 
         cli = self._cli
         plan = cli.plan
@@ -452,11 +451,7 @@ class PyslurmClient:
                 check(cli._run(plan.partitions), " ".join(plan.partitions)).stdout)
         else:
             partitions = parse_partitions_json(cli._json(plan.partitions))
-        qos: tuple[Any, ...] = ()
-        if cli.accounting():
-            qos = parse_qos(check(cli._run(QOS_COMMAND), "sacctmgr show qos").stdout,
-                            QOS_FIELDS)
-        return nodes, partitions, qos
+        return nodes, partitions, cli.qos()
 
     def job_facts(self, job_ids: JobIds) -> dict[int, JobFacts]:
         """``Job.load`` per id (few ids) or one ``Jobs.load()`` (more than :data:`CHUNK`);

@@ -16,7 +16,7 @@ import pytest
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
-from hai_slurm.slurm_plugins.cli_backend import CliSlurmClient
+from hai_slurm.slurm_plugins.cli_backend import QOS_REFRESH, CliSlurmClient
 from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
 from hai_slurm.slurm_plugins.types import SignalTarget, SkipReason
 from hai_slurm.slurm_plugins.version import QOS_COMMAND, parse_version, query_plan
@@ -113,6 +113,22 @@ def test_snapshot_newer_uses_scontrol_json_nodes_text_partitions_and_qos(
     client.snapshot()
     assert runner.calls.count(("scontrol", "version")) == 1       # detected once
     assert runner.calls.count(("scontrol", "show", "config")) == 1
+
+
+def test_qos_are_read_again_only_after_qos_refresh() -> None:
+    """sacctmgr runs in the first snapshot and again once QOS_REFRESH seconds have passed (or
+    the clock went back); the snapshots between carry the QOS read last."""
+    now = [1_000.0]
+    runner = ReplayRunner(cluster_recorded("24.11"))
+    client = CliSlurmClient(runner, clock=lambda: now[0])
+    first = client.snapshot().qos
+    now[0] += QOS_REFRESH - 1
+    assert client.snapshot().qos == first and runner.calls.count(QOS_COMMAND) == 1
+    now[0] += 1
+    assert client.snapshot().qos == first and runner.calls.count(QOS_COMMAND) == 2
+    now[0] -= 10
+    client.snapshot()
+    assert runner.calls.count(QOS_COMMAND) == 3
 
 
 @pytest.mark.parametrize("broken", [("sinfo", "--json"), ("scontrol", "--oneliner"), QOS_COMMAND])
