@@ -580,8 +580,10 @@ class CliSlurmClient:
     # -- the urgent path (issue 16) ---------------------------------------------------------
     def pending_briefs(self) -> tuple[PendingBrief, ...]:
         """One ``squeue --noheader --states=PENDING -O`` with :data:`~.parse.BRIEF_FORMAT`
-        (eight columns of the pending jobs only; no JSON, no node or partition query), with
-        ``SLURM_TIME_FORMAT=%s`` (through ``env`` for a runner that takes no environment)."""
+        (eight columns of the pending jobs only; no JSON, no node query: slurmctld sees one
+        ``REQUEST_JOB_INFO`` and the ``REQUEST_PARTITION_INFO`` squeue itself makes, checked
+        with ``sdiag``), with ``SLURM_TIME_FORMAT=%s`` (through ``env`` for a runner that takes
+        no environment)."""
         argv = ["squeue", "--noheader", "--states=PENDING", f"--Format={BRIEF_FORMAT}"]
         if isinstance(self._run, SubprocessRunner):
             res = self._run(argv, env={"SLURM_TIME_FORMAT": "%s"})
