@@ -491,11 +491,13 @@ class Daemon:
         except SlurmError as err:
             log.warning("urgent look at job(s) %s skipped: Slurm query failed: %s",
                         sorted(focus), err)
+            self.metrics.urgent_looks.labels("skipped").inc()
             return None
         problem = snapshot_problem(snap, self._last_snapshot)
         if problem is not None:
             log.warning("urgent look at job(s) %s skipped: unusable snapshot: %s",
                         sorted(focus), problem)
+            self.metrics.urgent_looks.labels("skipped").inc()
             return None
         now = self.clock.time()
         try:
@@ -507,11 +509,14 @@ class Daemon:
                     at=now, events=extras.events, credits=extras.credits, audit=extras.audit))
         except StateError as err:
             log.warning("urgent look at job(s) %s skipped: database: %s", sorted(focus), err)
+            self.metrics.urgent_looks.labels("skipped").inc()
             return None
         self.urgent_looks += 1
         self._look_again(now)
-        log.info("urgent look at job(s) %s: %.3f s", ",".join(map(str, sorted(focus))),
-                 time.monotonic() - started)
+        seconds = time.monotonic() - started
+        self.metrics.urgent_looks.labels("ok").inc()
+        self.metrics.urgent_look_seconds.observe(seconds)
+        log.info("urgent look at job(s) %s: %.3f s", ",".join(map(str, sorted(focus))), seconds)
         return extras
 
     def _look_again(self, now: float) -> None:

@@ -103,6 +103,14 @@ class DaemonMetrics:
                                      "Pending jobs that waited more than half their class's bound, "
                                      "by class before aging",
                                      ["priority_class"], registry=r)
+        # --- the urgent path (looks between cycles: see loop.Daemon.look)
+        self.urgent_looks = PromCounter(
+            "hai_urgent_looks", "Urgent-path looks by outcome (ok; skipped: the snapshot, its "
+            "checks or the database failed)", ["outcome"], registry=r)
+        self.urgent_look_seconds = Histogram(
+            "hai_urgent_look_seconds", "Wall time of one urgent-path look that went through "
+            "(snapshot, policy, planner, executor)", registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
         # --- preemptions (observed from the store's plans: see plan_metrics.PlanObserver)
         self.plans = PromCounter("hai_preemption_plans", "Preemption plans by final state "
                                  "(done, aborted, rolled_back)", ["outcome"], registry=r)

@@ -180,6 +180,26 @@ def test_without_the_urgent_path_the_job_waits_for_the_next_cycle(tmp_path: Path
     assert plan.created_at - submitted >= 29.0
 
 
+def test_a_look_whose_snapshot_fails_is_counted_as_skipped(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """The metrics tell looks that went through from looks the snapshot stopped."""
+    from hai_slurm.errors import SlurmError
+
+    _world, daemon, high, _submitted = _between_cycles(tmp_path, "1s")
+    sample = daemon.metrics.registry.get_sample_value
+    ok = sample("hai_urgent_looks_total", {"outcome": "ok"})
+    assert ok is not None and ok >= 1
+
+    def down() -> None:
+        raise SlurmError("squeue: error: Unable to contact slurm controller")
+
+    monkeypatch.setattr(daemon.slurm, "snapshot", down)
+    assert daemon.look([high]) is None
+    assert sample("hai_urgent_looks_total", {"outcome": "skipped"}) == 1
+    assert sample("hai_urgent_looks_total", {"outcome": "ok"}) == ok
+
+
 def test_urgent_poll_is_read_and_validated() -> None:
     """Default 1 s; "0" turns it off; a negative or non-duration value is refused."""
     from hai_slurm.errors import ConfigError
@@ -239,6 +259,9 @@ def test_a_job_the_benefit_test_refuses_is_looked_at_again_until_20_s_later(
                                                       looks=times)
     assert world.repo.history() == []
     assert daemon.urgent_looks == 6
+    sample = daemon.metrics.registry.get_sample_value
+    assert sample("hai_urgent_looks_total", {"outcome": "ok"}) == 6
+    assert sample("hai_urgent_look_seconds_count") == 6
     seen = times[0]
     assert 0 < seen - submitted <= 1.0
     assert [t - seen for t in times] == list(URGENT_LOOKS)
