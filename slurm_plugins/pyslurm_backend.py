@@ -19,8 +19,11 @@ What stays with the CLI backend (:class:`~.cli_backend.CliSlurmClient`, explicit
   partition text is the faithful source, see :mod:`.version`; QOS need ``sacctmgr``: pyslurm's
   database API is not used);
 - the GPU request of jobs that ask with ``--gpus``/``--gpus-per-task``/``--gpus-per-socket``:
-  pyslurm 22.5 exposes only ``tres_per_node``, so one compact ``squeue -O`` fills the others,
-  and only when some active job has no per-node request;
+  pyslurm 22.5 exposes only ``tres_per_node``, so a compact ``squeue -O`` fills the others
+  for the active jobs without a per-node request. They are kept per job: a snapshot asks only
+  for jobs it has not seen (``squeue --jobs``), and for all of them again every
+  :data:`~.cli_backend.DETAIL_REFRESH` seconds (a request changed by ``scontrol update`` is
+  seen within that long);
 - :meth:`~PyslurmClient.set_req_nodes` (its race rules live in the CLI backend), and the
   reservation methods of the preemption guard (create, end, list, link a job: one
   ``scontrol`` call per plan, read from scontrol's messages),
@@ -59,6 +62,7 @@ from hai_slurm.slurm_plugins.cli_backend import (
     _PENDING,
     _SIGNAL_RE,
     CHUNK,
+    DETAIL_REFRESH,
     CliSlurmClient,
     _classify,
     _Harmless,
@@ -356,6 +360,13 @@ class PyslurmClient:
         self._aliases: frozenset[int] = frozenset()
         """Array tasks whose own id is the array's id (from the latest snapshot): written
         through the CLI, which addresses them as ``ARRAY_TASK``."""
+        self._requests: dict[int, dict[str, str]] = {}
+        """The GPU requests ``squeue -O`` gave per job id (see :meth:`_gpu_requests`)."""
+        self._requests_at: float | None = None
+        """When every active job's request was last read in full."""
+        self._parsed: dict[int, tuple[dict[str, Any], Job | None]] = {}
+        """The previous snapshot's jobs: id -> (its record, the Job parsed from it); an equal
+        record gives the same Job (:func:`~.parse.parse_job` depends on the record alone)."""
 
     @property
     def pyslurm_version(self) -> str:
@@ -405,17 +416,46 @@ class PyslurmClient:
                 is_active[word] = job_state(word, f"pyslurm state of job {pj.id}")[0].active
             if is_active[word]:
                 active.append(pj)
-        extra: dict[int, dict[str, str]] = {}
-        if any(not pj.gres_per_node for pj in active):
-            extra = self._gpu_requests()
+        extra = self._gpu_requests([pj.id for pj in active if not pj.gres_per_node])
         users: dict[int, str] = {}
-        parsed = (parse_job(job_record(pj, extra.get(pj.id), users)) for pj in active)
-        return tuple(j for j in parsed if j is not None)
+        before, now = self._parsed, {}
+        out = []
+        for pj in active:
+            record = job_record(pj, extra.get(pj.id), users)
+            seen = before.get(pj.id)
+            job = seen[1] if seen is not None and seen[0] == record else parse_job(record)
+            now[pj.id] = (record, job)
+            if job is not None:
+                out.append(job)
+        self._parsed = now
+        return tuple(out)
 
-    def _gpu_requests(self) -> dict[int, dict[str, str]]:
-        """``tres_per_job``/``_task``/``_socket`` of the active jobs (one ``squeue -O``)."""
-        out = check(self._cli._run(["squeue", "--noheader", f"--Format={_GPU_FORMAT}"]),
-                    "squeue -O tres-per-job").stdout
+    def _gpu_requests(self, ids: Sequence[int]) -> dict[int, dict[str, str]]:
+        """``tres_per_job``/``_task``/``_socket`` of the jobs ``ids``: kept from earlier
+        snapshots; the jobs not seen before are read with ``squeue --jobs`` (in chunks), and
+        every active job with one ``squeue -O`` when :data:`DETAIL_REFRESH` seconds have passed
+        (or a ``--jobs`` read failed: a job may have ended since the listing)."""
+        if not ids:
+            return {}
+        now = self._clock()
+        fresh = self._requests_at is not None and 0 <= now - self._requests_at < DETAIL_REFRESH
+        missing = [i for i in ids if i not in self._requests] if fresh else list(ids)
+        if missing and fresh:
+            try:
+                for at in range(0, len(missing), CHUNK):
+                    chunk = ",".join(map(str, missing[at:at + CHUNK]))
+                    self._requests.update(self._read_requests([f"--jobs={chunk}"]))
+            except SlurmError:
+                fresh = False
+        if not fresh:
+            self._requests = self._read_requests([])
+            self._requests_at = now
+        return self._requests
+
+    def _read_requests(self, select: list[str]) -> dict[int, dict[str, str]]:
+        """One ``squeue -O`` of the GPU requests (all active jobs, or those ``select`` names)."""
+        argv = ["squeue", "--noheader", *select, f"--Format={_GPU_FORMAT}"]
+        out = check(self._cli._run(argv), "squeue -O tres-per-job").stdout
         found: dict[int, dict[str, str]] = {}
         for line in out.splitlines():
             parts = [p.strip() for p in line.split("|")]

@@ -260,3 +260,60 @@ def test_controller_addresses_from_slurm_conf() -> None:
             "SlurmctldPort=7817-7818\n")
     assert controller_addresses(text) == (("127.0.0.1", 7817), ("backup", 7817))
     assert controller_addresses("ClusterName=x\n") == ()
+
+
+class GpuRequestCli(CliSlurmClient):
+    """A CLI backend that answers only ``squeue -O`` of the GPU requests (``gres:gpu:N`` per
+    job in ``per_job``), logging each argv; ``--jobs`` of only unknown ids fails like squeue."""
+
+    def __init__(self, per_job: dict[int, int]) -> None:
+        super().__init__(runner=self._answer)
+        self._version = SlurmVersion(22, 5, 8)
+        self.per_job = per_job
+        self.calls: list[tuple[str, ...]] = []
+
+    def _answer(self, argv: Any, *, timeout: float | None = None) -> Completed:
+        argv = tuple(argv)
+        assert argv[:2] == ("squeue", "--noheader"), argv
+        self.calls.append(argv)
+        ids = sorted(self.per_job)
+        chosen = [a for a in argv if a.startswith("--jobs=")]
+        if chosen:
+            ids = [int(i) for i in chosen[0].removeprefix("--jobs=").split(",")
+                   if int(i) in self.per_job]
+            if not ids:
+                return Completed(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
+        out = "".join(f"{i}|gres:gpu:{self.per_job[i]}|N/A|N/A|\n" for i in ids)
+        return Completed(argv, 0, out, "")
+
+
+def test_gpu_requests_are_read_for_new_jobs_only_and_all_again_after_detail_refresh() -> None:
+    """Jobs without a per-node request get theirs from squeue: all of them in the first
+    snapshot, then only a job not seen before (``--jobs``), all again after DETAIL_REFRESH;
+    a job with gres_per_node needs no read. A record equal to the last one gives the same Job
+    object (not parsed again); a changed one is parsed again."""
+    from hai_slurm.slurm_plugins.cli_backend import DETAIL_REFRESH
+
+    now = [1_000.0]
+    cli = GpuRequestCli({2: 2})
+    jobs = {1: pyslurm_job(id=1), 2: pyslurm_job(id=2, gres_per_node=None, num_nodes=1)}
+    fake = FakePyslurm(jobs)
+    c = PyslurmClient(module=fake, cli=cli, clock=lambda: now[0])
+    first = {j.job_id: j for j in c.jobs()}
+    assert first[2].gpus_requested == 2 and first[1].gpus_requested == 8
+    assert len(cli.calls) == 1 and not any(a.startswith("--jobs=") for a in cli.calls[0])
+    again = {j.job_id: j for j in c.jobs()}
+    assert len(cli.calls) == 1 and again[2] is first[2] and again[1] is first[1]
+    jobs[3], cli.per_job[3] = pyslurm_job(id=3, gres_per_node=None, num_nodes=1), 3
+    jobs[1] = pyslurm_job(id=1, priority=5000)
+    third = {j.job_id: j for j in c.jobs()}
+    assert cli.calls[-1][2] == "--jobs=3" and len(cli.calls) == 2
+    assert third[3].gpus_requested == 3
+    assert third[1] is not first[1] and third[1].priority == 5000 and third[2] is first[2]
+    now[0] += DETAIL_REFRESH
+    c.jobs()
+    assert len(cli.calls) == 3 and not any(a.startswith("--jobs=") for a in cli.calls[-1])
+    jobs[4] = pyslurm_job(id=4, gres_per_node=None, num_nodes=1)  # ends before squeue sees it
+    assert 4 in {j.job_id for j in c.jobs()}
+    assert [len(cli.calls), cli.calls[-2][2]] == [5, "--jobs=4"]  # refused: then all again
+    assert not any(a.startswith("--jobs=") for a in cli.calls[-1])
