@@ -114,6 +114,10 @@ def test_slurmctld_down_and_back_while_the_daemon_runs(
     d = DaemonProcess.start(path, tmp_path / "daemon.log", testbed)
     daemons.append(d)
     wait_until(lambda: band(testbed, waiting) == "HIGH", 20, "the daemon did not write")
+    # the cycle commits its totals after the Slurm write: wait for that commit too (CI once
+    # read the totals in between: KeyError 'slurm_writes')
+    wait_until(lambda: totals(cfg).get("slurm_writes", 0) >= 1, 20,
+               "the daemon did not record its write")
     written = priority(testbed, waiting)
     before, jobs_before = totals(cfg), repo.load_jobs()
 
