@@ -122,6 +122,22 @@ class Topology:
                                 tuple(r for t in tops for r in cells[t].gpus))
         return cls(cells, "cluster")
 
+    def without(self, nodes: Iterable[str]) -> Topology:
+        """The tree without ``nodes`` (and without switches left with no GPU): what jobs can
+        be placed on while those nodes are down or drained. ``self`` when none is in it."""
+        gone = set(nodes)
+        if not any(c.level is Level.NODE and c.id in gone for c in self._cells.values()):
+            return self
+        cells: dict[str, Cell] = {}
+        for cid, c in self._cells.items():
+            gpus = tuple(g for g in c.gpus if g.node not in gone)
+            if gpus or cid == self.root:
+                cells[cid] = Cell(cid, c.level, c.parent, c.children, gpus)
+        for cid, c in cells.items():
+            cells[cid] = Cell(cid, c.level, c.parent,
+                              tuple(k for k in c.children if k in cells), c.gpus)
+        return Topology(cells, self.root)
+
     # ---- lookups -------------------------------------------------------------------------
     def cell(self, cell_id: str) -> Cell:
         """The cell called ``cell_id`` (KeyError if none)."""

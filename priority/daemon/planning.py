@@ -49,11 +49,17 @@ class SnapshotPlanner:
         daemon's urgent path looks again at those jobs then."""
         self.on_verdicts = on_verdicts
         self._verdicts: dict[int, Outcome] = {}
+        self._usable: tuple[Topology, frozenset[str], Topology] | None = None
 
     def snapshot(self, view: CycleView) -> PlanSnapshot:
         """The planner's inputs for this cycle."""
         snap = view.snapshot
         topology = self.source if isinstance(self.source, Topology) else self.source(snap)
+        # Nodes Slurm cannot place jobs on now (down, drained, failing, not responding) or
+        # whose state is stale (not registered since slurmctld started) are left out: their
+        # free GPUs fit nobody, and freeing GPUs there would help nobody.
+        topology = self._without_lost(topology, frozenset(
+            n.name for n in snap.nodes if n.lost or not n.registered))
         self.topology = topology
         claims = view.claims
         # Open plans' victims (and victims that missed an aborted plan and still run) keep
@@ -83,6 +89,14 @@ class SnapshotPlanner:
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
                                       switches=switches, aged_preempt=self.config.aged_preempt)
         return PlanSnapshot(topology, holders, waiting, float(snap.time))
+
+    def _without_lost(self, topology: Topology, lost: frozenset[str]) -> Topology:
+        """``topology`` without the ``lost`` nodes (kept while both stay the same)."""
+        if not lost:
+            return topology
+        if self._usable is None or self._usable[0] is not topology or self._usable[1] != lost:
+            self._usable = (topology, lost, topology.without(lost))
+        return self._usable[2]
 
     def plan(self, view: CycleView) -> PlanningResult | None:
         """The planner's result when it proposes at least one plan, else None. A pass with a

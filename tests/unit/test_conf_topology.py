@@ -103,3 +103,16 @@ def test_best_placement_properties(busy_idx: set[int], count: int) -> None:
     for lvl in Level:
         if lvl < level:
             assert all(sum(x not in busy for x in c.gpus) < count for c in topo.cells_at(lvl))
+
+
+def test_without_nodes_drops_their_cells_and_empty_switches() -> None:
+    """``without`` leaves the nodes out (a drained node's GPUs fit nobody), with every cell
+    above them, and a leaf whose nodes are all gone."""
+    topo = _mixed()
+    assert topo.without(["nx"]) is topo
+    rest = topo.without(["n3", "n4"])
+    assert {c.id for c in rest.cells_at(Level.NODE)} == {"n1", "n2"}
+    assert [c.id for c in rest.cells_at(Level.LEAF_SWITCH)] == ["leaf1"]
+    assert rest.cell("spine").children == ("leaf1",)
+    assert len(rest.gpus) == 8 and all(g.node in ("n1", "n2") for g in rest.gpus)
+    assert len(topo.gpus) == 24  # unchanged

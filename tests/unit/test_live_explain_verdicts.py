@@ -83,3 +83,25 @@ def test_preemption_off_says_so(tmp_path: Path) -> None:
     off = replace(r.cfg, preempt=PreemptConfig(enabled=False))
     assert "Planner: preemption is off" in explain_live(job, r.slurm, open_repository(off), off,
                                                         now=r.clock.now)
+
+
+def test_free_gpus_of_a_drained_node_fit_nobody(tmp_path: Path) -> None:
+    """Slurm starts nothing on a drained node, so its free GPUs are left out of the planner's
+    view: a job that would fit only there gets a preemption on another node, not FITS. (Before:
+    "FITS ... on free GPUs of n4" while n4 was drained, and no preemption ever came: the fault
+    tier's cases after one that left a node drained.)"""
+    r = rig(tmp_path)
+    r.daemon().run_once()
+    r.slurm.nodes["n4"] = replace(r.slurm.nodes["n4"], state="DRAIN")
+    lows = [r.submit(LOW, "team-a", gpus=8) for _ in range(3)]
+    r.slurm.schedule()
+    r.tick(3600)
+    urgent = r.submit(HIGH, gpus=8)
+    r.tick(60)
+    text = _explain(r, urgent)
+    assert "FITS" not in text and "n4" not in text
+    r.tick(3600)
+    r.daemon().run_once()
+    text = _explain(r, urgent)
+    assert "Planner: PREEMPT: job" in text, text
+    assert any(f"victim job {j}" in text for j in lows), text
