@@ -65,6 +65,8 @@ class FakeNode:
     memory_mb: int = 16000
     partitions: tuple[str, ...] = ("main",)
     state: str = "IDLE"
+    registered: bool = True
+    """False: slurmctld (restarted) has not heard from this node yet (``BootTime=None``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +270,11 @@ class FakeSlurm:
         jobs = tuple(self._job_value(j) for j in sorted(self.jobs.values(),
                                                         key=lambda j: j.job_id)
                      if j.state.active)
+        return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
+                               nodes=self._node_values(), partitions=self.partitions, qos=self.qos)
+
+    def _node_values(self) -> tuple[Node, ...]:
+        """Every node with its GPUs in use; RESERVED on a live reservation's nodes."""
         free = self._free()
         self._purge_reservations()
         reserved = {n for r in self.resvs.values() for n in r.nodes}
@@ -280,9 +287,9 @@ class FakeSlurm:
                 "ALLOCATED" if c == 0 else "MIXED")
             flags = ("RESERVED",) if n.name in reserved else ()  # as sinfo shows it
             nodes.append(Node(n.name, state, flags, n.cpus, used_c, n.memory_mb,
-                              n.memory_mb - m, n.gpus, n.gpus - g, n.partitions))
-        return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
-                               nodes=tuple(nodes), partitions=self.partitions, qos=self.qos)
+                              n.memory_mb - m, n.gpus, n.gpus - g, n.partitions,
+                              registered=n.registered))
+        return tuple(nodes)
 
     def _each(self, job_ids: JobIds, command: tuple[str, ...], *, need_running: bool = False,
               finished_reason: SkipReason = SkipReason.FINISHED
@@ -380,10 +387,11 @@ class FakeSlurm:
         return self._result(todo, skipped)
 
     def release(self, job_ids: JobIds) -> ActionResult:
-        """Release held jobs (priority back to 1, as a fresh multifactor value)."""
+        """Release held jobs, and pending jobs Slurm gave priority 0 itself (a deleted
+        reservation's): priority back to 1, as a fresh multifactor value."""
         todo, skipped = self._each(job_ids, ("scontrol", "release"))
         for j in todo:
-            if j.held:
+            if j.held or (j.state is JobState.PENDING and j.priority == 0):
                 j.held, j.priority = False, 1
                 if j.state is JobState.PENDING:
                     j.reason = "Priority"

@@ -273,6 +273,8 @@ def parse_node(d: Mapping[str, Any]) -> Node:
         gpus_used=gres_gpu_count(text(d.get("gres_used"))),
         partitions=tuple(text(p) for p in d.get("partitions") or ()),
         reason=text(d.get("reason")),
+        registered=bool(number(d.get("boot_time"), f"{where}: boot_time"))
+        if "boot_time" in d else True,
     )
 
 

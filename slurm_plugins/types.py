@@ -180,6 +180,17 @@ class Node:
     gpus_used: int
     partitions: tuple[str, ...]
     reason: str = ""
+    registered: bool = True
+    """False while slurmctld has not heard from this node's slurmd since slurmctld started
+    (``BootTime=None``): in the seconds after a slurmctld restart the jobs Slurm shows on the
+    node come from its last state save, and may not be what runs there."""
+
+    @property
+    def awaiting_registration(self) -> bool:
+        """True when the node's state is stale (not :attr:`registered`) but it is not known to
+        be unreachable either (not DOWN, not NOT_RESPONDING): its registration is due."""
+        return not self.registered and not {"DOWN", "NOT_RESPONDING"}.intersection(
+            {self.state, *self.state_flags})
 
     @property
     def available(self) -> bool:

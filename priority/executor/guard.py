@@ -106,6 +106,76 @@ def sweep_releases(repo: Repository, slurm: SlurmClient, now: float) -> list[int
     return release
 
 
+UNPIN_LATER_KEY = "executor.unpin_later"
+"""Named value: beneficiaries that ran when their guard was released (Slurm changes a job's
+node list and reservation only while it is pending) -> ``{"from": their own node list, "pin":
+the guard's, "reservation": the guard's}``; :func:`sweep_unpins` cleans up once they are
+pending again."""
+
+
+def remember_unpin(repo: Repository, job_id: int, pinned_from: str | None, pin: str,
+                   reservation: str | None, at: float) -> None:
+    """Watch a running beneficiary until it is pending again or ends (:func:`sweep_unpins`)."""
+    raw = repo.get_value(UNPIN_LATER_KEY)
+    kept: dict[str, JsonValue] = dict(raw) if isinstance(raw, dict) else {}
+    kept[str(job_id)] = {"from": pinned_from, "pin": pin, "reservation": reservation}
+    repo.put_value(UNPIN_LATER_KEY, kept, at=at)
+
+
+def _resv_deleted(reason: str) -> bool:
+    """Slurm's reason for a pending job it held because its reservation was deleted
+    (``RESV_DEL_HOLD``: "Reservation NAME was deleted" as squeue prints it; the enum name in
+    JSON)."""
+    return reason == "ReservationDeleted" or (reason.startswith("Reservation ")
+                                              and reason.endswith(" was deleted"))
+
+
+def sweep_unpins(repo: Repository, slurm: SlurmClient, snap: ClusterSnapshot,
+                 now: float) -> list[int]:
+    """Clean up after the watched beneficiaries that are pending again (requeued: by a later
+    plan, a node failure, a failed launch): unlink them from the guard's ended reservation,
+    release them when Slurm held them because that reservation went (``RESV_DEL_HOLD``, seen
+    in the slurmctld fault case), and give them their own node list back while they still
+    carry the guard's pin. Forgets those that ended and those it cleaned up. Returns the ones
+    it changed. No query unless a watched job is pending in ``snap``."""
+    raw = repo.get_value(UNPIN_LATER_KEY)
+    if not isinstance(raw, dict) or not raw:
+        return []
+    watched = {int(k): v for k, v in raw.items() if k.isdigit() and isinstance(v, dict)}
+    active = {j.job_id for j in snap.jobs if j.job_id in watched}
+    pending = {j.job_id: j for j in snap.pending if j.job_id in watched}
+    facts = slurm.job_facts(sorted(pending)) if pending else {}
+    changed = []
+    for jid, job in sorted(pending.items()):
+        f, entry = facts.get(jid), watched[jid]
+        if f is None or not f.pending:
+            continue
+        pin, own = str(entry.get("pin") or ""), str(entry.get("from") or "")
+        resv = str(entry.get("reservation") or "")
+        did = False
+        if resv and f.reservation == resv:
+            slurm.set_job_reservation(jid, "")
+            did = True
+        if job.priority == 0 and not job.held and _resv_deleted(job.reason):
+            slurm.release([jid])
+            did = True
+        if pin and entry.get("from") is not None and \
+                set(expand_hostlist(f.req_nodes)) == set(expand_hostlist(pin)):
+            slurm.set_req_nodes(jid, own)
+            did = True
+        if did:
+            changed.append(jid)
+    if changed:
+        log.warning("job(s) %s pending again after the plan they were the beneficiary of: the "
+                    "guard's pin, reservation link and reservation-deleted hold removed",
+                    changed)
+    kept: dict[str, JsonValue] = {str(j): watched[j] for j in sorted(active)
+                                  if j not in pending}
+    if kept != raw:
+        repo.put_value(UNPIN_LATER_KEY, kept, at=now)
+    return changed
+
+
 def context_key(plan_id: int) -> str:
     """Name of a plan's stored context."""
     return CONTEXT_KEY.format(plan_id=plan_id)
@@ -472,7 +542,7 @@ class Guard:
             return ctx
         self._end_reservation(ctx)
         ids = [*ctx.held, *ctx.victims_held]
-        wanted = ids or ctx.pinned_from is not None
+        wanted = ids or ctx.pinned_from is not None or ctx.reservation is not None
         facts = self.slurm.job_facts([*ids, ctx.beneficiary]) if wanted else {}
         to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
                       and facts[j].pending]
@@ -484,8 +554,14 @@ class Guard:
             remember_release(self.repo, later, at)
         if to_release:
             self.slurm.release(to_release)
-        if ctx.pinned_from is not None and not keep_pin:
-            b = facts.get(ctx.beneficiary)
-            if b is not None and b.state == JobState.PENDING.value:
-                self.slurm.set_req_nodes(ctx.beneficiary, ctx.pinned_from)
+        b = facts.get(ctx.beneficiary)
+        if ctx.pinned_from is not None and not keep_pin and b is not None \
+                and b.state == JobState.PENDING.value:
+            self.slurm.set_req_nodes(ctx.beneficiary, ctx.pinned_from)
+        if b is not None and b.running and (ctx.pinned_from is not None
+                                            or ctx.reservation is not None):
+            # its pin and reservation link stay (Slurm changes them only while it is pending)
+            remember_unpin(self.repo, ctx.beneficiary,
+                           None if keep_pin else ctx.pinned_from, ",".join(ctx.nodes),
+                           ctx.reservation, at)
         return self.save(replace(ctx, released=True), at)

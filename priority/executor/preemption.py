@@ -44,6 +44,7 @@ from hai_slurm.priority.executor.guard import (
     context_key,
     reservation_plan,
     sweep_releases,
+    sweep_unpins,
 )
 from hai_slurm.priority.executor.notify import CheckpointNotifier, NoNotifier
 from hai_slurm.priority.executor.records import (
@@ -197,6 +198,7 @@ class PreemptionExecutor:
         late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
                         self.settings.clock_skew)
         sweep_releases(self.repo, self.slurm, self._now())
+        sweep_unpins(self.repo, self.slurm, view.snapshot, self._now())
         self.reconcile(view.snapshot)
         if plan is None:
             return CycleExtras()
@@ -541,8 +543,10 @@ class PreemptionExecutor:
         the beneficiary so it can start elsewhere; the victims are still handled as planned."""
         assert guard.context is not None
         ctx = guard.context
+        # RESERVED: the plan's own reservation; a node awaiting its registration after a
+        # slurmctld restart shows a stale state (UNKNOWN when idle): the guard waits for it
         down = {n.name: "+".join([n.state, *n.state_flags]) for n in snap.nodes
-                if n.name in ctx.nodes and n.lost}   # RESERVED: the plan's own reservation
+                if n.name in ctx.nodes and n.lost and not n.awaiting_registration}
         if not down:
             return
         try:

@@ -334,3 +334,19 @@ def test_compact_lines_that_do_not_fit_are_errors() -> None:
         compact_job_records(line.replace("|high|", "|"))
     with pytest.raises(SlurmError, match="POSIX seconds"):
         compact_job_records(line.replace("1796172925", "2026-12-02T00:55:25", 1))
+
+
+def test_a_node_not_registered_since_slurmctld_started() -> None:
+    """After a slurmctld restart a node's boot time is unknown until its slurmd registers
+    (``BootTime=None``; 0 in 22.05's JSON, an unset number later): not ``registered``, and
+    awaiting registration unless Slurm already marked it DOWN or NOT_RESPONDING."""
+    doc = load("22.05/sinfo.json")
+    doc["nodes"][0]["boot_time"] = 0
+    n1 = parse_nodes(doc)[0]
+    assert not n1.registered and n1.awaiting_registration
+    doc["nodes"][0]["state_flags"] = ["NOT_RESPONDING"]
+    assert not parse_nodes(doc)[0].awaiting_registration
+    later = load("24.11/scontrol-show-nodes.json")
+    assert all(n.registered for n in parse_nodes(later))
+    later["nodes"][0]["boot_time"] = {"set": False, "infinite": False, "number": 0}
+    assert not parse_nodes(later)[0].registered

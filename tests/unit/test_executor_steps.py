@@ -12,9 +12,11 @@ from executor_world import Behaviour, World, make_world
 
 from hai_slurm.priority.executor.guard import (
     TOP_PRIORITY,
+    UNPIN_LATER_KEY,
     Guard,
     PlanContext,
     sweep_releases,
+    sweep_unpins,
 )
 from hai_slurm.priority.executor.types import ExecutionRequest, VictimContext
 from hai_slurm.priority.policy.settings import DeadlineAction
@@ -290,3 +292,76 @@ def test_a_requeue_slurmctld_lost_is_done_again(world: World) -> None:
     job.state, job.held = JobState.RUNNING, False  # restarted after a release: not ours
     Guard(world.fake, world.repo, ctx).check(world.clock.now)
     assert job.state is JobState.RUNNING and job.restart_count == 1
+
+
+def test_target_node_awaiting_its_registration_keeps_the_pin(world: World) -> None:
+    """Right after a slurmctld restart an idle node shows UNKNOWN until its slurmd registers
+    (``BootTime=None``, a few seconds; measured on 22.05): a stale state, not a lost node, so
+    the beneficiary stays pinned to it; once Slurm marks it DOWN it is unpinned."""
+    v = world.victim("v", Behaviour(ack_after=8.0, saving_from=0.5))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor(start_timeout=600.0)
+    ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
+    world.clock.wait(ex.stop, 1.0)
+    world.fake.nodes["n1"] = replace(world.fake.nodes["n1"], state="UNKNOWN", registered=False)
+    ex.reconcile(world.fake.snapshot())
+    assert world.fake.jobs[bene].req_nodes == "n1"
+    world.fake.nodes["n1"] = replace(world.fake.nodes["n1"], state="DOWN")
+    ex.reconcile(world.fake.snapshot())
+    assert world.fake.jobs[bene].req_nodes == ""
+
+
+def test_a_beneficiary_requeued_after_its_plan_loses_the_guards_pin(world: World) -> None:
+    """Slurm changes a ReqNodeList only while a job is pending, so a beneficiary that started
+    keeps the guard's pin to the target nodes. Requeued later (a node failure, a failed
+    launch, a later plan), it gets its own node list back at the next cycle instead of waiting
+    for those nodes only; one that ends is forgotten. (Before: pinned for good: seen in the
+    slurmctld fault case, where Slurm requeued the beneficiary after a failed launch.)"""
+    bene = world.pending("bene", gpus=8)
+    ctx = PlanContext(7, bene, ("n1",), (), pinned_from="")
+    world.fake.set_req_nodes(bene, "n1")
+    world.fake.schedule()
+    b = world.fake.jobs[bene]
+    assert b.state is JobState.RUNNING
+    Guard(world.fake, world.repo, ctx).release(world.clock.now)
+    assert b.req_nodes == "n1"  # cannot be changed while it runs
+    assert sweep_unpins(world.repo, world.fake, world.fake.snapshot(), world.clock.now) == []
+    world.fake.requeue(bene)
+    assert b.state is JobState.PENDING and b.req_nodes == "n1"
+    assert sweep_unpins(world.repo, world.fake, world.fake.snapshot(),
+                        world.clock.now) == [bene]
+    assert b.req_nodes == ""
+    assert world.repo.get_value(UNPIN_LATER_KEY) == {}
+
+
+def test_a_beneficiary_requeued_after_its_plan_is_freed_of_the_ended_reservation(
+        world: World) -> None:
+    """A beneficiary that started is still linked to the guard's reservation when the guard
+    ends it. Requeued while the reservation is purged, Slurm holds it (``RESV_DEL_HOLD``,
+    "Reservation NAME was deleted"; measured on 22.05 in the slurmctld fault case, where the
+    job stayed held for good). The next cycle's sweep unlinks and releases it; a job its
+    user held is left alone."""
+    bene = world.pending("bene", gpus=8)
+    ctx = PlanContext(7, bene, ("n1",), (), reservation="hai-plan-7-1")
+    world.fake.create_reservation("hai-plan-7-1", ["n1"], [world.fake.jobs[bene].user], 10)
+    world.fake.set_job_reservation(bene, "hai-plan-7-1")
+    world.fake.schedule()
+    b = world.fake.jobs[bene]
+    assert b.state is JobState.RUNNING
+    Guard(world.fake, world.repo, ctx).release(world.clock.now)
+    world.fake.requeue(bene)
+    b.priority, b.reason = 0, "Reservation hai-plan-7-1 was deleted"
+    assert sweep_unpins(world.repo, world.fake, world.fake.snapshot(),
+                        world.clock.now) == [bene]
+    assert b.priority > 0 and b.reservation == ""
+
+    other = world.pending("other", gpus=8)
+    world.fake.schedule()
+    Guard(world.fake, world.repo, replace(ctx, plan_id=8, beneficiary=other)).release(
+        world.clock.now)
+    world.fake.requeue(other)
+    world.fake.hold([other])   # its user's hold
+    assert sweep_unpins(world.repo, world.fake, world.fake.snapshot(), world.clock.now) == []
+    assert world.fake.jobs[other].held
