@@ -41,6 +41,10 @@ SLOTS = 8
 PORT_BASE = 21000
 SIGTERM_WAIT = float(os.environ.get("HAI_FAULT_SIGTERM_WAIT", "30"))
 """Seconds a daemon gets to stop after SIGTERM before it is SIGKILLed (and that is reported)."""
+DUPLICATE_DRAIN = "Duplicate jobid"
+"""The reason slurmctld drains a node with when slurmd refuses a second launch of a job."""
+LAUNCH_FAILED_HOLD = "launch failed requeued held"
+"""The reason of a job slurmctld requeued and held after its launch failed."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,10 @@ class FaultBed:
     echo: Echo = lambda _m: None
     jobs: list[ToyJob] = field(default_factory=list)
     daemons: list[DaemonRun] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
+    """What :meth:`repair` did, in words (reported in the case's result line)."""
+    launch_requeues: dict[int, int] = field(default_factory=dict)
+    """Jobs Slurm requeued (and held) itself after a failed launch -> how many times."""
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -215,25 +223,55 @@ class FaultBed:
                 raise AssertionError(f"{job.name} saved nothing within {timeout:g} s")
             time.sleep(0.2)
 
+    def repair(self) -> list[str]:
+        """Do what an admin does after Slurm's own reactions to a slurmctld that lost its
+        state (SIGKILLed before its state save): resume a node Slurm drained for "Duplicate
+        jobid" (it started a job again where slurmd still knew the first launch), and release
+        a job of the case that Slurm held after that failed launch ("launch failed requeued
+        held"). Nothing else is touched: any other drain or hold stays and fails the checks.
+        Returns what it did now (also kept in :attr:`repairs`)."""
+        done: list[str] = []
+        nodes = self.run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"]).stdout
+        for line in sorted(set(nodes.splitlines())):
+            name, _, rest = line.strip().partition("|")
+            state, _, reason = rest.partition("|")
+            if reason.startswith(DUPLICATE_DRAIN) and "drain" in state:
+                self.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
+                done.append(f"resumed {name} (drained by Slurm: {reason!r})")
+        ids = [str(j.job_id) for j in self.jobs]
+        if ids:
+            res = self.run(["squeue", "-h", "-t", "PD", "-o", "%i|%r", "-j", ",".join(ids)])
+            for line in res.stdout.splitlines():
+                jid, _, reason = line.strip().partition("|")
+                if reason == LAUNCH_FAILED_HOLD and jid.isdigit():
+                    self.run(["scontrol", "release", jid])
+                    self.launch_requeues[int(jid)] = self.launch_requeues.get(int(jid), 0) + 1
+                    done.append(f"released {jid} (held by Slurm: {reason!r})")
+        for what in done:
+            self.echo(f"  admin: {what}")
+        self.repairs += done
+        return done
+
     def held(self, *, pending_only: bool = False) -> list[int]:
         """The case's jobs that are held now (``pending_only``: and pending)."""
         facts = self.slurm.job_facts([j.job_id for j in self.jobs]) if self.jobs else {}
         return sorted(j for j, f in facts.items() if f.held and (f.pending or not pending_only))
 
     def cleanup(self) -> None:
-        """Stop the daemons (SIGKILL), cancel every job and wait until none is active."""
+        """Stop the daemons (SIGKILL), cancel every job and wait until none is active; then
+        :meth:`repair`, so a case that left a node drained does not fail the next ones."""
         for d in self.daemons:
             d.kill()
-        if not self.jobs:
-            return
-        ids = [str(j.job_id) for j in self.jobs]
-        self.run(["scancel", *ids])
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            facts = self.slurm.job_facts([j.job_id for j in self.jobs])
-            if all(f.finished and f.state.value != "COMPLETING" for f in facts.values()):
-                return
-            time.sleep(0.3)
+        if self.jobs:
+            ids = [str(j.job_id) for j in self.jobs]
+            self.run(["scancel", *ids])
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                facts = self.slurm.job_facts([j.job_id for j in self.jobs])
+                if all(f.finished and f.state.value != "COMPLETING" for f in facts.values()):
+                    break
+                time.sleep(0.3)
+        self.repair()
 
     # ------------------------------------------------------------------------- daemons
     def config(self, name: str = "daemon", *, database_url: str | None = None,

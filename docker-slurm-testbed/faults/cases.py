@@ -38,6 +38,7 @@ from pathlib import Path
 from hai_slurm.checkpoint.store import CheckpointStore
 from hai_slurm.errors import HaiSlurmError
 from hai_slurm.priority.demo.scenario import ToyJob
+from hai_slurm.priority.executor.guard import sweep_releases, sweep_unpins
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.types import ExecutionRequest, ExecutorSettings
 from hai_slurm.priority.store import PlanState, VictimState
@@ -150,6 +151,24 @@ def _step_like_the_daemon(ex: PreemptionExecutor, repo: Repository, timeout: flo
         time.sleep(0.5)
 
 
+def _sweep_like_the_daemon(fb: FaultBed, repo: Repository, jobs: list[ToyJob],
+                           timeout: float) -> None:
+    """After the plans: what the daemon's cycles do about them until ``jobs`` ended (every
+    second: release victims requeued held that ended late, clean up after beneficiaries
+    pending again), with the admin's :meth:`FaultBed.repair` of Slurm's own reactions."""
+    end = time.monotonic() + timeout
+    ids = [j.job_id for j in jobs]
+    while time.monotonic() < end:
+        with contextlib.suppress(HaiSlurmError):
+            facts = fb.slurm.job_facts(ids)
+            if all(f.finished and f.state.value != "COMPLETING" for f in facts.values()):
+                return
+            sweep_releases(repo, fb.slurm, time.time())
+            sweep_unpins(repo, fb.slurm, fb.slurm.snapshot(), time.time())
+            fb.repair()
+        time.sleep(1.0)
+
+
 def _sqlite_repo(fb: FaultBed, name: str = "state") -> Repository:
     return Repository(upgrade(f"sqlite:///{fb.workdir / (name + '.db')}"))
 
@@ -205,6 +224,7 @@ def _slurmctld_in(fb: FaultBed, phase: str, out: Outcome) -> list[ToyJob]:
         _step_like_the_daemon(ex, repo, timeout=OUTAGE + 200)
     finally:
         restarted.wait(OUTAGE + 60)
+    _sweep_like_the_daemon(fb, repo, [*lows, bene], timeout=240)
     out.checks.append(Check(f"fault hit in phase {phase}", bool(fired),
                             f"plan {fired[0]} ended {repo.get_plan(fired[0]).state.value}"
                             if fired else "the hook point was never reached"))

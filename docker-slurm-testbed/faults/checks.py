@@ -5,11 +5,15 @@
    ``gone`` a victim that did not complete;
 2. **none left held**: once no plan is open, none of the case's jobs is pending and held
    (within :data:`HOLD_SETTLE` s; a job still ending on a node that does not answer is released
-   once it is pending), and none is held at the end;
+   once it is pending), and none is held at the end. Slurm's own reactions to a slurmctld that
+   lost its state are undone first as an admin would (:meth:`FaultBed.repair`: a node drained
+   for "Duplicate jobid" resumed, the job Slurm held after that failed launch released), and
+   reported;
 3. **no checkpoint lost**: each run of a job after a restart starts from the newest checkpoint
    an earlier run saved (``saved N`` / ``acked N`` lines of its output), never from an older one;
 4. **counters consistent**: every plan ended; each job's Slurm restart count equals the number
-   of plans that recorded it requeued (``restarts_by_plans_only``; else at least that number);
+   of plans that recorded it requeued, plus the requeues Slurm made itself after a failed launch
+   (``restarts_by_plans_only``; else at least that number);
    the daemons' persisted cycle totals match the cycles their logs show (within one per
    SIGKILL: a daemon killed between its commit and its log line), and every daemon stopped
    within 30 s of SIGTERM.
@@ -98,10 +102,12 @@ def end_checks(fb: FaultBed, repos: Sequence[Repository], *, timeout: float = 18
     """Run the four checks (see the module docstring); stops the case's daemons with SIGTERM
     once the jobs are done."""
     still_open = _wait_plans_closed(repos, timeout)
+    fb.repair()
     held = fb.held(pending_only=True)
     settle = time.monotonic() + HOLD_SETTLE
     while held and not still_open and time.monotonic() < settle:
         time.sleep(1)  # a release may be one cycle away
+        fb.repair()
         held = fb.held(pending_only=True)
     end = time.monotonic() + timeout
     states: dict[int, str] = {}
@@ -113,6 +119,7 @@ def end_checks(fb: FaultBed, repos: Sequence[Repository], *, timeout: float = 18
                      "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
                for s in states.values()):
             break
+        fb.repair()
         time.sleep(0.5)
     for d in fb.daemons:
         d.stop()
@@ -137,8 +144,9 @@ def end_checks(fb: FaultBed, repos: Sequence[Repository], *, timeout: float = 18
                  or f"{len(fb.jobs)} job(s) completed, results bit-identical")]
     out.append(Check(NAMES[1], not held and not still_open,
                      "; ".join([*([f"held: {held}"] if held else []),
-                                *([f"plans still open: {still_open}"] if still_open else [])])
-                     or "nothing held, no plan open"))
+                                *([f"plans still open: {still_open}"] if still_open else []),
+                                ]) or "nothing held, no plan open"
+                     + (f" (admin: {'; '.join(fb.repairs)})" if fb.repairs else "")))
     problems = [p for j in fb.jobs for p in checkpoint_problems(j)]
     restarts = sum(max(0, len(run_logs(j)) - 1) for j in fb.jobs)
     out.append(Check(NAMES[2], not problems, "; ".join(problems)
@@ -161,10 +169,12 @@ def _counters(fb: FaultBed, repos: Sequence[Repository], strict: bool) -> Check:
         f = facts.get(j.job_id)
         if f is None:
             continue
-        want = requeued.get(j.job_id, 0)
+        want = requeued.get(j.job_id, 0) + fb.launch_requeues.get(j.job_id, 0)
         if (f.restart_count != want) if strict else (f.restart_count < want):
             bad.append(f"{j.name}: Slurm restarted it {f.restart_count} time(s), plans "
-                       f"recorded {want} requeue(s)")
+                       f"recorded {requeued.get(j.job_id, 0)} requeue(s)"
+                       + (f" and Slurm {fb.launch_requeues[j.job_id]} after a failed launch"
+                          if j.job_id in fb.launch_requeues else ""))
     logged = sum(d.cycles() for d in fb.daemons)
     kills = sum(1 for d in fb.daemons if d.sigkilled)
     totals: dict[str, int] = {}
