@@ -45,6 +45,9 @@ DUPLICATE_DRAIN = "Duplicate jobid"
 """The reason slurmctld drains a node with when slurmd refuses a second launch of a job."""
 LAUNCH_FAILED_HOLD = "launch failed requeued held"
 """The reason of a job slurmctld requeued and held after its launch failed."""
+_STARTED = (re.compile(r"Started JobId=(?P<job>\d+) in \S+ on (?P<node>[\w-]+)"),
+            re.compile(r"Allocate JobId=(?P<job>\d+) NodeList=(?P<node>[\w-]+)"))
+_DUPLICATE = re.compile(r"Duplicate jobid on nodes (?P<node>[\w-]+)")
 
 
 @dataclass(frozen=True)
@@ -176,12 +179,16 @@ class FaultBed:
     repairs: list[str] = field(default_factory=list)
     """What :meth:`repair` did, in words (reported in the case's result line)."""
     launch_requeues: dict[int, int] = field(default_factory=dict)
-    """Jobs Slurm requeued (and held) itself after a failed launch -> how many times."""
+    """Jobs Slurm requeued itself after slurmd refused their launch ("Duplicate jobid" in
+    slurmctld's log) -> how many times."""
+    _log_seen: int = 0
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.run = SubprocessRunner(self.bed.slurm_conf)
         self.slurm = CliSlurmClient(self.run)
+        log = self.bed.state_dir / "log" / "slurmctld.log"
+        self._log_seen = len(log.read_text(errors="replace")) if log.exists() else 0
 
     # ---------------------------------------------------------------------------- jobs
     def toy(self, name: str, *, steps: int = 300, step_seconds: float = 0.05,
@@ -245,12 +252,31 @@ class FaultBed:
                 jid, _, reason = line.strip().partition("|")
                 if reason == LAUNCH_FAILED_HOLD and jid.isdigit():
                     self.run(["scontrol", "release", jid])
-                    self.launch_requeues[int(jid)] = self.launch_requeues.get(int(jid), 0) + 1
                     done.append(f"released {jid} (held by Slurm: {reason!r})")
+        self._count_refused_launches()
         for what in done:
             self.echo(f"  admin: {what}")
         self.repairs += done
         return done
+
+    def _count_refused_launches(self) -> None:
+        """Count, from slurmctld's log, each start of a job that slurmd refused ("Duplicate
+        jobid on nodes N" right after the start on N): slurmctld requeues the job itself."""
+        log = self.bed.state_dir / "log" / "slurmctld.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if len(text) < self._log_seen:
+            self._log_seen = 0  # a new log
+        started: dict[str, int] = {}
+        for line in text[self._log_seen:].splitlines():
+            for pattern in _STARTED:
+                m = pattern.search(line)
+                if m:
+                    started[m.group("node")] = int(m.group("job"))
+            m = _DUPLICATE.search(line)
+            if m and m.group("node") in started:
+                jid = started.pop(m.group("node"))
+                self.launch_requeues[jid] = self.launch_requeues.get(jid, 0) + 1
+        self._log_seen = len(text)
 
     def held(self, *, pending_only: bool = False) -> list[int]:
         """The case's jobs that are held now (``pending_only``: and pending)."""

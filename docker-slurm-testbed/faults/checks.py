@@ -12,7 +12,8 @@
 3. **no checkpoint lost**: each run of a job after a restart starts from the newest checkpoint
    an earlier run saved (``saved N`` / ``acked N`` lines of its output), never from an older one;
 4. **counters consistent**: every plan ended; each job's Slurm restart count equals the number
-   of plans that recorded it requeued, plus the requeues Slurm made itself after a failed launch
+   of plans that recorded it requeued, plus the requeues Slurm made itself after slurmd refused
+   a launch ("Duplicate jobid" in slurmctld's log)
    (``restarts_by_plans_only``; else at least that number);
    the daemons' persisted cycle totals match the cycles their logs show (within one per
    SIGKILL: a daemon killed between its commit and its log line), and every daemon stopped
@@ -173,7 +174,7 @@ def _counters(fb: FaultBed, repos: Sequence[Repository], strict: bool) -> Check:
         if (f.restart_count != want) if strict else (f.restart_count < want):
             bad.append(f"{j.name}: Slurm restarted it {f.restart_count} time(s), plans "
                        f"recorded {requeued.get(j.job_id, 0)} requeue(s)"
-                       + (f" and Slurm {fb.launch_requeues[j.job_id]} after a failed launch"
+                       + (f" and Slurm {fb.launch_requeues[j.job_id]} after a refused launch"
                           if j.job_id in fb.launch_requeues else ""))
     logged = sum(d.cycles() for d in fb.daemons)
     kills = sum(1 for d in fb.daemons if d.sigkilled)
