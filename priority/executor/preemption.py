@@ -544,7 +544,7 @@ class PreemptionExecutor:
         assert guard.context is not None
         ctx = guard.context
         # RESERVED: the plan's own reservation; a node awaiting its registration after a
-        # slurmctld restart shows a stale state (UNKNOWN when idle): the guard waits for it
+        # slurmctld restart shows a stale state (UNKNOWN when idle): not lost, it keeps the pin
         down = {n.name: "+".join([n.state, *n.state_flags]) for n in snap.nodes
                 if n.name in ctx.nodes and n.lost and not n.awaiting_registration}
         if not down:

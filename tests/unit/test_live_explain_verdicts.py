@@ -105,3 +105,21 @@ def test_free_gpus_of_a_drained_node_fit_nobody(tmp_path: Path) -> None:
     text = _explain(r, urgent)
     assert "Planner: PREEMPT: job" in text, text
     assert any(f"victim job {j}" in text for j in lows), text
+
+
+def test_no_victim_is_taken_on_a_draining_node(tmp_path: Path) -> None:
+    """GPUs freed on a node Slurm is draining go to nobody: a job running there is never the
+    victim, whichever order the planner would otherwise take them in."""
+    for drained in ("n1", "n4"):
+        r = rig(tmp_path / drained)
+        r.daemon().run_once()
+        lows = _full_of_low(r)
+        r.slurm.nodes[drained] = replace(r.slurm.nodes[drained], state="DRAIN")
+        there = next(j for j in lows if r.slurm.jobs[j].nodes == (drained,))
+        r.tick(3600)
+        urgent = r.submit(HIGH, gpus=8)
+        r.tick(3600)
+        r.daemon().run_once()
+        text = _explain(r, urgent)
+        assert "Planner: PREEMPT: job" in text, text
+        assert f"victim job {there}" not in text, text
