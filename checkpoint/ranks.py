@@ -148,7 +148,8 @@ class RankSync:
     def settle(self, timeout_s: float = 1.0) -> bool:
         """Wait until no collective's worker still holds this rank's last all_reduce tensor
         (see the module's docstring), sleeping so the worker can take the GIL. True if none does
-        (or there was none); False after ``timeout_s``, or where torch cannot tell."""
+        (or there was none); False after ``timeout_s`` (said on the job's log: an exit now may
+        still abort the process), or where torch cannot tell."""
         flag, self._last = self._last, None
         use_count = getattr(flag, "_use_count", None)
         if flag is None or use_count is None:
@@ -156,6 +157,8 @@ class RankSync:
         deadline = time.monotonic() + timeout_s  # real time, not a test clock: torch waits
         while use_count() > 1:
             if time.monotonic() >= deadline:
+                self._log(f"rank {self._env.rank}: torch's collective worker still holds the "
+                          f"last exchange after {timeout_s:g} s; exiting now may abort it")
                 return False
             time.sleep(0.0005)
         return True

@@ -308,3 +308,21 @@ def test_load_latest_points_at_load_with_for_sharded_checkpoints(tmp_path: Path)
     assert ck.load_latest() is None
     ck.close()
     assert any("sharded checkpoints are loaded with load_with(fn)" in m for m in messages)
+
+
+def test_a_tensor_still_held_after_the_timeout_is_said_on_the_log(tmp_path: Path) -> None:
+    """``settle`` gives up after its timeout and says so (the job may still abort at exit)."""
+    from hai_slurm.checkpoint.env import job_env_from
+    from hai_slurm.checkpoint.ranks import RankSync
+
+    class Held:
+        def _use_count(self) -> int:
+            return 2
+
+    lines: list[str] = []
+    env = job_env_from({"SLURM_JOB_ID": "7"}, directory=tmp_path / "ck")
+    sync = RankSync(env, log=lines.append)
+    sync._last = Held()
+    assert not sync.settle(timeout_s=0.01)
+    assert any("still holds the last exchange after 0.01 s" in x for x in lines), lines
+    assert sync.settle()  # nothing left to wait for

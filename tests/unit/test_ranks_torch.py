@@ -61,3 +61,4 @@ def test_settle_waits_until_gloo_has_dropped_the_last_tensor(tmp_path: Path) -> 
     # the race is real: without settle some returns leave the tensor held (else this test
     # would prove nothing); about one in four on a 2-core machine
     assert sum(int(before) for before, _after, _ok in results) > 0, outs
+
