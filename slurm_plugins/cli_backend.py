@@ -114,6 +114,12 @@ TIMEOUT, "Reservation ended"; with FLEX it goes on and slurmctld clears its link
 _Harmless = tuple[str | tuple[str, ...], SkipReason]
 
 
+def fresh(at: float | None, now: float, ttl: float) -> bool:
+    """True when something read at ``at`` is younger than ``ttl`` seconds at ``now`` (never
+    when it was not read, nor when the clock went back past it)."""
+    return at is not None and 0 <= now - at < ttl
+
+
 def _classify(message: str, harmless: Sequence[_Harmless]) -> SkipReason | None:
     low = message.lower()
     for texts, reason in harmless:
@@ -182,7 +188,7 @@ class CliSlurmClient:
         if not self.accounting():
             return ()
         now = self._clock()
-        if self._qos is None or not 0 <= now - self._qos[0] < QOS_REFRESH:
+        if self._qos is None or not fresh(self._qos[0], now, QOS_REFRESH):
             out = check(self._run(QOS_COMMAND), "sacctmgr show qos").stdout
             self._qos = (now, parse_qos(out, QOS_FIELDS))
         return self._qos[1]
@@ -222,8 +228,8 @@ class CliSlurmClient:
                                partitions=partitions, qos=qos)
 
     def _jobs(self, plan: QueryPlan, now: int) -> tuple[Job, ...]:
-        fresh = self._details_at is not None and now - self._details_at < DETAIL_REFRESH
-        if fresh and self._details and self._compact_ok():
+        known = fresh(self._details_at, now, DETAIL_REFRESH)
+        if known and self._details and self._compact_ok():
             assert isinstance(self._run, SubprocessRunner)
             res = check(self._run(["squeue", "--noheader", f"--Format={COMPACT_JOBS_FORMAT}"],
                                   env={"SLURM_TIME_FORMAT": "%s"}), "squeue -O")

@@ -66,6 +66,7 @@ from hai_slurm.slurm_plugins.cli_backend import (
     CliSlurmClient,
     _classify,
     _Harmless,
+    fresh,
     running_only,
 )
 from hai_slurm.slurm_plugins.parse import job_state, parse_job
@@ -438,16 +439,16 @@ class PyslurmClient:
         if not ids:
             return {}
         now = self._clock()
-        fresh = self._requests_at is not None and 0 <= now - self._requests_at < DETAIL_REFRESH
-        missing = [i for i in ids if i not in self._requests] if fresh else list(ids)
-        if missing and fresh:
+        known = fresh(self._requests_at, now, DETAIL_REFRESH)
+        missing = [i for i in ids if i not in self._requests] if known else list(ids)
+        if missing and known:
             try:
                 for at in range(0, len(missing), CHUNK):
                     chunk = ",".join(map(str, missing[at:at + CHUNK]))
                     self._requests.update(self._read_requests([f"--jobs={chunk}"]))
             except SlurmError:
-                fresh = False
-        if not fresh:
+                known = False
+        if not known:
             self._requests = self._read_requests([])
             self._requests_at = now
         return self._requests

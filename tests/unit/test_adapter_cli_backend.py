@@ -16,7 +16,7 @@ import pytest
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
-from hai_slurm.slurm_plugins.cli_backend import QOS_REFRESH, CliSlurmClient
+from hai_slurm.slurm_plugins.cli_backend import QOS_REFRESH, CliSlurmClient, fresh
 from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
 from hai_slurm.slurm_plugins.types import SignalTarget, SkipReason
 from hai_slurm.slurm_plugins.version import QOS_COMMAND, parse_version, query_plan
@@ -375,3 +375,12 @@ def test_requeue_any_counts_an_array_task_slurm_requeued_meanwhile() -> None:
     assert client.requeue_any([1085], hold=True) == (1085,)
     assert runner.calls[-2:] == [("scontrol", "requeuehold", "1085_3"),
                                  ("scontrol", "hold", "1085_3")]
+
+
+def test_fresh_is_younger_than_its_ttl_and_never_from_the_future() -> None:
+    """The cache rule of the QOS, the kept job details and pyslurm's GPU requests: read, and
+    younger than the TTL; a clock that went back past the read makes it stale, not fresh."""
+    assert fresh(100.0, 100.0, 5.0) and fresh(100.0, 104.9, 5.0)
+    assert not fresh(100.0, 105.0, 5.0)
+    assert not fresh(None, 100.0, 5.0)
+    assert not fresh(100.0, 99.0, 5.0)
