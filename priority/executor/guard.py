@@ -107,7 +107,7 @@ def sweep_releases(repo: Repository, slurm: SlurmClient, now: float) -> list[int
 
 
 UNPIN_LATER_KEY = "executor.unpin_later"
-"""Named value: beneficiaries that ran when their guard was released (Slurm changes a job's
+"""Named value: beneficiaries not pending when their guard was released (Slurm changes a job's
 node list and reservation only while it is pending) -> ``{"from": their own node list, "pin":
 the guard's, "reservation": the guard's}``; :func:`sweep_unpins` cleans up once they are
 pending again."""
@@ -115,7 +115,8 @@ pending again."""
 
 def remember_unpin(repo: Repository, job_id: int, pinned_from: str | None, pin: str,
                    reservation: str | None, at: float) -> None:
-    """Watch a running beneficiary until it is pending again or ends (:func:`sweep_unpins`)."""
+    """Watch a beneficiary that is not pending until it is pending again or has ended
+    (:func:`sweep_unpins`)."""
     raw = repo.get_value(UNPIN_LATER_KEY)
     kept: dict[str, JsonValue] = dict(raw) if isinstance(raw, dict) else {}
     kept[str(job_id)] = {"from": pinned_from, "pin": pin, "reservation": reservation}
@@ -558,9 +559,11 @@ class Guard:
         if ctx.pinned_from is not None and not keep_pin and b is not None \
                 and b.state == JobState.PENDING.value:
             self.slurm.set_req_nodes(ctx.beneficiary, ctx.pinned_from)
-        if b is not None and b.running and (ctx.pinned_from is not None
-                                            or ctx.reservation is not None):
-            # its pin and reservation link stay (Slurm changes them only while it is pending)
+        if b is not None and not b.pending and (ctx.pinned_from is not None
+                                                or ctx.reservation is not None):
+            # its pin and reservation link stay (Slurm changes them only while it is pending):
+            # running, or completing (Slurm may requeue it: a refused launch), or ended
+            # (forgotten at the next sweep)
             remember_unpin(self.repo, ctx.beneficiary,
                            None if keep_pin else ctx.pinned_from, ",".join(ctx.nodes),
                            ctx.reservation, at)

@@ -365,3 +365,23 @@ def test_a_beneficiary_requeued_after_its_plan_is_freed_of_the_ended_reservation
     world.fake.hold([other])   # its user's hold
     assert sweep_unpins(world.repo, world.fake, world.fake.snapshot(), world.clock.now) == []
     assert world.fake.jobs[other].held
+
+
+def test_a_beneficiary_completing_at_the_release_is_watched_too(world: World) -> None:
+    """slurmd refused the beneficiary's launch (slurmctld had lost an earlier one): at the
+    guard's release it is COMPLETING, and Slurm requeues it a minute later, by then in
+    RESV_DEL_HOLD for the purged reservation (CI, slurmctld fault case: held for good, as
+    only a running beneficiary was watched). It is watched, and released once pending."""
+    bene = world.pending("bene", gpus=8)
+    ctx = PlanContext(7, bene, ("n1",), (), pinned_from="", reservation="hai-plan-7-1")
+    world.fake.set_req_nodes(bene, "n1")
+    world.fake.schedule()
+    b = world.fake.jobs[bene]
+    b.state = JobState.COMPLETING
+    Guard(world.fake, world.repo, ctx).release(world.clock.now)
+    assert sweep_unpins(world.repo, world.fake, world.fake.snapshot(), world.clock.now) == []
+    b.state, b.nodes, b.restart_count = JobState.PENDING, (), 1
+    b.priority, b.reason = 0, "ReservationDeleted"
+    assert sweep_unpins(world.repo, world.fake, world.fake.snapshot(),
+                        world.clock.now) == [bene]
+    assert b.priority > 0 and b.req_nodes == ""
