@@ -182,6 +182,8 @@ class FaultBed:
     """Jobs Slurm requeued itself after slurmd refused their launch ("Duplicate jobid" in
     slurmctld's log) -> how many times."""
     _log_seen: int = 0
+    _started: dict[str, int] = field(default_factory=dict)
+    """Node -> the job slurmctld's log last showed starting there."""
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -266,17 +268,17 @@ class FaultBed:
         text = log.read_text(errors="replace") if log.exists() else ""
         if len(text) < self._log_seen:
             self._log_seen = 0  # a new log
-        started: dict[str, int] = {}
-        for line in text[self._log_seen:].splitlines():
+        end = text.rfind("\n") + 1   # whole lines only: the last one may be half written
+        for line in text[self._log_seen:end].splitlines():
             for pattern in _STARTED:
                 m = pattern.search(line)
                 if m:
-                    started[m.group("node")] = int(m.group("job"))
+                    self._started[m.group("node")] = int(m.group("job"))
             m = _DUPLICATE.search(line)
-            if m and m.group("node") in started:
-                jid = started.pop(m.group("node"))
+            if m and m.group("node") in self._started:
+                jid = self._started.pop(m.group("node"))
                 self.launch_requeues[jid] = self.launch_requeues.get(jid, 0) + 1
-        self._log_seen = len(text)
+        self._log_seen = max(self._log_seen, end)
 
     def held(self, *, pending_only: bool = False) -> list[int]:
         """The case's jobs that are held now (``pending_only``: and pending)."""
