@@ -270,11 +270,6 @@ class FakeSlurm:
         jobs = tuple(self._job_value(j) for j in sorted(self.jobs.values(),
                                                         key=lambda j: j.job_id)
                      if j.state.active)
-        return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
-                               nodes=self._node_values(), partitions=self.partitions, qos=self.qos)
-
-    def _node_values(self) -> tuple[Node, ...]:
-        """Every node with its GPUs in use; RESERVED on a live reservation's nodes."""
         free = self._free()
         self._purge_reservations()
         reserved = {n for r in self.resvs.values() for n in r.nodes}
@@ -289,7 +284,8 @@ class FakeSlurm:
             nodes.append(Node(n.name, state, flags, n.cpus, used_c, n.memory_mb,
                               n.memory_mb - m, n.gpus, n.gpus - g, n.partitions,
                               registered=n.registered))
-        return tuple(nodes)
+        return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
+                               nodes=tuple(nodes), partitions=self.partitions, qos=self.qos)
 
     def _each(self, job_ids: JobIds, command: tuple[str, ...], *, need_running: bool = False,
               finished_reason: SkipReason = SkipReason.FINISHED

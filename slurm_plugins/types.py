@@ -152,6 +152,17 @@ class Job:
     default is ``max_switch_wait``, 300 s)."""
 
     @property
+    def reservation_deleted(self) -> bool:
+        """Pending with priority 0 because Slurm deleted the reservation it was linked to
+        (``RESV_DEL_HOLD``; reason "ReservationDeleted" in JSON, "Reservation NAME was
+        deleted" as ``squeue -O Reason`` prints it; measured on 22.05): ``scontrol release``
+        starts it again. Not :attr:`held` (no user or admin hold)."""
+        return (self.state is JobState.PENDING and self.priority == 0 and not self.held
+                and (self.reason == "ReservationDeleted"
+                     or (self.reason.startswith("Reservation ")
+                         and self.reason.endswith(" was deleted"))))
+
+    @property
     def gpus_allocated(self) -> int:
         """GPUs the job holds now (sum over its nodes)."""
         return sum(self.gpus_per_node.values())

@@ -38,7 +38,6 @@ from pathlib import Path
 from hai_slurm.checkpoint.store import CheckpointStore
 from hai_slurm.errors import HaiSlurmError
 from hai_slurm.priority.demo.scenario import ToyJob
-from hai_slurm.priority.executor.guard import sweep_releases, sweep_unpins
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.types import ExecutionRequest, ExecutorSettings
 from hai_slurm.priority.store import PlanState, VictimState
@@ -151,11 +150,11 @@ def _step_like_the_daemon(ex: PreemptionExecutor, repo: Repository, timeout: flo
         time.sleep(0.5)
 
 
-def _sweep_like_the_daemon(fb: FaultBed, repo: Repository, jobs: list[ToyJob],
+def _sweep_like_the_daemon(fb: FaultBed, ex: PreemptionExecutor, jobs: list[ToyJob],
                            timeout: float) -> None:
     """After the plans: what the daemon's cycles do about them until ``jobs`` ended (every
-    second: release victims requeued held that ended late, clean up after beneficiaries
-    pending again), with the admin's :meth:`FaultBed.repair` of Slurm's own reactions."""
+    second, :meth:`PreemptionExecutor.sweep_leftovers`), with the admin's
+    :meth:`FaultBed.repair` of Slurm's own reactions."""
     end = time.monotonic() + timeout
     ids = [j.job_id for j in jobs]
     while time.monotonic() < end:
@@ -163,8 +162,7 @@ def _sweep_like_the_daemon(fb: FaultBed, repo: Repository, jobs: list[ToyJob],
             facts = fb.slurm.job_facts(ids)
             if all(f.finished and f.state.value != "COMPLETING" for f in facts.values()):
                 return
-            sweep_releases(repo, fb.slurm, time.time())
-            sweep_unpins(repo, fb.slurm, fb.slurm.snapshot(), time.time())
+            ex.sweep_leftovers(fb.slurm.snapshot())
             fb.repair()
         time.sleep(1.0)
 
@@ -224,7 +222,7 @@ def _slurmctld_in(fb: FaultBed, phase: str, out: Outcome) -> list[ToyJob]:
         _step_like_the_daemon(ex, repo, timeout=OUTAGE + 200)
     finally:
         restarted.wait(OUTAGE + 60)
-    _sweep_like_the_daemon(fb, repo, [*lows, bene], timeout=240)
+    _sweep_like_the_daemon(fb, ex, [*lows, bene], timeout=240)
     out.checks.append(Check(f"fault hit in phase {phase}", bool(fired),
                             f"plan {fired[0]} ended {repo.get_plan(fired[0]).state.value}"
                             if fired else "the hook point was never reached"))

@@ -123,14 +123,6 @@ def remember_unpin(repo: Repository, job_id: int, pinned_from: str | None, pin: 
     repo.put_value(UNPIN_LATER_KEY, kept, at=at)
 
 
-def _resv_deleted(reason: str) -> bool:
-    """Slurm's reason for a pending job it held because its reservation was deleted
-    (``RESV_DEL_HOLD``: "Reservation NAME was deleted" as squeue prints it; the enum name in
-    JSON)."""
-    return reason == "ReservationDeleted" or (reason.startswith("Reservation ")
-                                              and reason.endswith(" was deleted"))
-
-
 def sweep_unpins(repo: Repository, slurm: SlurmClient, snap: ClusterSnapshot,
                  now: float) -> list[int]:
     """Clean up after the watched beneficiaries that are pending again (requeued: by a later
@@ -157,7 +149,7 @@ def sweep_unpins(repo: Repository, slurm: SlurmClient, snap: ClusterSnapshot,
         if resv and f.reservation == resv:
             slurm.set_job_reservation(jid, "")
             did = True
-        if job.priority == 0 and not job.held and _resv_deleted(job.reason):
+        if job.reservation_deleted:
             slurm.release([jid])
             did = True
         if pin and entry.get("from") is not None and \
@@ -399,14 +391,18 @@ class Guard:
                  ctx.resv_minutes)
         return ctx
 
-    def _end_reservation(self, ctx: PlanContext, *, unlink: bool = True) -> None:
-        """Unlink a beneficiary that still waits (``unlink``), then end the reservation
-        (deleted, or ended now when the beneficiary runs in it: FLEX keeps it running)."""
+    def _end_reservation(self, ctx: PlanContext, *, unlink: bool = True,
+                         facts: Mapping[int, JobFacts] | None = None) -> None:
+        """Unlink a beneficiary that still waits (``unlink``; its state from ``facts`` when
+        given, else asked), then end the reservation (deleted, or ended now when the
+        beneficiary runs in it: FLEX keeps it running)."""
         if ctx.reservation is None:
             return
         if unlink:
             try:
-                b = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
+                if facts is None:
+                    facts = self.slurm.job_facts([ctx.beneficiary])
+                b = facts.get(ctx.beneficiary)
                 if b is not None and b.pending and b.reservation == ctx.reservation:
                     self.slurm.set_job_reservation(ctx.beneficiary, "")
             except SlurmError as err:
@@ -541,10 +537,10 @@ class Guard:
         ctx = self.context
         if ctx is None or ctx.released:
             return ctx
-        self._end_reservation(ctx)
         ids = [*ctx.held, *ctx.victims_held]
         wanted = ids or ctx.pinned_from is not None or ctx.reservation is not None
         facts = self.slurm.job_facts([*ids, ctx.beneficiary]) if wanted else {}
+        self._end_reservation(ctx, facts=facts)   # one read of the beneficiary for both
         to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
                       and facts[j].pending]
         # A victim requeued held while it could not end yet (its node not responding: it stays

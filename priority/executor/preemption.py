@@ -197,8 +197,7 @@ class PreemptionExecutor:
 
         late_acks.sweep(self.repo, self.slurm, self.reader, self._now(),
                         self.settings.clock_skew)
-        sweep_releases(self.repo, self.slurm, self._now())
-        sweep_unpins(self.repo, self.slurm, view.snapshot, self._now())
+        self.sweep_leftovers(view.snapshot)
         self.reconcile(view.snapshot)
         if plan is None:
             return CycleExtras()
@@ -430,6 +429,14 @@ class PreemptionExecutor:
         if snap is not None:
             self._prune_missed(snap)
         return out
+
+    def sweep_leftovers(self, snap: ClusterSnapshot) -> None:
+        """What ended plans leave to later cycles (each :meth:`execute` runs it): release
+        victims requeued held that became pending after their guard's release
+        (:func:`sweep_releases`), and clean up after beneficiaries pending again
+        (:func:`sweep_unpins`)."""
+        sweep_releases(self.repo, self.slurm, self._now())
+        sweep_unpins(self.repo, self.slurm, snap, self._now())
 
     def recover(self) -> list[ExecutionResult]:
         """Finish every open plan (after a daemon restart, or for a script): requeue victims of

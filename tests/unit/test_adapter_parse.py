@@ -350,3 +350,17 @@ def test_a_node_not_registered_since_slurmctld_started() -> None:
     assert all(n.registered for n in parse_nodes(later))
     later["nodes"][0]["boot_time"] = {"set": False, "infinite": False, "number": 0}
     assert not parse_nodes(later)[0].registered
+
+
+def test_a_job_held_for_its_deleted_reservation() -> None:
+    """``RESV_DEL_HOLD`` as 22.05's ``squeue --json`` showed it (measured by hand: a job
+    requeued held in a reservation that was then purged): pending, priority 0, reason
+    ReservationDeleted; not a user's or admin's hold."""
+    doc = load("22.05/squeue-mixed.json")
+    rec = doc["jobs"][0]
+    rec.update(job_state="RESV_DEL_HOLD", state_reason="ReservationDeleted", priority=0,
+               state_description="Reservation rtest2 was deleted", nodes="")
+    job = parse_jobs(doc)[0]
+    assert job.state is JobState.PENDING and job.reservation_deleted and not job.held
+    rec.update(state_reason="JobHeldUser")
+    assert not parse_jobs(doc)[0].reservation_deleted

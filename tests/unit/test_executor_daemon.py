@@ -130,3 +130,27 @@ def test_the_last_ack_is_acted_on_within_poll_not_state_poll(tmp_path: Path) -> 
     acked = max(v.acked_at or 0.0 for v in plan.victims)   # the acks' own times
     assert acked >= asked + 0.53
     assert 0 <= requeued - acked <= 0.1 + 1e-6, (acked - asked, requeued - asked)
+
+
+def test_a_daemon_cycle_cleans_up_after_a_beneficiary_pending_again(tmp_path: Path) -> None:
+    """A beneficiary that ran when its plan ended kept the guard's pin; requeued later, the
+    next daemon cycle gives it its own node list back (``sweep_leftovers`` in the cycle)."""
+    from hai_slurm.priority.executor.guard import remember_unpin
+
+    world = make_world(tmp_path)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=1,
+                             gpus_per_node=8, admin_comment=format_admin_comment(info))
+    world.fake.set_req_nodes(bene, "n1")
+    world.fake.schedule()
+    remember_unpin(world.repo, bene, "", "n1", None, world.clock.now)
+    world.fake.requeue(bene)
+    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=SnapshotPlanner(gpu_cluster(2, 2)), executor=world.executor(),
+                    interval=1.0)
+    report = daemon.run_once()
+    assert report.outcome.value == "ok", report.reason
+    assert world.fake.jobs[bene].req_nodes == ""

@@ -385,3 +385,26 @@ def test_a_beneficiary_completing_at_the_release_is_watched_too(world: World) ->
     assert sweep_unpins(world.repo, world.fake, world.fake.snapshot(),
                         world.clock.now) == [bene]
     assert b.priority > 0 and b.req_nodes == ""
+
+
+def test_the_release_reads_the_beneficiary_once(world: World) -> None:
+    """Ending the reservation (unlink a waiting beneficiary) and the rest of the release (the
+    pin, the watch) share one read of the beneficiary's state."""
+    bene = world.pending("bene", gpus=8)
+    world.fake.create_reservation("hai-plan-7-1", ["n1"], [world.fake.jobs[bene].user], 10)
+    world.fake.set_job_reservation(bene, "hai-plan-7-1")
+    world.fake.set_req_nodes(bene, "n1")
+    ctx = PlanContext(7, bene, ("n1",), (), pinned_from="", reservation="hai-plan-7-1")
+    asked: list[int] = []
+    real = world.fake.job_facts
+
+    def counting(job_ids: object) -> object:
+        ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)  # type: ignore[call-overload]
+        asked.extend(ids)
+        return real(ids)
+
+    world.fake.job_facts = counting  # type: ignore[method-assign,assignment]
+    Guard(world.fake, world.repo, ctx).release(world.clock.now)
+    b = world.fake.jobs[bene]
+    assert b.reservation == "" and b.req_nodes == ""
+    assert asked == [bene]

@@ -123,3 +123,20 @@ def test_no_victim_is_taken_on_a_draining_node(tmp_path: Path) -> None:
         text = _explain(r, urgent)
         assert "Planner: PREEMPT: job" in text, text
         assert f"victim job {there}" not in text, text
+
+
+def test_a_node_not_registered_since_slurmctld_started_is_left_out(tmp_path: Path) -> None:
+    """Right after a slurmctld restart, a node whose slurmd has not registered yet shows the
+    state of slurmctld's last save (``BootTime=None``): the planner does not count on its free
+    GPUs until it has registered."""
+    r = rig(tmp_path)
+    r.daemon().run_once()
+    for _ in range(3):
+        r.submit(LOW, "team-a", gpus=8)
+    r.slurm.schedule()   # n1-n3 busy, n4 free
+    r.slurm.nodes["n4"] = replace(r.slurm.nodes["n4"], registered=False)
+    urgent = r.submit(HIGH, gpus=8)
+    text = _explain(r, urgent)
+    assert "FITS" not in text and "n4" not in text, text
+    r.slurm.nodes["n4"] = replace(r.slurm.nodes["n4"], registered=True)
+    assert "fit on free GPUs" in _explain(r, urgent)
