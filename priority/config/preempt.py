@@ -97,6 +97,7 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
         signal=ex.get("signal", e.signal, _signal_name,
                       "a signal name such as USR2 (not USR1: NCCL uses it)"),
         late_ack_window=ex.get("late_ack_window", e.late_ack_window, _duration, _DURATION),
+        resend_after=ex.get("resend_after", e.resend_after, _duration, _DURATION),
     )
     ex.finish()
     try:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import cast
 
-from hai_slurm.checkpoint import Ack, JobReport, read_job_report
+from hai_slurm.checkpoint import Ack, JobReport, Phase, read_job_report
 from hai_slurm.errors import SlurmError, StateError
 from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.executor import late_acks
@@ -94,6 +94,14 @@ _NOT_REQUEUED = frozenset({JobState.COMPLETED, JobState.CANCELLED})
 """End states of a victim that are not requeued: a real completion (exit 0), or a cancel."""
 
 
+def _heard(report: JobReport | None, since: float) -> bool:
+    """Whether what the job wrote at or after ``since`` shows it heard a request: a phase of
+    ``saving``, ``saved`` or ``exiting``, or a pending request named in its phase record."""
+    phase = report.phase if report is not None else None
+    return phase is not None and phase.time >= since and (
+        phase.phase is not Phase.COMPUTING or phase.request_signal is not None)
+
+
 def _ran(b: JobFacts) -> bool:
     """The beneficiary ended after it ran (any end but a cancel, which may come before a
     start): it took the GPUs, so the preemption happened even if a look missed it running (a
@@ -149,6 +157,8 @@ class PreemptionExecutor:
         self._last_beat = time.monotonic()
         self._next_states: dict[int, float] = {}
         self._verified: dict[int, float] = {}
+        self._resent: set[tuple[int, int]] = set()
+        """(plan, victim) pairs asked a second time (:meth:`_resend_if_unheard`)."""
         """Plan -> when its reservation was last looked up (:meth:`step`)."""
         self._swept = False
         self._open = True  # unknown until the first reconcile: look once
@@ -654,6 +664,7 @@ class PreemptionExecutor:
                     waiting.discard(jid)
                 continue
             v = ctx.victim(jid)
+            self._resend_if_unheard(plan_id, ctx, v, report, asked_at, now)
             due = asked_at + v.deadline
             saving = report is not None and report.saving
             if now >= due and not (saving and now < due + self.settings.saving_extension):
@@ -689,6 +700,27 @@ class PreemptionExecutor:
                                seen_end={**guard.context.seen_end, **dict.fromkeys(seen, now)},
                                end_states={**guard.context.end_states, **seen}), now)
         return facts.get(ctx.beneficiary)
+
+    def _resend_if_unheard(self, plan_id: int, ctx: PlanContext, v: VictimContext,
+                           report: JobReport | None, asked_at: float, now: float) -> None:
+        """Ask victim ``v`` once more when it can acknowledge but, ``resend_after`` s (or half
+        its deadline) after the request, nothing it wrote shows the request: a request sent
+        while its step was listed but its task not started reached no process
+        (:attr:`~.types.ExecutorSettings.resend_after`). Once per victim and daemon."""
+        after = min(self.settings.resend_after, v.deadline / 2)
+        key = (plan_id, v.job_id)
+        if (v.control_dir is None or after <= 0 or now < asked_at + after
+                or key in self._resent or _heard(report, asked_at - self.settings.clock_skew)):
+            return
+        self._resent.add(key)
+        try:
+            self.slurm.signal([v.job_id], ctx.signal, target=SignalTarget.WORKLOAD)
+        except SlurmError as err:
+            log.warning("plan %d: asking victim %d again failed: %s", plan_id, v.job_id, err)
+            return
+        self._audit(plan_id, f"plan {plan_id}: victim {v.job_id} showed no sign of the "
+                    f"request after {now - asked_at:.1f} s; asked again with SIG{ctx.signal}",
+                    job_id=v.job_id)
 
     # -------------------------------------------------------------------------- phase 2
     def _late_acks(self, plan: Plan, ctx: PlanContext) -> Plan:

@@ -69,7 +69,14 @@ class ExecutorSettings:
     * ``signal``: the checkpoint request signal (the job library's default, USR2);
     * ``late_ack_window``: how long victims that missed an aborted plan are still watched, so
       one that acknowledges and exits late is requeued
-      (:mod:`~hai_slurm.priority.executor.late_acks`).
+      (:mod:`~hai_slurm.priority.executor.late_acks`);
+    * ``resend_after``: a victim that can acknowledge but shows no sign of the request this
+      many seconds after it (or half its deadline, if sooner) is asked once more (0: never).
+      A request sent while a job step is listed but its task has not started yet reaches no
+      process; without a second request such a victim is requeued at its deadline and loses
+      the work since its last checkpoint. A second request is harmless to a job that did hear
+      the first one (the library's handler only sets a flag; ``hai-run`` forwards a request
+      once).
     """
 
     poll: float = 0.1
@@ -80,6 +87,7 @@ class ExecutorSettings:
     clock_skew: float = 2.0
     signal: str = "USR2"
     late_ack_window: float = 600.0
+    resend_after: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("poll", "state_poll", "default_deadline", "start_timeout"):
@@ -87,7 +95,7 @@ class ExecutorSettings:
                 raise ConfigError(f"must be > 0 seconds, got {getattr(self, name)!r}",
                                   source="executor settings", key=name,
                                   value=getattr(self, name))
-        for name in ("saving_extension", "clock_skew", "late_ack_window"):
+        for name in ("saving_extension", "clock_skew", "late_ack_window", "resend_after"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"must be >= 0 seconds, got {getattr(self, name)!r}",
                                   source="executor settings", key=name,

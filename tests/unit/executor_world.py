@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hai_slurm.checkpoint.protocol import (
@@ -55,6 +55,9 @@ class Behaviour:
     """Slurm sees the job end this long after the ack (slurmctld slow, e.g. restarting)."""
     slurm_requeues: bool = False
     """Slurm requeues the job the moment it ends (``RequeueExit=75``), not held."""
+    misses_first: bool = False
+    """The first request reaches no process (sent while the step's task had not started yet):
+    the victim reacts from the second request on."""
 
 
 @dataclass
@@ -104,7 +107,12 @@ class World:
     def tick(self) -> None:
         """Let the victims react to requests, then let Slurm schedule."""
         now = self.clock.now
+        heard: dict[int, int] = {}
         for rec in self.fake.signals:
+            heard[rec.job_id] = heard.get(rec.job_id, 0) + 1
+            b = self.behaviour.get(rec.job_id)
+            if b is not None and b.misses_first and heard[rec.job_id] == 1:
+                continue
             self.asked.setdefault(rec.job_id, now)
         for jid, asked in self.asked.items():
             b = self.behaviour.get(jid)
@@ -138,7 +146,8 @@ class World:
                   and since >= b.ack_after + b.exit_lag):
                 self.fake.finish(jid, JobState.FAILED)
             elif b.saving_from is not None and since >= b.saving_from:
-                write_phase(ctl, make_phase(str(jid), j.restart_count, Phase.SAVING, b.step))
+                write_phase(ctl, replace(make_phase(str(jid), j.restart_count, Phase.SAVING,
+                                                    b.step), time=now))
         self.fake.now = int(now)
         self.fake.schedule()
 
@@ -148,7 +157,8 @@ class World:
         write_ack(ctl, Ack(job_id=str(jid), restart_count=j.restart_count, step=b.step,
                            sha256="0" * 64, checkpoint=f"ckpt-step{b.step}.pkl", time=now,
                            exit_code=75, request_signal="SIGUSR2"))
-        write_phase(ctl, make_phase(str(jid), j.restart_count, Phase.SAVED, b.step))
+        write_phase(ctl, replace(make_phase(str(jid), j.restart_count, Phase.SAVED, b.step),
+                                 time=now))
 
     def executor(self, **settings: float) -> PreemptionExecutor:
         """An executor wired to this world."""

@@ -298,3 +298,42 @@ def test_victim_slurm_requeued_before_its_ack_was_read_is_held(world: World) -> 
     assert world.fake.jobs[bene].state is JobState.RUNNING
     audit = [a.message for a in world.repo.audit_entries(plan_id=result.plan_id)]
     assert any("requeued by Slurm (RequeueExit)" in m for m in audit), audit
+
+
+def test_victim_that_missed_the_request_is_asked_again_and_saves(world: World) -> None:
+    """The first request reaches no process (sent while the victim's step was listed but its
+    task had not started): nothing it writes shows the request, so 5 s later it is asked once
+    more, saves and acknowledges; the plan is ``all_acked``, not ``forced``, and the victim
+    loses nothing. (Before: it was requeued at its deadline without an ack.)"""
+    victims, _bene, req = two_victims(world, Behaviour(ack_after=1.0, misses_first=True))
+    result = world.executor().run(req, world.fake.snapshot())
+    assert result.state is PlanState.DONE, result.note
+    assert steps(world, result.plan_id) == ["planned", "signalled", "all_acked", "requeued",
+                                            "done"]
+    assert [r.job_id for r in world.fake.signals].count(victims[0]) == 2
+    assert result.ack_steps[victims[0]] == 100
+    audit = [a.message for a in world.repo.audit_entries(plan_id=result.plan_id)]
+    assert any(f"victim {victims[0]} showed no sign of the request" in m for m in audit), audit
+
+
+def test_victim_that_heard_the_request_is_not_asked_again(world: World) -> None:
+    """A victim that shows ``saving`` soon after the request but takes 8 s to acknowledge gets
+    one request only; one that writes nothing until its ack at 8 s (a long training step) is
+    asked again at 5 s, which does it no harm: it still acknowledges."""
+    victims, _bene, req = two_victims(world, Behaviour(ack_after=8.0, saving_from=0.5),
+                                      Behaviour(ack_after=8.0))
+    result = world.executor().run(req, world.fake.snapshot())
+    assert result.state is PlanState.DONE, result.note
+    asked = [r.job_id for r in world.fake.signals]
+    assert asked.count(victims[0]) == 1   # heard: saving from 0.5 s
+    assert asked.count(victims[1]) == 2   # wrote nothing until its ack: asked again at 5 s
+
+
+def test_second_request_can_be_turned_off(world: World) -> None:
+    """``resend_after = 0``: a victim that missed the request is not asked again; it misses
+    its deadline and is requeued without an ack (the behaviour before the second request)."""
+    victims, _bene, req = two_victims(world, Behaviour(ack_after=1.0, misses_first=True))
+    result = world.executor(resend_after=0.0, saving_extension=0.0).run(
+        req, world.fake.snapshot())
+    assert [r.job_id for r in world.fake.signals].count(victims[0]) == 1
+    assert "forced" in steps(world, result.plan_id)
