@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import islice
+from typing import NamedTuple, overload
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import Level
@@ -283,9 +284,17 @@ class _Pass:
                 f"{_gs(loss)} lost, in-node level {_NAME[option.placement.level]}")
 
     def passed_over(self, job: Waiting, best: Option, others: list[Option],
-                    excluded: Mapping[str, int]) -> tuple[str, ...]:
+                    excluded: Mapping[str, int]) -> Sequence[str]:
         """Why the runner-up sets, the other jobs on the chosen nodes and the running jobs that
-        may not give way were not taken."""
+        may not give way were not taken: built when first read (:class:`_PassedOver`)."""
+        return _PassedOver(self, job, best, others, excluded)
+
+    def _passed_over(self, job: Waiting, best: Option, others: list[Option],
+                     excluded: Mapping[str, int], claims: int) -> tuple[str, ...]:
+        """The texts of :meth:`passed_over` as they were when ``claims`` victims were given."""
+        claimed: Mapping[int, int] = self.claimed
+        if len(claimed) > claims:  # later plans' claims: not yet made when this plan was
+            claimed = dict(islice(claimed.items(), claims))
         out = [f"not {self.describe(o)}: {self._worse(best, o)}" for o in others]
         out.append(f"running jobs that may not give way to it: {_summary(excluded)}")
         rank = RANK[job.effective]
@@ -295,7 +304,7 @@ class _Pass:
             h = self.holders[jid]
             if jid in best.victims:
                 continue
-            no = _why_not(h, rank, self.claimed, self.config, self.now)
+            no = _why_not(h, rank, claimed, self.config, self.now)
             why = "not needed" if no is None else no[1]
             out.append(f"job {jid} on {','.join(sorted(nodes & self.cands[jid].masks.keys()))} "
                        f"kept: {why}")
@@ -310,6 +319,59 @@ class _Pass:
             if a != b:
                 return name
         return "later in node and job id order"
+
+
+class _PassedOver(Sequence[str]):
+    """A plan's ``not_chosen`` texts, built on first use and kept (most plans' texts are never
+    read: 500 plans a pass). Reads the pass's state as it was when the plan was made: its
+    claims are append-only, so the count at that time is enough; everything else it reads
+    (holders, candidates, options, the left-out counts) does not change during a pass. Equal
+    to the tuple of its texts, and its ``repr`` is that tuple's."""
+
+    __slots__ = ("_args", "_lines")
+
+    def __init__(self, st: _Pass, job: Waiting, best: Option, others: list[Option],
+                 excluded: Mapping[str, int]) -> None:
+        self._lines: tuple[str, ...] | None = None
+        self._args: tuple[_Pass, Waiting, Option, list[Option], Mapping[str, int], int] | None = (
+            st, job, best, others, excluded, len(st.claimed))
+
+    def lines(self) -> tuple[str, ...]:
+        """The texts (built now if not yet)."""
+        if self._lines is None:
+            assert self._args is not None
+            st, job, best, others, excluded, claims = self._args
+            self._lines = st._passed_over(job, best, others, excluded, claims)
+            self._args = None   # the pass's state is no longer held
+        return self._lines
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
+        return self.lines()[index]
+
+    def __len__(self) -> int:
+        return len(self.lines())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.lines())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _PassedOver):
+            return self.lines() == other.lines()
+        return self.lines() == other
+
+    def __hash__(self) -> int:
+        return hash(self.lines())
+
+    def __repr__(self) -> str:
+        return repr(self.lines())
+
+    def __reduce__(self) -> tuple[type[tuple[str, ...]], tuple[tuple[str, ...]]]:
+        return (tuple, (self.lines(),))   # pickled and copied as the plain tuple
 
 
 def _refused(reason: str, pending: tuple[Waiting, ...]) -> PlanningResult:

@@ -12,7 +12,7 @@ are GPU-seconds (benefit also multiplied by the beneficiary's class weight).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -231,7 +231,8 @@ class PreemptionPlan:
     ``nodes`` is what the executor pins the beneficiary to (``scontrol update JobId=..
     ReqNodeList=..``), ``gpus_per_node`` the GPUs it needs on each. ``placement`` lists the exact
     GPUs reserved for it in this plan (free ones and ones the victims free). ``not_chosen`` says
-    why other victim sets and other jobs on those nodes were passed over.
+    why other victim sets and other jobs on those nodes were passed over (the planner's is
+    built when first read; it equals, and prints as, the tuple of its lines).
     """
 
     beneficiary: int
@@ -244,7 +245,7 @@ class PreemptionPlan:
     lost_work: float
     benefit: float
     reason: str
-    not_chosen: tuple[str, ...] = ()
+    not_chosen: Sequence[str] = ()
 
     @property
     def victim_ids(self) -> tuple[int, ...]:
