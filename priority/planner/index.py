@@ -297,14 +297,13 @@ class VictimIndex:
         r = _Ranking()
         donor = next((d for k in range(rank + 1, rank + 17)
                       if (d := self.rankings.get((per, k))) is not None), None)
-        for name, n in self.nodes.items():
-            r.seen[name] = n.version
+        r.seen = {name: n.version for name, n in self.nodes.items()}
+        token = self.token
         if donor is not None:
-            r.low = dict(donor.low)
-            for name, low in r.low.items():
-                self.token += 1
-                r.live[name] = self.token
-                r.heap.append((low, name, self.token, -1, None))
+            r.low = low = dict(donor.low)
+            r.live = live = dict(zip(low, range(token + 1, token + 1 + len(low)), strict=True))
+            r.heap = [(b, name, live[name], -1, None) for name, b in low.items()]
+            self.token = token + len(low)
         else:
             for name in self.nodes:
                 self.token += 1

@@ -124,6 +124,7 @@ class _Static:
     shape: dict[str, int]   # nodes with equal cells share an id (and their picks)
     picks: dict[tuple[int, int, int], tuple[Level, int] | None]
     masks: dict[tuple[GpuRef, ...], dict[str, int]]   # per GPU list seen (see ClusterView.masks)
+    refs: dict[tuple[str, int], tuple[GpuRef, ...]]   # per (node, mask): its GPUs, sorted
 
 
 _STATIC: WeakKeyDictionary[Topology, _Static] = WeakKeyDictionary()
@@ -143,7 +144,7 @@ def _static(topo: Topology) -> _Static:
             {g: sum(nodes[n].full.bit_count() for n in ns) for g, ns in groups.items()},
             max((n.full.bit_count() for n in nodes.values()), default=0),
             {r: (n.name, i) for n in nodes.values() for i, r in enumerate(n.refs)},
-            _shapes(nodes), {}, {})
+            _shapes(nodes), {}, {}, {})
         _STATIC[topo] = got
     return got
 
@@ -169,6 +170,16 @@ class ClusterView:
         self._shape = static.shape
         self._picks = static.picks
         self._masks = static.masks
+        self._refs = static.refs
+
+    def gpus(self, node: str, mask: int) -> tuple[GpuRef, ...]:
+        """The GPUs of ``mask`` on ``node``, sorted; remembered per topology (at most 2^GPUs
+        masks per node)."""
+        key = (node, mask)
+        got = self._refs.get(key)
+        if got is None:
+            got = self._refs[key] = tuple(sorted(self.nodes[node].gpus(mask), key=_ref_order))
+        return got
 
     def pick(self, node: str, free: int, count: int) -> tuple[Level, int] | None:
         """``self.nodes[node].pick(free, count)``, remembered per node shape (a pure function
@@ -238,6 +249,8 @@ class Placement:
 
     def gpus(self, view: ClusterView) -> tuple[GpuRef, ...]:
         """The GPUs of the placement, sorted."""
+        if len(self.masks) == 1:
+            return view.gpus(*self.masks[0])
         return tuple(sorted((g for n, m in self.masks for g in view.nodes[n].gpus(m)),
                             key=_ref_order))
 
