@@ -53,6 +53,7 @@ from hai_slurm.priority.planner.types import (
     PlanningResult,
     PlanSnapshot,
     PreemptionPlan,
+    Text,
     Victim,
     Waiting,
 )
@@ -147,6 +148,17 @@ def victim_status(holder: Holder, config: PlannerConfig, now: float) -> str:
             f"{_dur(config.min_run_for(holder.effective))} of {holder.effective.name}; "
             f"would lose {_dur(lost)} x {len(holder.gpus)} GPUs"
             f"{', borrowed GPUs go first' if holder.borrowed else ''})")
+
+
+def _victim_text(h: Holder, lost_work: float, secs: float, now: float) -> str:
+    """A victim's reason (see :meth:`_Pass.victim`; built when first read)."""
+    ckpt = ("saves on request" if h.can_ack
+            else "no checkpoint this run" if h.last_checkpoint is None
+            or h.last_checkpoint <= h.start_time
+            else f"last checkpoint {_dur(now - h.last_checkpoint)} ago")
+    tag = "borrowed (over quota)" if h.borrowed else "within quota"
+    return (f"job {h.job_id} ({_NAME[h.effective]}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
+            f"ran {_dur(now - h.start_time)}, {ckpt}): loses {_dur(secs)} = {_gs(lost_work)}")
 
 
 def _summary(excluded: Mapping[str, int]) -> str:
@@ -265,16 +277,8 @@ class _Pass:
     def victim(self, jid: int) -> Victim:
         h, c = self.holders[jid], self.cands[jid]
         secs = c.lost_work / len(h.gpus)
-        ckpt = ("saves on request" if h.can_ack
-                else "no checkpoint this run" if h.last_checkpoint is None
-                or h.last_checkpoint <= h.start_time
-                else f"last checkpoint {_dur(self.now - h.last_checkpoint)} ago")
-        tag = "borrowed (over quota)" if h.borrowed else "within quota"
-        reason = (f"job {jid} ({_NAME[h.effective]}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
-                  f"ran {_dur(self.now - h.start_time)}, {ckpt}): loses {_dur(secs)} "
-                  f"= {_gs(c.lost_work)}")
         return Victim(jid, h.team, h.effective, len(h.gpus), h.borrowed, secs, c.lost_work,
-                      reason)
+                      Text(_victim_text, h, c.lost_work, secs, self.now))
 
     def describe(self, option: Option) -> str:
         nodes = ",".join(option.placement.nodes)

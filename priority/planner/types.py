@@ -209,6 +209,52 @@ class Decision(NamedTuple):
     reason: str
 
 
+class Text:
+    """A text built when first read (the planner's per-victim texts: most are never read).
+
+    ``make(*args)`` builds it once; ``str()``, formatting, ``==`` (with a str or a Text),
+    ``hash``, ``in`` and ``len`` act on the text, and ``repr`` is the text's repr, so a
+    value holding a Text prints as if it held the str. Pickled and copied as the str."""
+
+    __slots__ = ("_args", "_make", "_text")
+
+    def __init__(self, make: Callable[..., str], *args: object) -> None:
+        self._make: Callable[..., str] | None = make
+        self._args = args
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        text = self._text
+        if text is None:
+            assert self._make is not None
+            text = self._text = self._make(*self._args)
+            self._make, self._args = None, ()
+        return text
+
+    def __repr__(self) -> str:
+        return repr(str(self))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Text):
+            return str(self) == str(other)
+        return str(self) == other
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __contains__(self, part: str) -> bool:
+        return part in str(self)
+
+    def __len__(self) -> int:
+        return len(str(self))
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        return (str, (str(self),))
+
+
 @dataclass(frozen=True, slots=True)
 class Victim:
     """One job that gives way, and what it loses."""
@@ -221,7 +267,7 @@ class Victim:
     lost_seconds: float      # save time (saves on request) or time since its last checkpoint,
     #                          plus its restart cost
     lost_work: float         # lost_seconds x GPUs
-    reason: str
+    reason: str | Text       # the planner's: a Text, built when first read (str() it)
 
 
 @dataclass(frozen=True, slots=True)
