@@ -161,6 +161,53 @@ def _victim_text(h: Holder, lost_work: float, secs: float, now: float) -> str:
             f"ran {_dur(now - h.start_time)}, {ckpt}): loses {_dur(secs)} = {_gs(lost_work)}")
 
 
+def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
+              rank: int) -> dict[str, int]:
+    """Running jobs that may not give way to a job of ``rank``, per reason, from the counts
+    per (class, reason) of those not given yet and the number given."""
+    out: dict[str, int] = {}
+    if claims:
+        out["given to other plans"] = claims
+    for (r, why), n in left_out.items():
+        if n <= 0:
+            continue
+        cat = "not of a lower class" if r >= rank else why
+        if cat is not None:
+            out[cat] = out.get(cat, 0) + n
+    return out
+
+
+class _Excluded(Mapping[str, int]):
+    """:meth:`_Pass.excluded` for a rank as it was when made, counted when first read."""
+
+    __slots__ = ("_args", "_counts")
+
+    def __init__(self, st: _Pass, rank: int, claims: int) -> None:
+        self._args: tuple[_Pass, int, int] | None = (st, rank, claims)
+        self._counts: dict[str, int] | None = None
+
+    def counts(self) -> dict[str, int]:
+        """The counts (made now if not yet; shared: never change them)."""
+        if self._counts is None:
+            assert self._args is not None
+            st, rank, claims = self._args
+            self._counts = st.excluded_at(rank, claims)
+            self._args = None
+        return self._counts
+
+    def __getitem__(self, key: str) -> int:
+        return self.counts()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.counts())
+
+    def __len__(self) -> int:
+        return len(self.counts())
+
+    def __repr__(self) -> str:
+        return repr(self.counts())
+
+
 def _summary(excluded: Mapping[str, int]) -> str:
     """'3 not of a lower class, 1 protected' (categories in a fixed order)."""
     return ", ".join(f"{excluded[k]} {k}" for k in sorted(excluded)) or "none"
@@ -236,22 +283,26 @@ class _Pass:
         out = self.counted.get(rank)
         if out is not None:
             return out
-        out = self.counted[rank] = {}
-        if self.claimed:
-            out["given to other plans"] = len(self.claimed)
-        for (r, why), n in self.left_out.items():
-            if n <= 0:
-                continue
-            cat = "not of a lower class" if r >= rank else why
-            if cat is not None:
-                out[cat] = out.get(cat, 0) + n
+        out = self.counted[rank] = _left_out(self.left_out, len(self.claimed), rank)
         return out
 
+    def excluded_at(self, rank: int, claims: int) -> dict[str, int]:
+        """:meth:`excluded` as it was when only the first ``claims`` victims were given."""
+        if claims >= len(self.claimed):
+            return self.excluded(rank)
+        left = dict(self.left_out)
+        for v in islice(self.claimed, claims, None):   # given since: not yet then
+            key = (self.cands[v].rank, self.base[v])
+            left[key] += 1
+        return _left_out(left, claims, rank)
+
     def options(self, nodes: int, per: int, rank: int, *,
-                cross: bool) -> tuple[list[Option], dict[str, int]]:
+                cross: bool) -> tuple[list[Option], Mapping[str, int]]:
         """Victim sets for a job of ``rank`` needing ``nodes`` x ``per`` GPUs, best first (at
-        most 4), and the running jobs left out per reason."""
-        return (self.index.search(nodes, per, rank, cross_leaf=cross), self.excluded(rank))
+        most 4), and the running jobs left out per reason (counted when first read: a plan
+        reads them only in its ``not_chosen`` texts)."""
+        return (self.index.search(nodes, per, rank, cross_leaf=cross),
+                _Excluded(self, rank, len(self.claimed)))
 
     def eligible(self, rank: int) -> tuple[dict[str, list[Candidate]], dict[int, Candidate],
                                            dict[str, int]]:
