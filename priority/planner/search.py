@@ -482,26 +482,24 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     version = searches = 0
     max_plans, max_searches = config.limits(len(snapshot.pending))
     shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
-    texts: dict[tuple[str, str], str] = {}    # (lead, limit or class or "") -> its text
-    weights = config.class_weights
+    # per asked shape and class: what the walk derives from them (_Kind), once per pass
+    kinds: dict[tuple[int, int | None, int | None, PriorityClass], _Kind] = {}
     pending = snapshot.pending
     limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
+    # once limited, which limit (it stays: no search, so no plan, is made after)
+    limit = 0 if max_plans <= 0 else 1
     for i in order:
         job = pending[i]
         jid, cls = job.job_id, job.effective
-        rank = RANK[cls]
-        if job.gpus <= 0:
-            decisions[jid] = _decision(Decision, (jid, _NO_GPUS,
-                                                  "needs no GPUs: not planned"))
-            continue
         leaves = job.max_leaves
-        asked = (job.gpus, job.nodes, leaves)
-        known = shapes.get(asked)
-        if known is None:
-            known = shapes[asked] = _Shape.of(job, view, config)
-        nodes, per, what, cross, shape_key, impossible, vkey, lead = known
-        if impossible is not None:
-            decisions[jid] = _decision(Decision, (jid, _IMPOSSIBLE, impossible))
+        asked = (job.gpus, job.nodes, leaves, cls)
+        derived = kinds.get(asked)
+        if derived is None:
+            derived = kinds[asked] = _kind(job, view, config, shapes)
+        (fixed, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text, nw_key,
+         weight, skipped) = derived
+        if fixed is not None:   # needs no GPUs, or cannot fit in this cluster
+            decisions[jid] = _decision(Decision, (jid, *fixed))
             continue
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross)
@@ -516,22 +514,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                     f"(in-node level {_NAME[free.level]}); expected to start without preemption"))
                 continue
             no_free[shape_key] = per
-        if rank == 0:
-            text = texts.get((lead, cls))
-            if text is None:
-                text = texts[lead, cls] = f"{lead}; no class is lower than {_NAME[cls]}"
-            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, text))
+        if rank == 0 or no_victims.get(vkey, -1) >= rank:   # no class lower; none found
+            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, none_text))
             continue
-        if no_victims.get(vkey, -1) >= rank:
-            text = texts.get((lead, ""))
-            if text is None:
-                text = texts[lead, ""] = (
-                    f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
-                    f"{_dur(config.min_run_time)} frees such a placement")
-            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, text))
-            continue
-        weight = weights.get(cls, 0.0)
-        seen = not_worth.get((rank, *vkey))
+        seen = not_worth.get(nw_key)
         if seen is not None and seen[0] == version:
             benefit = weight * max(job.wait, seen[2]) * job.gpus
             if benefit <= config.benefit_threshold * seen[1]:
@@ -541,14 +527,15 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                     f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"))
                 continue
         if limited:
-            limit = "plans" if len(plans) >= max_plans else "victim searches"
-            text = texts.get((lead, limit))
+            text = skipped[limit]
             if text is None:
-                text = texts[lead, limit] = f"{lead}; this cycle's limit of {limit} was reached"
+                text = skipped[limit] = (f"{lead}; this cycle's limit of "
+                                         f"{_LIMITS[limit]} was reached")
             decisions[jid] = _decision(Decision, (jid, _SKIPPED, text))
             continue
         searches += 1
         limited = searches >= max_searches
+        limit = 1
         found, excluded = st.options(nodes, per, rank, cross=cross)
         options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
@@ -593,7 +580,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, _PREEMPT, reason)
-        limited = limited or len(plans) >= max_plans
+        if len(plans) >= max_plans:
+            limited, limit = True, 0
     return PlanningResult(tuple(plans), decisions, None, worth_in)
 
 
@@ -637,6 +625,38 @@ class _Shape(NamedTuple):
         key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
         return cls(nodes, per, what, cross, key, impossible, (*key, per),
                    f"needs {what}, none free")
+
+
+_LIMITS = ("plans", "victim searches")
+
+_Kind = tuple[tuple[Outcome, str] | None, int, int, str, bool, tuple[int, int],
+              tuple[int, int, int], str, int, str, tuple[int, int, int, int], float,
+              list[str | None]]
+"""What the walk derives from a job's asked shape and class, once per pass: (NO_GPUS or
+IMPOSSIBLE verdict or None, nodes, GPUs per node, what, cross-leaf, shape key, victim-verdict
+key, lead, rank, its NO_VICTIMS text, not-worth key, class weight, its SKIPPED texts per
+limit (made when first needed))."""
+
+
+def _kind(job: Waiting, view: ClusterView, config: PlannerConfig,
+          shapes: dict[tuple[int, int | None, int | None], _Shape]) -> _Kind:
+    cls = job.effective
+    rank = RANK[cls]
+    weight = config.class_weights.get(cls, 0.0)
+    if job.gpus <= 0:
+        return ((_NO_GPUS, "needs no GPUs: not planned"), 0, 0, "", False, (0, 0), (0, 0, 0),
+                "", rank, "", (0, 0, 0, 0), weight, [None, None])
+    asked = (job.gpus, job.nodes, job.max_leaves)
+    known = shapes.get(asked)
+    if known is None:
+        known = shapes[asked] = _Shape.of(job, view, config)
+    nodes, per, what, cross, shape_key, impossible, vkey, lead = known
+    fixed = None if impossible is None else (_IMPOSSIBLE, impossible)
+    none_text = (f"{lead}; no class is lower than {_NAME[cls]}" if rank == 0 else
+                 f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
+                 f"{_dur(config.min_run_time)} frees such a placement")
+    return (fixed, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text,
+            (rank, *vkey), weight, [None, None])
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:
