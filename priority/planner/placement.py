@@ -125,6 +125,7 @@ class _Static:
     picks: dict[tuple[int, int, int], tuple[Level, int] | None]
     masks: dict[tuple[GpuRef, ...], dict[str, int]]   # per GPU list seen (see ClusterView.masks)
     refs: dict[tuple[str, int], tuple[GpuRef, ...]]   # per (node, mask): its GPUs, sorted
+    full: dict[str, int]   # each node's mask of all its GPUs (a plain dict: read per search)
 
 
 _STATIC: WeakKeyDictionary[Topology, _Static] = WeakKeyDictionary()
@@ -144,7 +145,7 @@ def _static(topo: Topology) -> _Static:
             {g: sum(nodes[n].full.bit_count() for n in ns) for g, ns in groups.items()},
             max((n.full.bit_count() for n in nodes.values()), default=0),
             {r: (n.name, i) for n in nodes.values() for i, r in enumerate(n.refs)},
-            _shapes(nodes), {}, {}, {})
+            _shapes(nodes), {}, {}, {}, {n: lay.full for n, lay in nodes.items()})
         _STATIC[topo] = got
     return got
 
@@ -171,6 +172,7 @@ class ClusterView:
         self._picks = static.picks
         self._masks = static.masks
         self._refs = static.refs
+        self._full = static.full
 
     def gpus(self, node: str, mask: int) -> tuple[GpuRef, ...]:
         """The GPUs of ``mask`` on ``node``, sorted; remembered per topology (at most 2^GPUs
@@ -213,7 +215,7 @@ class ClusterView:
 
     def free(self, node: str) -> int:
         """Mask of the free GPUs of ``node``."""
-        return self.nodes[node].full & ~self.busy[node]
+        return self._full[node] & ~self.busy[node]
 
     def occupy(self, node: str, mask: int) -> None:
         """Mark ``mask`` busy on ``node`` (GPUs already busy stay busy)."""
