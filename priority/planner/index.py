@@ -373,10 +373,12 @@ class VictimIndex:
             return hit[1]
         lows: list[_Bound] = []
         nodes_ = self.nodes
+        share = 1024 + per * 16 + 1   # + bucket: _share's cache key
         for name in self.view.groups[group]:
-            e = nodes_[name].elig.get(rank) or self.eligible(name, rank)
+            n = nodes_[name]
+            e = n.elig.get(rank) or self.eligible(name, rank)
             if e[2].bit_count() >= per:
-                lows.append(self._share(name, per, rank))
+                lows.append(n.low.get(share + e[0]) or self._share(name, per, rank))
         got: _Bound | None = None
         if len(lows) >= nodes:
             lows.sort()

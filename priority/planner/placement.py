@@ -253,7 +253,7 @@ class Placement:
         """The GPUs of the placement, sorted."""
         if len(self.masks) == 1:
             return view.gpus(*self.masks[0])
-        return tuple(sorted((g for n, m in self.masks for g in view.nodes[n].gpus(m)),
+        return tuple(sorted((g for n, m in self.masks for g in view.gpus(n, m)),
                             key=_ref_order))
 
 
