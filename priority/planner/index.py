@@ -56,12 +56,13 @@ def _cover(need: int, parts: list[tuple[float, int]]) -> float:
     for cost, gpus in parts:
         if gpus <= 0:
             continue
-        take = min(gpus, need)
+        take = gpus if gpus <= need else need   # min(gpus, need), without the call
         total += cost * take / gpus
         need -= take
         if need <= 0:
             break
-    return max(0.0, total * (1 - 1e-9) - 1e-6)
+    low = total * (1 - 1e-9) - 1e-6
+    return low if low > 0.0 else 0.0
 
 
 class _Node:

@@ -79,9 +79,11 @@ class Option:
 
 
 def _set_key(victims: Sequence[Candidate]) -> tuple[float, float, int, int]:
-    nb = sum(c.lost_work for c in victims if not c.borrowed)
-    loss = sum(c.lost_work for c in victims)
-    return (nb, loss, max((c.rank for c in victims), default=-1), len(victims))
+    # list comprehensions: cheaper than generators for a few items; sum() kept for its
+    # rounding
+    nb = sum([c.lost_work for c in victims if not c.borrowed])
+    loss = sum([c.lost_work for c in victims])
+    return (nb, loss, max([c.rank for c in victims], default=-1), len(victims))
 
 
 def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Candidate],
