@@ -33,7 +33,6 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import islice
 from typing import NamedTuple, overload
 
 from hai_slurm.classes import PriorityClass
@@ -178,20 +177,22 @@ def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
 
 
 class _Excluded(Mapping[str, int]):
-    """:meth:`_Pass.excluded` for a rank as it was when made, counted when first read."""
+    """:meth:`_Pass.excluded` for a rank as it was when made, counted when first read from
+    the counts per (class, reason) then (``left``: a copy the pass never changes)."""
 
     __slots__ = ("_args", "_counts")
 
-    def __init__(self, st: _Pass, rank: int, claims: int) -> None:
-        self._args: tuple[_Pass, int, int] | None = (st, rank, claims)
+    def __init__(self, left: Mapping[tuple[int, str | None], int], claims: int,
+                 rank: int) -> None:
+        self._args: tuple[Mapping[tuple[int, str | None], int], int, int] | None = (
+            left, claims, rank)
         self._counts: dict[str, int] | None = None
 
     def counts(self) -> dict[str, int]:
-        """The counts (made now if not yet; shared: never change them)."""
+        """The counts (made now if not yet)."""
         if self._counts is None:
             assert self._args is not None
-            st, rank, claims = self._args
-            self._counts = st.excluded_at(rank, claims)
+            self._counts = _left_out(*self._args)
             self._args = None
         return self._counts
 
@@ -235,6 +236,8 @@ class _Pass:
         self.base: dict[int, str | None] = {}
         self.left_out: dict[tuple[int, str | None], int] = {}
         self.counted: dict[int, dict[str, int]] = {}   # excluded() per rank until a claim
+        self.frozen_left: dict[tuple[int, str | None], int] | None = None   # see options()
+        self.claim_no: dict[int, int] = {}   # victim -> how many were given before it
         for h in sorted(snap.running, key=_job_id):
             masks = view.masks(h.gpus)
             if not isinstance(masks, dict):
@@ -271,8 +274,10 @@ class _Pass:
 
     def claim(self, victim: int, beneficiary: int) -> None:
         """``victim`` gives way to ``beneficiary``: later plans may not count it."""
+        self.claim_no[victim] = len(self.claimed)
         self.claimed[victim] = beneficiary
         self.counted.clear()
+        self.frozen_left = None
         key = (self.cands[victim].rank, self.base[victim])
         self.left_out[key] -= 1
         self.index.claim(victim)
@@ -286,23 +291,16 @@ class _Pass:
         out = self.counted[rank] = _left_out(self.left_out, len(self.claimed), rank)
         return out
 
-    def excluded_at(self, rank: int, claims: int) -> dict[str, int]:
-        """:meth:`excluded` as it was when only the first ``claims`` victims were given."""
-        if claims >= len(self.claimed):
-            return self.excluded(rank)
-        left = dict(self.left_out)
-        for v in islice(self.claimed, claims, None):   # given since: not yet then
-            key = (self.cands[v].rank, self.base[v])
-            left[key] += 1
-        return _left_out(left, claims, rank)
-
     def options(self, nodes: int, per: int, rank: int, *,
                 cross: bool) -> tuple[list[Option], Mapping[str, int]]:
         """Victim sets for a job of ``rank`` needing ``nodes`` x ``per`` GPUs, best first (at
         most 4), and the running jobs left out per reason (counted when first read: a plan
         reads them only in its ``not_chosen`` texts)."""
+        left = self.frozen_left
+        if left is None:   # a copy per claim (a few dozen counts), shared until the next
+            left = self.frozen_left = dict(self.left_out)
         return (self.index.search(nodes, per, rank, cross_leaf=cross),
-                _Excluded(self, rank, len(self.claimed)))
+                _Excluded(left, len(self.claimed), rank))
 
     def eligible(self, rank: int) -> tuple[dict[str, list[Candidate]], dict[int, Candidate],
                                            dict[str, int]]:
@@ -347,9 +345,7 @@ class _Pass:
     def _passed_over(self, job: Waiting, best: Option, others: list[Option],
                      excluded: Mapping[str, int], claims: int) -> tuple[str, ...]:
         """The texts of :meth:`passed_over` as they were when ``claims`` victims were given."""
-        claimed: Mapping[int, int] = self.claimed
-        if len(claimed) > claims:  # later plans' claims: not yet made when this plan was
-            claimed = dict(islice(claimed.items(), claims))
+        claim_no = self.claim_no
         out = [f"not {self.describe(o)}: {self._worse(best, o)}" for o in others]
         out.append(f"running jobs that may not give way to it: {_summary(excluded)}")
         rank = RANK[job.effective]
@@ -359,8 +355,11 @@ class _Pass:
             h = self.holders[jid]
             if jid in best.victims:
                 continue
-            no = _why_not(h, rank, claimed, self.config, self.now)
-            why = "not needed" if no is None else no[1]
+            if claim_no.get(jid, claims) < claims:   # given before this plan was made
+                why = f"already gives way to job {self.claimed[jid]}"
+            else:   # not given then (later plans' claims are not counted)
+                no = _why_not(h, rank, {}, self.config, self.now)
+                why = "not needed" if no is None else no[1]
             out.append(f"job {jid} on {','.join(sorted(nodes & self.cands[jid].masks.keys()))} "
                        f"kept: {why}")
         return tuple(out)
