@@ -37,8 +37,11 @@ from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, 
 _Best = tuple[tuple[float, ...], int, int, frozenset[int]] | None
 _Bound = tuple[float, float]
 _Elig = tuple[int, list[Candidate], int]
-_Entry = tuple[tuple[float, ...], str, int, int, Option | None]
-"""A ranking's heap entry: (key, node, token, node version or -1, option or None)."""
+_Entry = tuple[float, float, tuple[float, ...], str, int, int, Option | None]
+"""A ranking's heap entry: (key[0], key[1], key[2:], node, token, node version or -1, option
+or None); a key flattened so that heap comparisons mostly compare two floats, in the order
+of (key, node, ...): a bound's key is (non-borrowed loss, loss) and its tail (), which sorts
+before any longer key with the same first two items, as the 2-tuple did."""
 
 
 def _ratio(part: tuple[float, int]) -> float:
@@ -53,12 +56,13 @@ def _cover(need: int, parts: list[tuple[float, int]]) -> float:
     for cost, gpus in parts:
         if gpus <= 0:
             continue
-        take = min(gpus, need)
+        take = gpus if gpus <= need else need   # min(gpus, need), without the call
         total += cost * take / gpus
         need -= take
         if need <= 0:
             break
-    return max(0.0, total * (1 - 1e-9) - 1e-6)
+    low = total * (1 - 1e-9) - 1e-6
+    return low if low > 0.0 else 0.0
 
 
 class _Node:
@@ -91,8 +95,9 @@ class _Ranking:
     __slots__ = ("cursor", "heap", "live", "low", "seen")
 
     def __init__(self) -> None:
-        # (key, node, token, node version or -1, option); option None: key is a lower bound
-        # of 2 items, and with version -1 one from an earlier version (computed again first)
+        # entries as _Entry (key flattened, node, token, node version or -1, option); option
+        # None: the key is a lower bound of 2 items (tail ()), and with version -1 one from an
+        # earlier version (computed again first)
         self.heap: list[_Entry] = []
         self.seen: dict[str, int] = {}
         self.live: dict[str, int] = {}
@@ -147,9 +152,12 @@ class VictimIndex:
         if got is None:
             out = [c for c in n.cands if c.rank < rank]
             reach = self.view.free(node)
+            bucket = -1
             for c in out:
                 reach |= c.masks[node]
-            got = n.elig[rank] = (max((c.rank for c in out), default=-1), out, reach)
+                if c.rank > bucket:
+                    bucket = c.rank
+            got = n.elig[rank] = (bucket, out, reach)
         return got
 
     def best(self, node: str, per: int, rank: int) -> _Best:
@@ -244,7 +252,7 @@ class VictimIndex:
                 if low is not None:  # still a bound: the node only got worse
                     self.token += 1
                     r.live[name] = self.token
-                    heapq.heappush(r.heap, (low, name, self.token, -1, None))
+                    heapq.heappush(r.heap, (low[0], low[1], (), name, self.token, -1, None))
             r.cursor = len(self.changes)
         taken: list[_Entry] = []
         out: list[Option] = []
@@ -256,14 +264,18 @@ class VictimIndex:
             # an entry replaced by a new one for its node (a bound, an exact option) is pushed
             # back, unless it is below the heap's top: then it would be popped next anyway
             while entry is not None:
-                _, name, token, ver, option = entry
+                _, _, _, name, token, ver, option = entry
                 if token != live[name]:
                     break  # dead: the node was pushed again since
                 if ver < 0:  # a bound of an earlier version: the node's bound now
                     entry = self._bound(r, name, per, rank, token)
                 elif option is None:  # a bound: the exact option now (never below the bound)
                     exact = self._option(name, per, rank)
-                    entry = None if exact is None else (exact.key, name, token, ver, exact)
+                    if exact is None:
+                        entry = None
+                    else:
+                        k = exact.key
+                        entry = (k[0], k[1], k[2:], name, token, ver, exact)
                 else:
                     taken.append(entry)
                     if option.victims not in sets:
@@ -284,7 +296,7 @@ class VictimIndex:
         lb = self.lower(name, per, rank)
         if lb is not None:
             r.low[name] = lb
-            return (lb, name, token, n.version, None)
+            return (lb[0], lb[1], (), name, token, n.version, None)
         if (n.elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
             r.low[name] = (0.0, 0.0)   # free enough now; a later plan may take them
         else:
@@ -297,14 +309,13 @@ class VictimIndex:
         r = _Ranking()
         donor = next((d for k in range(rank + 1, rank + 17)
                       if (d := self.rankings.get((per, k))) is not None), None)
-        for name, n in self.nodes.items():
-            r.seen[name] = n.version
+        r.seen = {name: n.version for name, n in self.nodes.items()}
+        token = self.token
         if donor is not None:
-            r.low = dict(donor.low)
-            for name, low in r.low.items():
-                self.token += 1
-                r.live[name] = self.token
-                r.heap.append((low, name, self.token, -1, None))
+            r.low = low = dict(donor.low)
+            r.live = live = dict(zip(low, range(token + 1, token + 1 + len(low)), strict=True))
+            r.heap = [(b[0], b[1], (), name, live[name], -1, None) for name, b in low.items()]
+            self.token = token + len(low)
         else:
             for name in self.nodes:
                 self.token += 1
@@ -363,10 +374,12 @@ class VictimIndex:
             return hit[1]
         lows: list[_Bound] = []
         nodes_ = self.nodes
+        share = 1024 + per * 16 + 1   # + bucket: _share's cache key
         for name in self.view.groups[group]:
-            e = nodes_[name].elig.get(rank) or self.eligible(name, rank)
+            n = nodes_[name]
+            e = n.elig.get(rank) or self.eligible(name, rank)
             if e[2].bit_count() >= per:
-                lows.append(self._share(name, per, rank))
+                lows.append(n.low.get(share + e[0]) or self._share(name, per, rank))
         got: _Bound | None = None
         if len(lows) >= nodes:
             lows.sort()

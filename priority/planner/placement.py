@@ -124,6 +124,8 @@ class _Static:
     shape: dict[str, int]   # nodes with equal cells share an id (and their picks)
     picks: dict[tuple[int, int, int], tuple[Level, int] | None]
     masks: dict[tuple[GpuRef, ...], dict[str, int]]   # per GPU list seen (see ClusterView.masks)
+    refs: dict[tuple[str, int], tuple[GpuRef, ...]]   # per (node, mask): its GPUs, sorted
+    full: dict[str, int]   # each node's mask of all its GPUs (a plain dict: read per search)
 
 
 _STATIC: WeakKeyDictionary[Topology, _Static] = WeakKeyDictionary()
@@ -143,7 +145,7 @@ def _static(topo: Topology) -> _Static:
             {g: sum(nodes[n].full.bit_count() for n in ns) for g, ns in groups.items()},
             max((n.full.bit_count() for n in nodes.values()), default=0),
             {r: (n.name, i) for n in nodes.values() for i, r in enumerate(n.refs)},
-            _shapes(nodes), {}, {})
+            _shapes(nodes), {}, {}, {}, {n: lay.full for n, lay in nodes.items()})
         _STATIC[topo] = got
     return got
 
@@ -169,6 +171,17 @@ class ClusterView:
         self._shape = static.shape
         self._picks = static.picks
         self._masks = static.masks
+        self._refs = static.refs
+        self._full = static.full
+
+    def gpus(self, node: str, mask: int) -> tuple[GpuRef, ...]:
+        """The GPUs of ``mask`` on ``node``, sorted; remembered per topology (at most 2^GPUs
+        masks per node)."""
+        key = (node, mask)
+        got = self._refs.get(key)
+        if got is None:
+            got = self._refs[key] = tuple(sorted(self.nodes[node].gpus(mask), key=_ref_order))
+        return got
 
     def pick(self, node: str, free: int, count: int) -> tuple[Level, int] | None:
         """``self.nodes[node].pick(free, count)``, remembered per node shape (a pure function
@@ -202,7 +215,7 @@ class ClusterView:
 
     def free(self, node: str) -> int:
         """Mask of the free GPUs of ``node``."""
-        return self.nodes[node].full & ~self.busy[node]
+        return self._full[node] & ~self.busy[node]
 
     def occupy(self, node: str, mask: int) -> None:
         """Mark ``mask`` busy on ``node`` (GPUs already busy stay busy)."""
@@ -238,7 +251,9 @@ class Placement:
 
     def gpus(self, view: ClusterView) -> tuple[GpuRef, ...]:
         """The GPUs of the placement, sorted."""
-        return tuple(sorted((g for n, m in self.masks for g in view.nodes[n].gpus(m)),
+        if len(self.masks) == 1:
+            return view.gpus(*self.masks[0])
+        return tuple(sorted((g for n, m in self.masks for g in view.gpus(n, m)),
                             key=_ref_order))
 
 

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NamedTuple, overload
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import Level
@@ -52,6 +52,7 @@ from hai_slurm.priority.planner.types import (
     PlanningResult,
     PlanSnapshot,
     PreemptionPlan,
+    Text,
     Victim,
     Waiting,
 )
@@ -148,6 +149,66 @@ def victim_status(holder: Holder, config: PlannerConfig, now: float) -> str:
             f"{', borrowed GPUs go first' if holder.borrowed else ''})")
 
 
+def _victim_text(h: Holder, lost_work: float, secs: float, now: float) -> str:
+    """A victim's reason (see :meth:`_Pass.victim`; built when first read)."""
+    ckpt = ("saves on request" if h.can_ack
+            else "no checkpoint this run" if h.last_checkpoint is None
+            or h.last_checkpoint <= h.start_time
+            else f"last checkpoint {_dur(now - h.last_checkpoint)} ago")
+    tag = "borrowed (over quota)" if h.borrowed else "within quota"
+    return (f"job {h.job_id} ({_NAME[h.effective]}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
+            f"ran {_dur(now - h.start_time)}, {ckpt}): loses {_dur(secs)} = {_gs(lost_work)}")
+
+
+def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
+              rank: int) -> dict[str, int]:
+    """Running jobs that may not give way to a job of ``rank``, per reason, from the counts
+    per (class, reason) of those not given yet and the number given."""
+    out: dict[str, int] = {}
+    if claims:
+        out["given to other plans"] = claims
+    for (r, why), n in left_out.items():
+        if n <= 0:
+            continue
+        cat = "not of a lower class" if r >= rank else why
+        if cat is not None:
+            out[cat] = out.get(cat, 0) + n
+    return out
+
+
+class _Excluded(Mapping[str, int]):
+    """:meth:`_Pass.excluded` for a rank as it was when made, counted when first read from
+    the counts per (class, reason) then (``left``: a copy the pass never changes)."""
+
+    __slots__ = ("_args", "_counts")
+
+    def __init__(self, left: Mapping[tuple[int, str | None], int], claims: int,
+                 rank: int) -> None:
+        self._args: tuple[Mapping[tuple[int, str | None], int], int, int] | None = (
+            left, claims, rank)
+        self._counts: dict[str, int] | None = None
+
+    def counts(self) -> dict[str, int]:
+        """The counts (made now if not yet)."""
+        if self._counts is None:
+            assert self._args is not None
+            self._counts = _left_out(*self._args)
+            self._args = None
+        return self._counts
+
+    def __getitem__(self, key: str) -> int:
+        return self.counts()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.counts())
+
+    def __len__(self) -> int:
+        return len(self.counts())
+
+    def __repr__(self) -> str:
+        return repr(self.counts())
+
+
 def _summary(excluded: Mapping[str, int]) -> str:
     """'3 not of a lower class, 1 protected' (categories in a fixed order)."""
     return ", ".join(f"{excluded[k]} {k}" for k in sorted(excluded)) or "none"
@@ -175,6 +236,8 @@ class _Pass:
         self.base: dict[int, str | None] = {}
         self.left_out: dict[tuple[int, str | None], int] = {}
         self.counted: dict[int, dict[str, int]] = {}   # excluded() per rank until a claim
+        self.frozen_left: dict[tuple[int, str | None], int] | None = None   # see options()
+        self.claim_no: dict[int, int] = {}   # victim -> how many were given before it
         for h in sorted(snap.running, key=_job_id):
             masks = view.masks(h.gpus)
             if not isinstance(masks, dict):
@@ -211,8 +274,10 @@ class _Pass:
 
     def claim(self, victim: int, beneficiary: int) -> None:
         """``victim`` gives way to ``beneficiary``: later plans may not count it."""
+        self.claim_no[victim] = len(self.claimed)
         self.claimed[victim] = beneficiary
         self.counted.clear()
+        self.frozen_left = None
         key = (self.cands[victim].rank, self.base[victim])
         self.left_out[key] -= 1
         self.index.claim(victim)
@@ -223,22 +288,19 @@ class _Pass:
         out = self.counted.get(rank)
         if out is not None:
             return out
-        out = self.counted[rank] = {}
-        if self.claimed:
-            out["given to other plans"] = len(self.claimed)
-        for (r, why), n in self.left_out.items():
-            if n <= 0:
-                continue
-            cat = "not of a lower class" if r >= rank else why
-            if cat is not None:
-                out[cat] = out.get(cat, 0) + n
+        out = self.counted[rank] = _left_out(self.left_out, len(self.claimed), rank)
         return out
 
     def options(self, nodes: int, per: int, rank: int, *,
-                cross: bool) -> tuple[list[Option], dict[str, int]]:
+                cross: bool) -> tuple[list[Option], Mapping[str, int]]:
         """Victim sets for a job of ``rank`` needing ``nodes`` x ``per`` GPUs, best first (at
-        most 4), and the running jobs left out per reason."""
-        return (self.index.search(nodes, per, rank, cross_leaf=cross), self.excluded(rank))
+        most 4), and the running jobs left out per reason (counted when first read: a plan
+        reads them only in its ``not_chosen`` texts)."""
+        left = self.frozen_left
+        if left is None:   # a copy per claim (a few dozen counts), shared until the next
+            left = self.frozen_left = dict(self.left_out)
+        return (self.index.search(nodes, per, rank, cross_leaf=cross),
+                _Excluded(left, len(self.claimed), rank))
 
     def eligible(self, rank: int) -> tuple[dict[str, list[Candidate]], dict[int, Candidate],
                                            dict[str, int]]:
@@ -264,16 +326,8 @@ class _Pass:
     def victim(self, jid: int) -> Victim:
         h, c = self.holders[jid], self.cands[jid]
         secs = c.lost_work / len(h.gpus)
-        ckpt = ("saves on request" if h.can_ack
-                else "no checkpoint this run" if h.last_checkpoint is None
-                or h.last_checkpoint <= h.start_time
-                else f"last checkpoint {_dur(self.now - h.last_checkpoint)} ago")
-        tag = "borrowed (over quota)" if h.borrowed else "within quota"
-        reason = (f"job {jid} ({_NAME[h.effective]}, team {h.team}, {tag}, {len(h.gpus)} GPUs, "
-                  f"ran {_dur(self.now - h.start_time)}, {ckpt}): loses {_dur(secs)} "
-                  f"= {_gs(c.lost_work)}")
         return Victim(jid, h.team, h.effective, len(h.gpus), h.borrowed, secs, c.lost_work,
-                      reason)
+                      Text(_victim_text, h, c.lost_work, secs, self.now))
 
     def describe(self, option: Option) -> str:
         nodes = ",".join(option.placement.nodes)
@@ -283,9 +337,15 @@ class _Pass:
                 f"{_gs(loss)} lost, in-node level {_NAME[option.placement.level]}")
 
     def passed_over(self, job: Waiting, best: Option, others: list[Option],
-                    excluded: Mapping[str, int]) -> tuple[str, ...]:
+                    excluded: Mapping[str, int]) -> Sequence[str]:
         """Why the runner-up sets, the other jobs on the chosen nodes and the running jobs that
-        may not give way were not taken."""
+        may not give way were not taken: built when first read (:class:`_PassedOver`)."""
+        return _PassedOver(self, job, best, others, excluded)
+
+    def _passed_over(self, job: Waiting, best: Option, others: list[Option],
+                     excluded: Mapping[str, int], claims: int) -> tuple[str, ...]:
+        """The texts of :meth:`passed_over` as they were when ``claims`` victims were given."""
+        claim_no = self.claim_no
         out = [f"not {self.describe(o)}: {self._worse(best, o)}" for o in others]
         out.append(f"running jobs that may not give way to it: {_summary(excluded)}")
         rank = RANK[job.effective]
@@ -295,8 +355,11 @@ class _Pass:
             h = self.holders[jid]
             if jid in best.victims:
                 continue
-            no = _why_not(h, rank, self.claimed, self.config, self.now)
-            why = "not needed" if no is None else no[1]
+            if claim_no.get(jid, claims) < claims:   # given before this plan was made
+                why = f"already gives way to job {self.claimed[jid]}"
+            else:   # not given then (later plans' claims are not counted)
+                no = _why_not(h, rank, {}, self.config, self.now)
+                why = "not needed" if no is None else no[1]
             out.append(f"job {jid} on {','.join(sorted(nodes & self.cands[jid].masks.keys()))} "
                        f"kept: {why}")
         return tuple(out)
@@ -310,6 +373,59 @@ class _Pass:
             if a != b:
                 return name
         return "later in node and job id order"
+
+
+class _PassedOver(Sequence[str]):
+    """A plan's ``not_chosen`` texts, built on first use and kept (most plans' texts are never
+    read: 500 plans a pass). Reads the pass's state as it was when the plan was made: its
+    claims are append-only, so the count at that time is enough; everything else it reads
+    (holders, candidates, options, the left-out counts) does not change during a pass. Equal
+    to the tuple of its texts, and its ``repr`` is that tuple's."""
+
+    __slots__ = ("_args", "_lines")
+
+    def __init__(self, st: _Pass, job: Waiting, best: Option, others: list[Option],
+                 excluded: Mapping[str, int]) -> None:
+        self._lines: tuple[str, ...] | None = None
+        self._args: tuple[_Pass, Waiting, Option, list[Option], Mapping[str, int], int] | None = (
+            st, job, best, others, excluded, len(st.claimed))
+
+    def lines(self) -> tuple[str, ...]:
+        """The texts (built now if not yet)."""
+        if self._lines is None:
+            assert self._args is not None
+            st, job, best, others, excluded, claims = self._args
+            self._lines = st._passed_over(job, best, others, excluded, claims)
+            self._args = None   # the pass's state is no longer held
+        return self._lines
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
+        return self.lines()[index]
+
+    def __len__(self) -> int:
+        return len(self.lines())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.lines())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _PassedOver):
+            return self.lines() == other.lines()
+        return self.lines() == other
+
+    def __hash__(self) -> int:
+        return hash(self.lines())
+
+    def __repr__(self) -> str:
+        return repr(self.lines())
+
+    def __reduce__(self) -> tuple[type[tuple[str, ...]], tuple[tuple[str, ...]]]:
+        return (tuple, (self.lines(),))   # pickled and copied as the plain tuple
 
 
 def _refused(reason: str, pending: tuple[Waiting, ...]) -> PlanningResult:
@@ -365,26 +481,24 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     version = searches = 0
     max_plans, max_searches = config.limits(len(snapshot.pending))
     shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
-    texts: dict[tuple[str, str], str] = {}    # (lead, limit or class or "") -> its text
-    weights = config.class_weights
+    # per asked shape and class: what the walk derives from them (_Kind), once per pass
+    kinds: dict[tuple[int, int | None, int | None, PriorityClass], _Kind] = {}
     pending = snapshot.pending
     limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
+    # once limited, which limit (it stays: no search, so no plan, is made after)
+    limit = 0 if max_plans <= 0 else 1
     for i in order:
         job = pending[i]
         jid, cls = job.job_id, job.effective
-        rank = RANK[cls]
-        if job.gpus <= 0:
-            decisions[jid] = _decision(Decision, (jid, _NO_GPUS,
-                                                  "needs no GPUs: not planned"))
-            continue
         leaves = job.max_leaves
-        asked = (job.gpus, job.nodes, leaves)
-        known = shapes.get(asked)
-        if known is None:
-            known = shapes[asked] = _Shape.of(job, view, config)
-        nodes, per, what, cross, shape_key, impossible, vkey, lead = known
-        if impossible is not None:
-            decisions[jid] = _decision(Decision, (jid, _IMPOSSIBLE, impossible))
+        asked = (job.gpus, job.nodes, leaves, cls)
+        derived = kinds.get(asked)
+        if derived is None:
+            derived = kinds[asked] = _kind(job, view, config, shapes)
+        (fixed, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text, nw_key,
+         weight, skipped) = derived
+        if fixed is not None:   # needs no GPUs, or cannot fit in this cluster
+            decisions[jid] = _decision(Decision, (jid, *fixed))
             continue
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross)
@@ -399,22 +513,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                     f"(in-node level {_NAME[free.level]}); expected to start without preemption"))
                 continue
             no_free[shape_key] = per
-        if rank == 0:
-            text = texts.get((lead, cls))
-            if text is None:
-                text = texts[lead, cls] = f"{lead}; no class is lower than {_NAME[cls]}"
-            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, text))
+        if rank == 0 or no_victims.get(vkey, -1) >= rank:   # no class lower; none found
+            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, none_text))
             continue
-        if no_victims.get(vkey, -1) >= rank:
-            text = texts.get((lead, ""))
-            if text is None:
-                text = texts[lead, ""] = (
-                    f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
-                    f"{_dur(config.min_run_time)} frees such a placement")
-            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, text))
-            continue
-        weight = weights.get(cls, 0.0)
-        seen = not_worth.get((rank, *vkey))
+        seen = not_worth.get(nw_key)
         if seen is not None and seen[0] == version:
             benefit = weight * max(job.wait, seen[2]) * job.gpus
             if benefit <= config.benefit_threshold * seen[1]:
@@ -424,14 +526,15 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                     f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"))
                 continue
         if limited:
-            limit = "plans" if len(plans) >= max_plans else "victim searches"
-            text = texts.get((lead, limit))
+            text = skipped[limit]
             if text is None:
-                text = texts[lead, limit] = f"{lead}; this cycle's limit of {limit} was reached"
+                text = skipped[limit] = (f"{lead}; this cycle's limit of "
+                                         f"{_LIMITS[limit]} was reached")
             decisions[jid] = _decision(Decision, (jid, _SKIPPED, text))
             continue
         searches += 1
         limited = searches >= max_searches
+        limit = 1
         found, excluded = st.options(nodes, per, rank, cross=cross)
         options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
@@ -476,7 +579,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, _PREEMPT, reason)
-        limited = limited or len(plans) >= max_plans
+        if len(plans) >= max_plans:
+            limited, limit = True, 0
     return PlanningResult(tuple(plans), decisions, None, worth_in)
 
 
@@ -520,6 +624,38 @@ class _Shape(NamedTuple):
         key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
         return cls(nodes, per, what, cross, key, impossible, (*key, per),
                    f"needs {what}, none free")
+
+
+_LIMITS = ("plans", "victim searches")
+
+_Kind = tuple[tuple[Outcome, str] | None, int, int, str, bool, tuple[int, int],
+              tuple[int, int, int], str, int, str, tuple[int, int, int, int], float,
+              list[str | None]]
+"""What the walk derives from a job's asked shape and class, once per pass: (NO_GPUS or
+IMPOSSIBLE verdict or None, nodes, GPUs per node, what, cross-leaf, shape key, victim-verdict
+key, lead, rank, its NO_VICTIMS text, not-worth key, class weight, its SKIPPED texts per
+limit (made when first needed))."""
+
+
+def _kind(job: Waiting, view: ClusterView, config: PlannerConfig,
+          shapes: dict[tuple[int, int | None, int | None], _Shape]) -> _Kind:
+    cls = job.effective
+    rank = RANK[cls]
+    weight = config.class_weights.get(cls, 0.0)
+    if job.gpus <= 0:
+        return ((_NO_GPUS, "needs no GPUs: not planned"), 0, 0, "", False, (0, 0), (0, 0, 0),
+                "", rank, "", (0, 0, 0, 0), weight, [None, None])
+    asked = (job.gpus, job.nodes, job.max_leaves)
+    known = shapes.get(asked)
+    if known is None:
+        known = shapes[asked] = _Shape.of(job, view, config)
+    nodes, per, what, cross, shape_key, impossible, vkey, lead = known
+    fixed = None if impossible is None else (_IMPOSSIBLE, impossible)
+    none_text = (f"{lead}; no class is lower than {_NAME[cls]}" if rank == 0 else
+                 f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
+                 f"{_dur(config.min_run_time)} frees such a placement")
+    return (fixed, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text,
+            (rank, *vkey), weight, [None, None])
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:

@@ -12,7 +12,7 @@ are GPU-seconds (benefit also multiplied by the beneficiary's class weight).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -209,6 +209,52 @@ class Decision(NamedTuple):
     reason: str
 
 
+class Text:
+    """A text built when first read (the planner's per-victim texts: most are never read).
+
+    ``make(*args)`` builds it once; ``str()``, formatting, ``==`` (with a str or a Text),
+    ``hash``, ``in`` and ``len`` act on the text, and ``repr`` is the text's repr, so a
+    value holding a Text prints as if it held the str. Pickled and copied as the str."""
+
+    __slots__ = ("_args", "_make", "_text")
+
+    def __init__(self, make: Callable[..., str], *args: object) -> None:
+        self._make: Callable[..., str] | None = make
+        self._args = args
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        text = self._text
+        if text is None:
+            assert self._make is not None
+            text = self._text = self._make(*self._args)
+            self._make, self._args = None, ()
+        return text
+
+    def __repr__(self) -> str:
+        return repr(str(self))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Text):
+            return str(self) == str(other)
+        return str(self) == other
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __contains__(self, part: str) -> bool:
+        return part in str(self)
+
+    def __len__(self) -> int:
+        return len(str(self))
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        return (str, (str(self),))
+
+
 @dataclass(frozen=True, slots=True)
 class Victim:
     """One job that gives way, and what it loses."""
@@ -221,7 +267,7 @@ class Victim:
     lost_seconds: float      # save time (saves on request) or time since its last checkpoint,
     #                          plus its restart cost
     lost_work: float         # lost_seconds x GPUs
-    reason: str
+    reason: str | Text       # the planner's: a Text, built when first read (str() it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +277,8 @@ class PreemptionPlan:
     ``nodes`` is what the executor pins the beneficiary to (``scontrol update JobId=..
     ReqNodeList=..``), ``gpus_per_node`` the GPUs it needs on each. ``placement`` lists the exact
     GPUs reserved for it in this plan (free ones and ones the victims free). ``not_chosen`` says
-    why other victim sets and other jobs on those nodes were passed over.
+    why other victim sets and other jobs on those nodes were passed over (the planner's is
+    built when first read; it equals, and prints as, the tuple of its lines).
     """
 
     beneficiary: int
@@ -244,7 +291,7 @@ class PreemptionPlan:
     lost_work: float
     benefit: float
     reason: str
-    not_chosen: tuple[str, ...] = ()
+    not_chosen: Sequence[str] = ()
 
     @property
     def victim_ids(self) -> tuple[int, ...]:

@@ -24,45 +24,66 @@ across nodes; it never returns a set that does not free the placement.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from hai_slurm.priority.planner.placement import LEVELS, ClusterView, Placement
 
 
-@dataclass(frozen=True, slots=True)
 class Candidate:
-    """A running job prepared for the search: masks per node, rank, lost work."""
+    """A running job prepared for the search: masks per node, rank, lost work.
 
-    job_id: int
-    rank: int
-    borrowed: bool
-    lost_work: float
-    masks: Mapping[str, int]
-    cost: tuple[float, float, int] = field(init=False, repr=False, compare=False)
-    """Its contribution to a set's key (non-borrowed loss, loss, id); set from the others."""
+    A plain slotted class, not a frozen dataclass (2,000 a pass; a frozen dataclass sets each
+    field through ``object.__setattr__``): treat it as read-only."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cost", (0.0 if self.borrowed else self.lost_work,
-                                          self.lost_work, self.job_id))
+    __slots__ = ("borrowed", "cost", "job_id", "lost_work", "masks", "rank")
+
+    def __init__(self, job_id: int, rank: int, borrowed: bool, lost_work: float,
+                 masks: Mapping[str, int]) -> None:
+        self.job_id, self.rank, self.borrowed = job_id, rank, borrowed
+        self.lost_work, self.masks = lost_work, masks
+        # its contribution to a set's key: (non-borrowed loss, loss, id)
+        self.cost: tuple[float, float, int] = (0.0 if borrowed else lost_work, lost_work,
+                                               job_id)
+
+    def __repr__(self) -> str:
+        return (f"Candidate(job_id={self.job_id!r}, rank={self.rank!r}, "
+                f"borrowed={self.borrowed!r}, lost_work={self.lost_work!r}, "
+                f"masks={self.masks!r})")
 
 
 def _cost(c: Candidate) -> tuple[float, float, int]:
     return c.cost
 
 
-@dataclass(frozen=True, slots=True)
 class Option:
-    """A victim set and the placement it frees, with its comparison key."""
+    """A victim set and the placement it frees, with its comparison key (a plain slotted
+    class, as :class:`Candidate`: treat it as read-only)."""
 
-    key: tuple[float, ...]
-    victims: frozenset[int]
-    placement: Placement
+    __slots__ = ("key", "placement", "victims")
+
+    def __init__(self, key: tuple[float, ...], victims: frozenset[int],
+                 placement: Placement) -> None:
+        self.key, self.victims, self.placement = key, victims, placement
+
+    def __repr__(self) -> str:
+        return (f"Option(key={self.key!r}, victims={self.victims!r}, "
+                f"placement={self.placement!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Option):
+            return NotImplemented
+        return (self.key, self.victims, self.placement) == (other.key, other.victims,
+                                                             other.placement)
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.victims, self.placement))
 
 
 def _set_key(victims: Sequence[Candidate]) -> tuple[float, float, int, int]:
-    nb = sum(c.lost_work for c in victims if not c.borrowed)
-    loss = sum(c.lost_work for c in victims)
-    return (nb, loss, max((c.rank for c in victims), default=-1), len(victims))
+    # list comprehensions: cheaper than generators for a few items; sum() kept for its
+    # rounding
+    nb = sum([c.lost_work for c in victims if not c.borrowed])
+    loss = sum([c.lost_work for c in victims])
+    return (nb, loss, max([c.rank for c in victims], default=-1), len(victims))
 
 
 def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Candidate],
