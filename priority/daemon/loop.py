@@ -231,6 +231,7 @@ class Daemon:
         leader = self.lock.acquire_or_renew(self.owner, now, self.config.intervals.lock_ttl)
         if leader and not self.leader:
             log.warning("leader lease taken by %s; this daemon is active", self.owner)
+            self.repository.forget_kept_jobs()  # another daemon may have led meanwhile
             self.totals = Totals.from_json(self.repository.get_value(TOTALS_KEY))
             self.metrics.restore(self.totals)
             self._standby_logged = False
@@ -277,7 +278,7 @@ class Daemon:
         """The policy's decisions on ``snap`` with the stored jobs, events, protections and
         state; also the tracked jobs it saw and the stored state (reads only)."""
         repo, policy = self.repository, self.config.policy
-        loaded = catch_up(repo.load_jobs(), snap, self._last_cycle)
+        loaded = catch_up(repo.tracked_jobs(), snap, self._last_cycle)
         candidates = requeue_candidates(snap, loaded)
         tracked = with_preemptions(loaded, candidates, repo.daemon_requeues(candidates))
         stored_state = repo.get_value(POLICY_STATE_KEY)
