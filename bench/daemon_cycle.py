@@ -15,9 +15,11 @@ backend replaces), the rest of the cycle ("daemon": policy, planner, glue, store
 priority writes, and the writes and stored rows of each cycle. ``--profile`` prints a cProfile
 of the steady cycles (cumulative, top 35) and ``--calls`` the total function calls per steady
 cycle: on a machine shared with other work, compare CPU times and call counts, not wall times.
+The process's collector thresholds are set as ``hai-slurm daemon`` sets them
+(:func:`~hai_slurm.priority.daemon.factory.tune_gc`) unless ``--python-gc``.
 
     .venv/bin/python bench/daemon_cycle.py [--jobs 10000] [--running 2000] [--steady 5]
-        [--no-preempt] [--profile] [--calls]
+        [--no-preempt] [--python-gc] [--profile] [--calls]
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.clock import FakeClock
 from hai_slurm.priority.config.loader import DaemonConfig, Intervals
-from hai_slurm.priority.daemon.factory import build_daemon
+from hai_slurm.priority.daemon.factory import build_daemon, tune_gc
 from hai_slurm.priority.daemon.loop import CycleReport, Daemon
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
@@ -170,10 +172,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-preempt", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--python-gc", action="store_true",
+                        help="keep Python's collector thresholds (hai-slurm daemon raises them)")
     parser.add_argument("--calls", action="store_true",
                         help="count function calls per steady cycle (cProfile)")
     args = parser.parse_args()
 
+    if not args.python_gc:
+        tune_gc()  # as ``hai-slurm daemon`` does
     fake = cluster(args.jobs, args.running, args.seed)
     timed = Timed(fake)
     clock = FakeClock(float(T0))
