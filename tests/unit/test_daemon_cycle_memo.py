@@ -11,8 +11,17 @@ from daemon_helpers import T0, record
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.daemon import cycle
 from hai_slurm.priority.daemon.cycle import PendingMemo, build_inputs
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.hooks import CycleView
+from hai_slurm.priority.planner.slurm_topology import DerivedTopology
 from hai_slurm.priority.policy.settings import PolicyConfig
-from hai_slurm.priority.policy.state import PendingDecision, PendingJob, PendingReason, Rule
+from hai_slurm.priority.policy.state import (
+    PendingDecision,
+    PendingJob,
+    PendingReason,
+    PolicyState,
+    Rule,
+)
 from hai_slurm.priority.store import TrackedJob
 from hai_slurm.slurm_plugins.fake import FakeSlurm
 
@@ -118,3 +127,38 @@ def _reasons() -> list[PendingReason]:
         age_restored=0.0)
     return [plain._replace(aging_steps=1), plain._replace(demoted=True),
             plain._replace(decayed=True), plain]
+
+
+def test_planner_gpus_follow_the_running_jobs() -> None:
+    """SnapshotPlanner keeps the running jobs' GPUs while the topology and the counts stay the
+    same; a job that started, ended or holds other GPU counts gives what computing afresh
+    gives."""
+    fake = FakeSlurm(now=T0)
+    a = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision", gpus_per_node=2)
+    b = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision", gpus_per_node=8)
+    fake.schedule()
+    planner = SnapshotPlanner(DerivedTopology())
+
+    def holders() -> dict[int, tuple[object, ...]]:
+        snap = fake.snapshot()
+        d = cycle.decide(snap, tracked={}, events=(), state=PolicyState(), protections={},
+                         config=CONFIG, now=float(fake.now))
+        view = CycleView(now=float(fake.now), snapshot=snap, pending=d.inputs.pending,
+                         running=d.inputs.running, result=d.result, tracked={}, config=CONFIG,
+                         slurm=fake, repository=None)  # type: ignore[arg-type]
+        got = {h.job_id: h.gpus for h in planner.snapshot(view).running}
+        fresh = SnapshotPlanner(DerivedTopology()).snapshot(view)
+        assert got == {h.job_id: h.gpus for h in fresh.running}
+        return got
+
+    first = holders()
+    assert [len(first[a]), len(first[b])] == [2, 8]
+    assert holders() == first
+    fake.finish(a)
+    c = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision",
+                    gpus_per_node=4)
+    fake.schedule()
+    after = holders()
+    assert set(after) == {b, c} and len(after[c]) == 4
+    fake.jobs[c].gpus_per_node = 3  # other counts on the same node
+    assert len(holders()[c]) == 3
