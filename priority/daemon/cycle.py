@@ -48,12 +48,21 @@ def snapshot_problem(snap: ClusterSnapshot, last_time: float | None) -> str | No
                 "stale data")
     names = {n.name for n in snap.nodes}
     parts = {p.name for p in snap.partitions}
+    known: dict[str, bool] = {}  # a job's partition list -> whether one of them exists
     for job in snap.jobs:
-        missing = [n for n in job.nodes if n not in names]
-        if missing:
-            return f"job {job.job_id} runs on node(s) {','.join(missing)} missing from the nodes"
-        if job.partition and all(p not in parts for p in job.partition.split(",")):
-            return f"job {job.job_id} is in partition {job.partition!r} missing from the partitions"
+        if job.nodes:
+            missing = [n for n in job.nodes if n not in names]
+            if missing:
+                return (f"job {job.job_id} runs on node(s) {','.join(missing)} missing from "
+                        "the nodes")
+        listed = job.partition
+        if listed:
+            found = known.get(listed)
+            if found is None:
+                found = known[listed] = any(p in parts for p in listed.split(","))
+            if not found:
+                return (f"job {job.job_id} is in partition {listed!r} missing from the "
+                        "partitions")
     return None
 
 
@@ -287,8 +296,9 @@ def catch_up(tracked: Mapping[int, TrackedJob], snap: ClusterSnapshot,
     if previous is None:
         return out
     running = {j.job_id for j in snap.jobs if j.state is JobState.RUNNING}
+    ran = JobState.RUNNING.value  # once, not an enum property per tracked job
     for job_id, t in tracked.items():
-        if (t.last_state == JobState.RUNNING.value and job_id not in running
+        if (t.last_state == ran and job_id not in running
                 and previous > t.updated_at):
             out[job_id] = replace(t, run_seconds=t.run_seconds + (previous - t.updated_at),
                                   updated_at=previous)
