@@ -20,8 +20,9 @@ so runs are reproducible. It models what the daemon relies on, as measured on Sl
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
+from operator import attrgetter
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import INFINITE, SlurmVersion
@@ -112,6 +113,9 @@ class _FakeJob:
     reservation: str = ""
 
 
+_fields_of = attrgetter(*(f.name for f in fields(_FakeJob)))
+
+
 def _minus(free: tuple[int, int, int], job: _FakeJob) -> tuple[int, int, int]:
     """A node's free (GPUs, CPUs, MiB) after placing one node's share of ``job``."""
     g, c, m = free
@@ -153,6 +157,8 @@ class FakeSlurm:
         """When set, ``create_reservation`` raises SlurmError with this message (e.g. a
         Slurm that refuses the reservation)."""
         self._next_id = 1
+        self._values: dict[int, tuple[object, Job]] = {}
+        """The last Job value of each job, with the fields it was made from."""
 
     # -- driving the fake -------------------------------------------------------------------
     def submit(self, *, name: str = "job", user: str = "alice", uid: int = 1000,
@@ -244,6 +250,18 @@ class FakeSlurm:
         return self._version
 
     def _job_value(self, j: _FakeJob) -> Job:
+        """The job as Slurm shows it; the same Job object as last time while none of its
+        fields changed, as the CLI and pyslurm backends give (an unchanged line or record
+        gives the same Job), so the daemon's per-job work is done once per change here too."""
+        key = _fields_of(j)
+        last = self._values.get(j.job_id)
+        if last is not None and last[0] == key:
+            return last[1]
+        value = self._new_job_value(j)
+        self._values[j.job_id] = (key, value)
+        return value
+
+    def _new_job_value(self, j: _FakeJob) -> Job:
         running = j.state is not JobState.PENDING
         return Job(
             job_id=j.job_id, name=j.name, user=j.user, uid=j.uid, account=j.account,
@@ -270,6 +288,9 @@ class FakeSlurm:
         jobs = tuple(self._job_value(j) for j in sorted(self.jobs.values(),
                                                         key=lambda j: j.job_id)
                      if j.state.active)
+        if len(self._values) > 2 * len(jobs) + 64:  # forget the values of ended jobs
+            active = {j.job_id for j in jobs}
+            self._values = {k: v for k, v in self._values.items() if k in active}
         free = self._free()
         self._purge_reservations()
         reserved = {n for r in self.resvs.values() for n in r.nodes}

@@ -10,7 +10,7 @@ import click
 
 from hai_slurm.errors import ConfigError, HaiSlurmError
 from hai_slurm.priority.config.loader import DaemonConfig, load_config
-from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption
+from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption, tune_gc
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.store.engine import default_sqlite_url, masked
 
@@ -97,6 +97,7 @@ def daemon(config_path: str | None, once: bool, interval: float | None, state_di
         logging.getLogger("hai_slurm.slurm_plugins.adapter").setLevel(logging.INFO)
     cfg = daemon_config(config_path, state_dir, interval)
     preempt = False if no_preempt else None
+    tune_gc()
     d = build_daemon(cfg, preempt=preempt, shadow=True) if shadow else \
         build_daemon(cfg, preempt=preempt)
     if cfg.metrics_port and not once:

@@ -48,12 +48,21 @@ def snapshot_problem(snap: ClusterSnapshot, last_time: float | None) -> str | No
                 "stale data")
     names = {n.name for n in snap.nodes}
     parts = {p.name for p in snap.partitions}
+    known: dict[str, bool] = {}  # a job's partition list -> whether one of them exists
     for job in snap.jobs:
-        missing = [n for n in job.nodes if n not in names]
-        if missing:
-            return f"job {job.job_id} runs on node(s) {','.join(missing)} missing from the nodes"
-        if job.partition and all(p not in parts for p in job.partition.split(",")):
-            return f"job {job.job_id} is in partition {job.partition!r} missing from the partitions"
+        if job.nodes:
+            missing = [n for n in job.nodes if n not in names]
+            if missing:
+                return (f"job {job.job_id} runs on node(s) {','.join(missing)} missing from "
+                        "the nodes")
+        listed = job.partition
+        if listed:
+            found = known.get(listed)
+            if found is None:
+                found = known[listed] = any(p in parts for p in listed.split(","))
+            if not found:
+                return (f"job {job.job_id} is in partition {listed!r} missing from the "
+                        "partitions")
     return None
 
 
@@ -69,19 +78,41 @@ class PolicyInputs:
     held: frozenset[int]               # pending jobs that are held: never written
 
 
+PendingMemo = dict[int, tuple[Job, TrackedJob | None, PriorityClass, PendingJob]]
+"""The pending jobs' policy values of the previous cycle, by job id, with the Slurm job, the
+tracked job and the default class each was made from (see :func:`build_inputs`)."""
+
+
 def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
                  events: Iterable[FairnessEvent], config: PolicyConfig,
-                 now: float) -> PolicyInputs:
-    """Pending and running jobs (others are left out), cluster totals and fairness events."""
+                 now: float, memo: PendingMemo | None = None) -> PolicyInputs:
+    """Pending and running jobs (others are left out), cluster totals and fairness events.
+
+    ``memo`` (kept by the caller from cycle to cycle, updated here): a pending job whose Slurm
+    job and tracked job are the very objects its last value was made from (the backends give
+    the same ``Job`` for an unchanged job, the store the same ``TrackedJob`` for an unchanged
+    record; both are frozen) gets that value again. A job without a submit time is made anew
+    (its value depends on ``now``)."""
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     jobs: dict[int, Job] = {}
     held: set[int] = set()
     default = config.default_class
+    last: PendingMemo = {}
+    if memo is not None:
+        last = dict(memo)
+        memo.clear()
     for job in snap.jobs:
         t = tracked.get(job.job_id)
         if job.state is JobState.PENDING:
-            pending.append(job_values.pending_job(job, t, default, now))
+            m = last.get(job.job_id)
+            if m is not None and m[0] is job and m[1] is t and m[2] is default:
+                pjob = m[3]
+            else:
+                pjob = job_values.pending_job(job, t, default, now)
+            if memo is not None and job.submit_time is not None:
+                memo[job.job_id] = (job, t, default, pjob)
+            pending.append(pjob)
             if job.held or job.priority == 0:
                 held.add(job.job_id)
         elif job.state is JobState.RUNNING:
@@ -180,8 +211,29 @@ def _pending_origin(job: PendingJob, d: PendingDecision) -> ClassOrigin:
     return _origin(job.source)
 
 
+_NAMES: dict[object, str] = {c: c.value for c in PriorityClass}
+
+
 def _requested_name(job: PendingJob | RunningJob) -> str:
+    name = _NAMES.get(job.requested)  # a dict lookup: 12,000 jobs a cycle
+    if name is not None:
+        return name
     return AUTO if job.requested == AUTO else PriorityClass(job.requested).value
+
+
+def _pending_kept(job: PendingJob, d: PendingDecision, t: TrackedJob,
+                  priority: int | None) -> tuple[object, ...]:
+    """What :func:`_pending_record` would give for a job tracked as ``t``, as the tuple of
+    :data:`_KEPT` fields (in their order), without building the record: a pending job's record
+    keeps ``t``'s ``run_seconds``, so it needs writing exactly when this differs from
+    ``_kept(t)`` (see :func:`_same`)."""
+    return (job.job_id, job.team, job.user, _requested_name(job), d.effective.value,
+            _pending_origin(job, d), t.original_submit_at, t.first_seen_at, t.wait_seconds,
+            _PENDING, t.preemptions, t.checkpoint_at, t.checkpoint_step,
+            priority if priority is not None else t.priority)
+
+
+_PENDING = JobState.PENDING.value
 
 
 def _pending_record(job: PendingJob, slurm: Job, d: PendingDecision, t: TrackedJob | None,
@@ -244,8 +296,9 @@ def catch_up(tracked: Mapping[int, TrackedJob], snap: ClusterSnapshot,
     if previous is None:
         return out
     running = {j.job_id for j in snap.jobs if j.state is JobState.RUNNING}
+    ran = JobState.RUNNING.value  # once, not an enum property per tracked job
     for job_id, t in tracked.items():
-        if (t.last_state == JobState.RUNNING.value and job_id not in running
+        if (t.last_state == ran and job_id not in running
                 and previous > t.updated_at):
             out[job_id] = replace(t, run_seconds=t.run_seconds + (previous - t.updated_at),
                                   updated_at=previous)
@@ -255,9 +308,10 @@ def catch_up(tracked: Mapping[int, TrackedJob], snap: ClusterSnapshot,
 def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
            events: Iterable[FairnessEvent], state: PolicyState,
            protections: Mapping[str, Protection], config: PolicyConfig,
-           now: float) -> Decision:
-    """Run the policy on one snapshot and work out every write (see the module docstring)."""
-    inputs = build_inputs(snap, tracked, events, config, now)
+           now: float, memo: PendingMemo | None = None) -> Decision:
+    """Run the policy on one snapshot and work out every write (see the module docstring;
+    ``memo``: :func:`build_inputs`)."""
+    inputs = build_inputs(snap, tracked, events, config, now, memo)
     result = compute_priorities(inputs.pending, inputs.running, config=config,
                                 cluster=inputs.cluster, events=inputs.events, state=state,
                                 now=now)
@@ -269,10 +323,10 @@ def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
     for pjob in inputs.pending:
         t = tracked.get(pjob.job_id)
         written = writes.get(pjob.job_id, current[pjob.job_id] if pjob.job_id in wanted else None)
-        rec = _pending_record(pjob, inputs.jobs[pjob.job_id], result.pending[pjob.job_id], t,
-                              written, now)
-        if not _same(rec, t, now):
-            records.append(rec)
+        d = result.pending[pjob.job_id]
+        if t is not None and _pending_kept(pjob, d, t, written) == _kept(t):
+            continue  # the record would equal t apart from updated_at: no write
+        records.append(_pending_record(pjob, inputs.jobs[pjob.job_id], d, t, written, now))
     for rjob in inputs.running:
         t = tracked.get(rjob.job_id)
         rec = _running_record(rjob, inputs.jobs[rjob.job_id], result.running[rjob.job_id], t,

@@ -64,6 +64,7 @@ from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import (
     POLICY_STATE_KEY,
     Decision,
+    PendingMemo,
     catch_up,
     decide,
     requeue_candidates,
@@ -150,6 +151,8 @@ class Daemon:
         self.disarm_exit: Callable[[], None] = faulthandler.cancel_dump_traceback_later
         self._last_snapshot: float | None = None
         self._last_cycle: float | None = None  # ``now`` of the last committed cycle
+        self._pending_memo: PendingMemo = {}
+        """The pending jobs' policy values of the last cycle (:func:`~.cycle.build_inputs`)."""
         self._standby_logged = False
         self._last_renew = 0.0
         self.urgent = UrgentState()
@@ -231,6 +234,7 @@ class Daemon:
         leader = self.lock.acquire_or_renew(self.owner, now, self.config.intervals.lock_ttl)
         if leader and not self.leader:
             log.warning("leader lease taken by %s; this daemon is active", self.owner)
+            self.repository.forget_kept_jobs()  # another daemon may have led meanwhile
             self.totals = Totals.from_json(self.repository.get_value(TOTALS_KEY))
             self.metrics.restore(self.totals)
             self._standby_logged = False
@@ -277,14 +281,14 @@ class Daemon:
         """The policy's decisions on ``snap`` with the stored jobs, events, protections and
         state; also the tracked jobs it saw and the stored state (reads only)."""
         repo, policy = self.repository, self.config.policy
-        loaded = catch_up(repo.load_jobs(), snap, self._last_cycle)
+        loaded = catch_up(repo.tracked_jobs(), snap, self._last_cycle)
         candidates = requeue_candidates(snap, loaded)
         tracked = with_preemptions(loaded, candidates, repo.daemon_requeues(candidates))
         stored_state = repo.get_value(POLICY_STATE_KEY)
         decision = decide(
             snap, tracked=tracked, events=repo.events_since(now - policy.fairness.window),
             state=state_from_json(stored_state), protections=repo.active_protections(now),
-            config=policy, now=now)
+            config=policy, now=now, memo=self._pending_memo)
         return decision, tracked, stored_state
 
     def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:

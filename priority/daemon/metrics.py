@@ -172,20 +172,19 @@ class DaemonMetrics:
     def observe(self, decision: Decision, now: float) -> None:
         """Gauges and counters of one successful cycle."""
         result = decision.result
-        counts: Counter[tuple[str, str]] = Counter()
+        # One pass over the pending jobs, keyed by the class itself (an enum's ``.value`` is a
+        # property call: 12,000 jobs a cycle).
         waits: dict[PriorityClass, list[float]] = {c: [] for c in PriorityClass}
-        for d in result.pending.values():
-            counts[d.effective.value, "pending"] += 1
-            waits[d.effective].append(d.reason.wait)
-        for r in result.running.values():
-            counts[r.effective.value, "running"] += 1
         ratios: dict[PriorityClass, list[float]] = {c: [] for c in PriorityClass}
         for d in result.pending.values():
-            if d.reason.bound > 0:
-                ratios[d.reason.base].append(d.reason.wait / d.reason.bound)
+            reason = d.reason
+            waits[d.effective].append(reason.wait)
+            if reason.bound > 0:
+                ratios[reason.base].append(reason.wait / reason.bound)
+        running = Counter(r.effective for r in result.running.values())
         for cls in PriorityClass:
-            for state in ("pending", "running"):
-                self.jobs.labels(cls.value, state).set(counts[cls.value, state])
+            self.jobs.labels(cls.value, "pending").set(len(waits[cls]))
+            self.jobs.labels(cls.value, "running").set(running[cls])
             w = waits[cls]
             self.queue_delay.labels(cls.value).set(max(w) if w else 0.0)
             self.queue_delay_mean.labels(cls.value).set(sum(w) / len(w) if w else 0.0)

@@ -14,8 +14,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
-from hai_slurm.conf.topology import Topology
+from hai_slurm.classes import PriorityClass
+from hai_slurm.conf.topology import GpuRef, Topology
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.inputs import (
     gpus_from_counts,
@@ -50,6 +52,8 @@ class SnapshotPlanner:
         self.on_verdicts = on_verdicts
         self._verdicts: dict[int, Outcome] = {}
         self._usable: tuple[Topology, frozenset[str], Topology] | None = None
+        self._gpus: tuple[Topology, dict[int, dict[str, int]],
+                          Mapping[int, tuple[GpuRef, ...]]] | None = None
 
     def snapshot(self, view: CycleView) -> PlanSnapshot:
         """The planner's inputs for this cycle."""
@@ -76,7 +80,7 @@ class SnapshotPlanner:
         running_ids = {j.job_id for j in running}
         counts = {j.job_id: dict(j.gpus_per_node) for j in snap.running
                   if j.job_id in running_ids and j.gpus_per_node}
-        gpus = gpus_from_counts(topology, counts)
+        gpus = self._gpus_of(topology, counts)
         records = {j.job_id: (r.checkpoint_dir, r.grace) for j in snap.running
                    if j.job_id in running_ids for r in (job_record(j),)}
         holders = tuple(
@@ -89,6 +93,14 @@ class SnapshotPlanner:
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
                                       switches=switches, aged_preempt=self.config.aged_preempt)
         return PlanSnapshot(topology, holders, waiting, float(snap.time))
+
+    def _gpus_of(self, topology: Topology, counts: dict[int, dict[str, int]]
+                 ) -> Mapping[int, tuple[GpuRef, ...]]:
+        """:func:`gpus_from_counts`, kept while the topology and the counts stay the same (a
+        pure function of both: 2,000 running jobs' GPUs are picked again only after a change)."""
+        if self._gpus is None or self._gpus[0] is not topology or self._gpus[1] != counts:
+            self._gpus = (topology, counts, MappingProxyType(gpus_from_counts(topology, counts)))
+        return self._gpus[2]
 
     def _without_lost(self, topology: Topology, lost: frozenset[str]) -> Topology:
         """``topology`` without the ``lost`` nodes (kept while both stay the same)."""
@@ -115,18 +127,26 @@ class SnapshotPlanner:
                 whole: bool = True) -> None:
         """Log each pending job's verdict when it changes; count verdicts by class (``whole``:
         a cycle's pass over every pending job)."""
-        classes = {w.job_id: w.effective.value for w in snapshot.pending}
-        counts: Counter[tuple[str, str]] = Counter()
+        # Keyed by the enum members while counting (``.value`` and ``.name`` are property
+        # calls: 10,000 pending jobs a cycle), by their names in the counts passed on.
+        classes = {w.job_id: w.effective for w in snapshot.pending}
+        tally: Counter[tuple[object, Outcome]] = Counter()
         verdicts: dict[int, Outcome] = {}
+        last = self._verdicts
         for jid, decision in sorted(result.decisions.items()):
-            verdicts[jid] = decision.outcome
-            counts[classes.get(jid, "?"), decision.outcome.name] += 1
-            if self._verdicts.get(jid) is not decision.outcome:
-                log.info("planner verdict for job %d: %s: %s", jid, decision.outcome.name,
+            outcome = decision.outcome
+            verdicts[jid] = outcome
+            tally[classes.get(jid, "?"), outcome] += 1
+            if last.get(jid) is not outcome:
+                log.info("planner verdict for job %d: %s: %s", jid, outcome.name,
                          decision.reason)
         if not whole:
             self._verdicts.update(verdicts)
             return
         self._verdicts = verdicts
         if self.on_verdicts is not None:
+            counts: Counter[tuple[str, str]] = Counter()
+            for (cls, outcome), n in tally.items():
+                counts[cls.value if isinstance(cls, PriorityClass) else str(cls),
+                       outcome.name] += n
             self.on_verdicts(counts)

@@ -61,6 +61,10 @@ class Repository:
         self._readers = sessionmaker(
             engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False
         )
+        self._jobs: dict[int, TrackedJob] | None = None
+        """The tracked jobs as of :attr:`_jobs_mark` (see :meth:`tracked_jobs`)."""
+        self._jobs_mark: tuple[object, ...] | None = None
+        self._pending_jobs = []
 
     @property
     def engine(self) -> Engine:
@@ -80,7 +84,7 @@ class Repository:
     # ----------------------------------------------------------------------------- cycle write
     def record_cycle(self, write: CycleWrite) -> None:
         """Write everything one daemon cycle changed, in a single transaction."""
-        with self._tx("recording the cycle") as s:
+        with self._jobs_kept(), self._tx("recording the cycle") as s:
             self._apply(s, write)
 
     def _apply(self, s: Session, write: CycleWrite) -> None:
@@ -88,6 +92,8 @@ class Repository:
         ids = list(dict.fromkeys(write.forget_jobs))
         for chunk in _chunks(ids):
             s.execute(delete(TrackedJobRow).where(TrackedJobRow.job_id.in_(chunk)))
+        if (write.jobs or ids) and self._jobs is not None:
+            self._pending_jobs.append((write.jobs, ids, self._mark(s)))
         s.add_all(convert.event_row(e) for e in write.events)
         s.add_all(convert.credit_row(c) for c in write.credits)
         for protection in write.protections:
@@ -139,15 +145,76 @@ class Repository:
     # ------------------------------------------------------------------------------------ jobs
     def save_jobs(self, jobs: Iterable[TrackedJob]) -> None:
         """Insert or update tracked jobs in one transaction."""
-        with self._tx("saving tracked jobs") as s:
-            self._save_jobs(s, list(jobs))
+        with self._jobs_kept(), self._tx("saving tracked jobs") as s:
+            todo = list(jobs)
+            self._save_jobs(s, todo)
+            if todo and self._jobs is not None:
+                self._pending_jobs.append((tuple(todo), [], self._mark(s)))
+
+    # The tracked jobs kept in memory between cycles. The daemon reads every tracked job each
+    # cycle (12,000 rows: a tenth of a second on SQLite) while a cycle changes a few. This
+    # repository's own writes update the copy once committed; any other writer (another daemon
+    # that led meanwhile, an operator's tool) is caught by the table's mark, one aggregate
+    # query: the row count and sums of the columns every rewrite of a record changes
+    # (``updated_at`` is the writing cycle's time). A mark that differs reloads the table.
+    _pending_jobs: list[tuple[Sequence[TrackedJob], Sequence[int], tuple[object, ...]]]
+
+    @staticmethod
+    def _mark(s: Session) -> tuple[object, ...]:
+        t = TrackedJobRow
+        row = s.execute(select(
+            func.count(), func.max(t.updated_at), func.sum(t.updated_at),
+            func.sum(t.run_seconds), func.sum(t.wait_seconds), func.sum(t.priority),
+            func.sum(t.preemptions), func.sum(t.checkpoint_at), func.sum(t.checkpoint_step),
+            func.sum(t.first_seen_at), func.sum(t.original_submit_at))).one()
+        return tuple(row)
+
+    @contextmanager
+    def _jobs_kept(self) -> Iterator[None]:
+        """Around a write of tracked jobs: apply what it wrote to the kept copy once committed;
+        drop the copy if the write failed (what was committed is then unknown)."""
+        self._pending_jobs = []
+        try:
+            yield
+        except BaseException:
+            self._jobs = self._jobs_mark = None
+            raise
+        finally:
+            pending, self._pending_jobs = self._pending_jobs, []
+        for jobs, forget, mark in pending:
+            if self._jobs is None:
+                break
+            self._jobs.update((j.job_id, j) for j in jobs)
+            for job_id in forget:
+                self._jobs.pop(job_id, None)
+            self._jobs_mark = mark
+
+    def forget_kept_jobs(self) -> None:
+        """Drop the in-memory copy of the tracked jobs: the next :meth:`tracked_jobs` reads
+        them all (the daemon calls this when it takes the lead)."""
+        self._jobs = self._jobs_mark = None
+
+    def tracked_jobs(self) -> dict[int, TrackedJob]:
+        """What :meth:`load_jobs` returns, from the copy kept since the last call when the
+        table's mark shows no change by another writer (one aggregate query), else loaded."""
+        with self._tx("loading tracked jobs", read_only=True) as s:
+            mark = self._mark(s)
+            if self._jobs is not None and mark == self._jobs_mark:
+                return dict(self._jobs)
+            jobs = self._load_jobs(s)
+        self._jobs, self._jobs_mark = jobs, mark
+        return dict(jobs)
 
     def load_jobs(self) -> dict[int, TrackedJob]:
-        """Every tracked job by id (what a restarted daemon starts from).
+        """Every tracked job by id (what a restarted daemon starts from), read from the
+        database (:meth:`tracked_jobs` reads them once and then only the changes)."""
+        with self._tx("loading tracked jobs", read_only=True) as s:
+            return self._load_jobs(s)
 
-        Plain rows, not ORM objects: the daemon loads every tracked job each cycle, and at
-        12,000 jobs building mapped objects took most of a second.
-        """
+    @staticmethod
+    def _load_jobs(s: Session) -> dict[int, TrackedJob]:
+        """Plain rows, not ORM objects: the daemon loads every tracked job each cycle, and at
+        12,000 jobs building mapped objects took most of a second."""
         names = [f.name for f in fields(TrackedJob)]
         # The enum column read as text and mapped here: SQLAlchemy's per-row enum processing
         # was a third of the load.
@@ -156,11 +223,10 @@ class Repository:
         at = names.index("class_origin")
         origins = {o.value: o for o in ClassOrigin}
         out: dict[int, TrackedJob] = {}
-        with self._tx("loading tracked jobs", read_only=True) as s:
-            for row in s.execute(select(*columns)):
-                values = list(row)
-                values[at] = origins[values[at]]
-                out[values[0]] = TrackedJob(*values)
+        for row in s.execute(select(*columns)):
+            values = list(row)
+            values[at] = origins[values[at]]
+            out[values[0]] = TrackedJob(*values)
         return out
 
     def get_job(self, job_id: int) -> TrackedJob | None:
@@ -314,7 +380,7 @@ class Repository:
         ``also`` (fairness events, credits, job updates) is committed in the same transaction, so
         a plan that is ``done`` has always counted its events exactly once.
         """
-        with self._tx(f"moving plan {plan_id} to {target}") as s:
+        with self._jobs_kept(), self._tx(f"moving plan {plan_id} to {target}") as s:
             row = plans.transition(s, plan_id, target, at=at, note=note)
             if also is not None:
                 self._apply(s, also)

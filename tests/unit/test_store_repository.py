@@ -128,6 +128,46 @@ class TestJobs(StoreCase):
             other.dispose()
         assert set(repo.load_jobs()) == {1, 2}
 
+    def test_kept_jobs_follow_own_writes(self, repo: Repository) -> None:
+        """tracked_jobs (the copy kept between cycles) equals a fresh load after each of this
+        repository's writes: saves, a cycle's records and forgets, a cycle that failed."""
+        assert repo.tracked_jobs() == {}
+        repo.save_jobs([job(1), job(2), job(3)])
+        assert repo.tracked_jobs() == repo.load_jobs() == {i: job(i) for i in (1, 2, 3)}
+        repo.record_cycle(CycleWrite(at=T0 + 30, jobs=(job(3, run_seconds=5.0,
+                                                           updated_at=T0 + 30),),
+                                     forget_jobs=(1,)))
+        assert repo.tracked_jobs() == repo.load_jobs() == {
+            2: job(2), 3: job(3, run_seconds=5.0, updated_at=T0 + 30)}
+        bad = CycleWrite(at=T0 + 60, jobs=(job(2, priority=1),),
+                         events=(FairnessEvent(EventKind.PREEMPTED, "vision", "ada", T0,
+                                               plan_id=424242),))
+        with pytest.raises(StateError):
+            repo.record_cycle(bad)
+        assert repo.tracked_jobs() == repo.load_jobs()
+        assert repo.tracked_jobs()[2] == job(2)
+        tracked = repo.tracked_jobs()
+        tracked.pop(2)  # the caller's dict is its own
+        assert 2 in repo.tracked_jobs()
+
+    def test_kept_jobs_see_another_writer(self, repo: Repository, engine: Engine) -> None:
+        """A change by another writer (another daemon that led meanwhile, on the same
+        database) is never hidden by the kept copy: a row rewritten, one rewritten with only
+        its priority changed (same updated_at), one inserted, one deleted."""
+        repo.save_jobs([job(1), job(2), job(3)])
+        assert repo.tracked_jobs() == {i: job(i) for i in (1, 2, 3)}
+        other = Repository(engine)
+        other.record_cycle(CycleWrite(at=T0 + 30, jobs=(
+            job(1, effective_class="LOW", updated_at=T0 + 30), job(4)), forget_jobs=(3,)))
+        assert repo.tracked_jobs() == {1: job(1, effective_class="LOW", updated_at=T0 + 30),
+                                       2: job(2), 4: job(4)}
+        other.save_jobs([job(2, priority=777)])
+        assert repo.tracked_jobs()[2].priority == 777
+        other.save_jobs([job(2, priority=777, preemptions=3, wait_seconds=9.0)])
+        assert repo.tracked_jobs()[2] == job(2, priority=777, preemptions=3, wait_seconds=9.0)
+        repo.forget_kept_jobs()
+        assert repo.tracked_jobs() == repo.load_jobs()
+
     def test_large_batch_in_one_cycle(self, repo: Repository) -> None:
         """Thousands of jobs are inserted, then updated, by one cycle each."""
         first = tuple(job(i) for i in range(1, 3001))

@@ -1,0 +1,164 @@
+"""The daemon's per-cycle caches give what computing afresh gives: the pending jobs' policy
+values (``build_inputs``' memo), the pending records left unwritten (``_pending_kept``) and the
+fake's unchanged Job values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from daemon_helpers import T0, record
+
+from hai_slurm.classes import ClassOrigin, PriorityClass
+from hai_slurm.priority.daemon import cycle
+from hai_slurm.priority.daemon.cycle import PendingMemo, build_inputs
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.hooks import CycleView
+from hai_slurm.priority.planner.slurm_topology import DerivedTopology
+from hai_slurm.priority.policy.settings import PolicyConfig
+from hai_slurm.priority.policy.state import (
+    PendingDecision,
+    PendingJob,
+    PendingReason,
+    PolicyState,
+    Rule,
+)
+from hai_slurm.priority.store import TrackedJob
+from hai_slurm.slurm_plugins.fake import FakeSlurm
+
+CONFIG = PolicyConfig()
+
+
+def tracked(job_id: int, **changes: object) -> TrackedJob:
+    fields: dict[str, object] = dict(
+        job_id=job_id, team="vision", user="alice", requested_class="NORMAL",
+        effective_class="NORMAL", class_origin=ClassOrigin.DIRECTIVE,
+        original_submit_at=T0 - 900.0, first_seen_at=T0 - 800.0, updated_at=T0 - 30.0,
+        run_seconds=120.0, wait_seconds=60.0, last_state="PENDING", preemptions=1,
+        checkpoint_at=None, checkpoint_step=None, priority=5)
+    fields.update(changes)
+    return TrackedJob(**fields)  # type: ignore[arg-type]
+
+
+def test_memo_gives_fresh_values_when_the_job_or_its_record_changes() -> None:
+    """The memo's value is reused only for the same Job and TrackedJob objects; a changed
+    Slurm job (requeued: restart count, submit time), a changed record (the daemon's plans
+    requeued it: preemptions) or another default class gives the value computed afresh."""
+    fake = FakeSlurm(now=T0)
+    jid = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision", now=T0 - 900)
+    memo: PendingMemo = {}
+    t = {jid: tracked(jid)}
+
+    def check(tr: dict[int, TrackedJob], config: PolicyConfig = CONFIG) -> PendingJob:
+        snap = fake.snapshot()
+        got = build_inputs(snap, tr, (), config, float(fake.now), memo).pending
+        fresh = build_inputs(snap, tr, (), config, float(fake.now)).pending
+        assert got == fresh
+        return got[0]
+
+    first = check(t)
+    assert check(t) is first  # same objects in: the same value out
+    fake.jobs[jid].restart_count = 1  # Slurm requeued it: a new Job value
+    fake.jobs[jid].submit_time = T0 - 10
+    second = check(t)
+    assert (second.restarts, second.submit_time) == (1, T0 - 10)
+    assert second.first_submit_time == T0 - 900.0  # compensated: the record says plan-requeued
+    third = check({jid: tracked(jid, preemptions=0)})  # a new record: not the plan's requeue
+    assert third.first_submit_time is None and third.preemptions == 0
+    low = check({jid: tracked(jid, preemptions=0)},
+                dataclasses.replace(CONFIG, default_class=PriorityClass.LOW))
+    assert low == third  # its record names its class; the default does not apply
+    fake.advance(T0 + 30)
+    assert check(t).preemptions == 1
+    assert set(memo) == {jid}
+
+
+def test_memo_drops_ended_jobs() -> None:
+    fake = FakeSlurm(now=T0)
+    a = fake.submit(admin_comment=record(PriorityClass.HIGH), account="vision")
+    b = fake.submit(admin_comment=record(PriorityClass.LOW), account="vision")
+    memo: PendingMemo = {}
+    build_inputs(fake.snapshot(), {}, (), CONFIG, float(T0), memo)
+    assert set(memo) == {a, b}
+    fake.cancel([a])
+    build_inputs(fake.snapshot(), {}, (), CONFIG, float(T0), memo)
+    assert set(memo) == {b}
+
+
+def test_fake_gives_the_same_job_until_a_field_changes() -> None:
+    fake = FakeSlurm(now=T0)
+    jid = fake.submit(admin_comment=record(PriorityClass.HIGH), account="vision", gpus_per_node=1)
+    one = fake.snapshot().jobs[0]
+    assert fake.snapshot().jobs[0] is one
+    fake.set_priorities({jid: 77})
+    two = fake.snapshot().jobs[0]
+    assert two is not one and two.priority == 77 and one.priority != 77
+    fake.schedule()
+    three = fake.snapshot().jobs[0]
+    assert three.nodes and three.state.value != one.state.value
+
+
+def test_pending_kept_is_the_records_kept_fields() -> None:
+    """_pending_kept gives _kept of the record _pending_record builds, for every field that can
+    differ (so a record is left unwritten exactly when it would equal the stored one)."""
+    fake = FakeSlurm(now=T0)
+    fake.submit(admin_comment=record(PriorityClass.HIGH), account="vision")
+    snap = fake.snapshot()
+    pjob = build_inputs(snap, {}, (), CONFIG, float(T0)).pending[0]
+    base = tracked(pjob.job_id)
+    decisions = [PendingDecision(pjob.job_id, c, 9, reason)
+                 for c in (PriorityClass.HIGH, PriorityClass.LOW)
+                 for reason in _reasons()]
+    records = [base, tracked(pjob.job_id, checkpoint_at=5.0, checkpoint_step=3, priority=None),
+               tracked(pjob.job_id, class_origin=ClassOrigin.AGING, wait_seconds=0.0)]
+    for d in decisions:
+        for t in records:
+            for priority in (None, 5, 6):
+                rec = cycle._pending_record(pjob, snap.jobs[0], d, t, priority, float(T0))
+                assert cycle._pending_kept(pjob, d, t, priority) == cycle._kept(rec)
+                assert rec.run_seconds == t.run_seconds
+
+
+def _reasons() -> list[PendingReason]:
+    """A reason of each origin: aged, demoted, decayed, as requested."""
+    plain = PendingReason(
+        requested=PriorityClass.HIGH, source=ClassOrigin.DIRECTIVE, base=PriorityClass.HIGH,
+        auto_class=None, demoted=False, decayed=False, wait=60.0, bound=600.0, aging_steps=0,
+        next_promotion_in=None, depth=1, rule=Rule.FCFS, share=None, rr_tag=None, boost=0,
+        age_restored=0.0)
+    return [plain._replace(aging_steps=1), plain._replace(demoted=True),
+            plain._replace(decayed=True), plain]
+
+
+def test_planner_gpus_follow_the_running_jobs() -> None:
+    """SnapshotPlanner keeps the running jobs' GPUs while the topology and the counts stay the
+    same; a job that started, ended or holds other GPU counts gives what computing afresh
+    gives."""
+    fake = FakeSlurm(now=T0)
+    a = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision", gpus_per_node=2)
+    b = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision", gpus_per_node=8)
+    fake.schedule()
+    planner = SnapshotPlanner(DerivedTopology())
+
+    def holders() -> dict[int, tuple[object, ...]]:
+        snap = fake.snapshot()
+        d = cycle.decide(snap, tracked={}, events=(), state=PolicyState(), protections={},
+                         config=CONFIG, now=float(fake.now))
+        view = CycleView(now=float(fake.now), snapshot=snap, pending=d.inputs.pending,
+                         running=d.inputs.running, result=d.result, tracked={}, config=CONFIG,
+                         slurm=fake, repository=None)  # type: ignore[arg-type]
+        got = {h.job_id: h.gpus for h in planner.snapshot(view).running}
+        fresh = SnapshotPlanner(DerivedTopology()).snapshot(view)
+        assert got == {h.job_id: h.gpus for h in fresh.running}
+        return got
+
+    first = holders()
+    assert [len(first[a]), len(first[b])] == [2, 8]
+    assert holders() == first
+    fake.finish(a)
+    c = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision",
+                    gpus_per_node=4)
+    fake.schedule()
+    after = holders()
+    assert set(after) == {b, c} and len(after[c]) == 4
+    fake.jobs[c].gpus_per_node = 3  # other counts on the same node
+    assert len(holders()[c]) == 3
