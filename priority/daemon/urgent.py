@@ -91,6 +91,9 @@ class UrgentState:
     """The pending jobs of the latest poll or cycle."""
     due: Mapping[int, tuple[float, ...]] = field(default_factory=lambda: MappingProxyType({}))
     """Each watched job's looks still to come (POSIX seconds, ascending)."""
+    watched: frozenset[int] = frozenset()
+    """Every job that was given looks and is still pending, with looks to come or not: one
+    whose looks are all taken may still get one from :func:`look_again`."""
 
     def next_look(self) -> float | None:
         """When the earliest look to come is due (None: nothing watched)."""
@@ -111,12 +114,14 @@ def observe(state: UrgentState, briefs: Iterable[PendingBrief], now: float, *,
     """
     pending: dict[int, PendingBrief] = {b.job_id: b for b in briefs}
     due: dict[int, tuple[float, ...]] = {j: t for j, t in state.due.items() if j in pending}
+    watched = {j for j in state.watched if j in pending}
     for jid, brief in pending.items():
         if (jid in state.seen or jid in due or brief.restart_count > 0
                 or (brief.submit_time is not None and now - brief.submit_time > NEW_WITHIN)
                 or not urgent(brief)):
             continue
         due[jid] = tuple(now + offset for offset in looks)
+        watched.add(jid)
     now_due = tuple(sorted(j for j, times in due.items() if times[0] <= now))
     for jid in now_due:
         rest = tuple(t for t in due[jid] if t > now)
@@ -124,7 +129,8 @@ def observe(state: UrgentState, briefs: Iterable[PendingBrief], now: float, *,
             due[jid] = rest
         else:
             del due[jid]
-    new = UrgentState(seen=frozenset(pending), due=MappingProxyType(due))
+    new = UrgentState(seen=frozenset(pending), due=MappingProxyType(due),
+                      watched=frozenset(watched))
     return new, () if cycle else now_due
 
 
@@ -139,15 +145,19 @@ def look_again(state: UrgentState, worth_in: Mapping[int, float], now: float, *,
     """``state`` with an extra look for each watched job the planner refused as not worth it
     yet (``worth_in``: seconds from ``now`` until its wait alone outweighs the loss, see
     :attr:`~hai_slurm.priority.planner.types.PlanningResult.worth_in`), at ``now + worth_in +
-    margin``, when that comes before its next look. So a job is planned as soon as the benefit
-    test lets it, not at the next of :data:`URGENT_LOOKS`; jobs not watched are left to the
-    cycle."""
+    margin``, when that comes before its next look or it has none left. So a job is planned as
+    soon as the benefit test lets it, not at the next of :data:`URGENT_LOOKS` nor, once those
+    are taken, at the next cycle (up to ``[intervals] cycle`` later: a job smaller than its
+    victims may pass the test only after the last fixed look); jobs never watched (lower
+    classes, requeued victims) are left to the cycle."""
     due = dict(state.due)
     changed = False
     for jid, secs in worth_in.items():
-        times = due.get(jid)
+        if jid not in state.watched:
+            continue
+        times = due.get(jid, ())
         at = now + secs + margin
-        if times is not None and at < times[0]:
+        if not times or at < times[0]:
             due[jid] = (at, *times)
             changed = True
     return replace(state, due=MappingProxyType(due)) if changed else state

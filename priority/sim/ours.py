@@ -22,8 +22,9 @@ Two rules of issue 16 are modelled here as well:
   of :data:`~hai_slurm.priority.daemon.urgent.URGENT_LOOKS` seconds after that (0, 2, 5, 10,
   15, 20 s: the benefit test needs a few seconds of wait to outweigh a victim's save +
   restart), and once more in the first whole second after the planner says its wait will
-  outweigh the loss (:func:`~hai_slurm.priority.daemon.urgent.look_again`): the policy's
-  decisions on a fresh snapshot, nothing written, the planner for that job only.
+  outweigh the loss (:func:`~hai_slurm.priority.daemon.urgent.look_again`; also after its
+  fixed looks are all taken, rather than at the next cycle): the policy's decisions on a fresh
+  snapshot, nothing written, the planner for that job only.
 * **The executor's guard.** While a plan is open (until ``start_timeout`` of the executor's
   settings after the victims' requeue) the plan's nodes are closed to jobs of a lower class than
   the beneficiary's, as :mod:`hai_slurm.priority.executor.guard` holds them
@@ -83,6 +84,8 @@ class HaiSlurm:
         """Seconds after a submission at which the job is looked at (): no urgent path)."""
         self.guard_for = max(1, round(config.preempt.executor.start_timeout)) if guard else None
         self._urgent: dict[int, list[SimJob]] = {}
+        self._watched: set[int] = set()
+        """Trace ids of the jobs given looks (:func:`look_again` may add one after the last)."""
         self.cycle: int | None = max(1, round(config.intervals.cycle))
         self.engine: Engine | None = None
         self.tracked: dict[int, TrackedJob] = {}
@@ -104,6 +107,7 @@ class HaiSlurm:
         """What job_submit.lua would have recorded for the job: class, team, grace."""
         cls = job.trace.cls
         if self.urgent_after and may_preempt(cls, self.planner.class_weights):
+            self._watched.add(job.trace.job_id)
             for after in self.urgent_after:
                 at = self.eng.now + after
                 self._urgent.setdefault(at, []).append(job)
@@ -127,19 +131,24 @@ class HaiSlurm:
 
     def _look_again(self, now: int, worth_in: Mapping[int, float]) -> None:
         """As the daemon's :func:`~hai_slurm.priority.daemon.urgent.look_again`: a job with looks
-        to come that the planner found not worth it yet gets one more, in the first whole second
-        after its wait outweighs the loss, when that comes before its next look."""
-        if not worth_in or not self._urgent:
+        that the planner found not worth it yet gets one more, in the first whole second after
+        its wait outweighs the loss, when that comes before its next look or it has none left
+        (a job given looks that never started: the daemon's watched jobs)."""
+        if not worth_in or not self._watched:
             return
         nxt: dict[int, int] = {}
         for at, jobs in self._urgent.items():
             for job in jobs:
                 if job.slurm_id in worth_in and at < nxt.get(job.slurm_id, at + 1):
                     nxt[job.slurm_id] = at
-        for jid, first in nxt.items():
-            at = math.ceil(now + worth_in[jid] + LOOK_MARGIN)
-            if at < first:
-                self._urgent.setdefault(at, []).append(self.eng.by_slurm[jid])
+        for jid, secs in worth_in.items():
+            job = self.eng.by_slurm[jid]
+            if job.trace.job_id not in self._watched or job.first_start is not None:
+                continue
+            at = math.ceil(now + secs + LOOK_MARGIN)
+            first = nxt.get(jid)
+            if first is None or at < first:
+                self._urgent.setdefault(at, []).append(job)
                 self.eng.wake(at)
 
     def look(self, now: int, focus: frozenset[int]) -> None:

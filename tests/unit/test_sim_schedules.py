@@ -67,14 +67,18 @@ PREEMPT = [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 1000, 100, 8, "t2", P.HIGH)]
 
 def test_hai_slurm_preempts_once_the_benefit_beats_the_lost_work() -> None:
     """B asks for 1 GPU. A saves on request, so the planner counts its checkpoint time (70 s)
-    plus the daemon's default restart estimate (2 min) x 8 GPUs = 1520. Cycle at 1020: benefit
-    30 x 20 s x 1 = 600: no plan; 1050: 1500, still not more. At 1080: 30 x 80 = 2400 > 1520: A
-    checkpoints (70 s), B runs 1150-1250, A restarts at 1250 with 5000 - 1080 s left after its
-    simulated 70 s of restart: ends 5240."""
+    plus the daemon's default restart estimate (2 min) x 8 GPUs = 1520: B's benefit
+    30 x wait x 1 needs a wait over 50.7 s. The urgent looks (1001-1021) and the cycles at 1020
+    and 1050 (30 x 50 = 1500, not more) refuse; the refusals say when the wait will outweigh
+    the loss, so B, whose fixed looks are all taken, gets one more look in the first whole
+    second after 1050.9: 1051 (look_again; before issue 16's third pass only a job with fixed
+    looks left got one, and the cycle of 1080 planned). A checkpoints (70 s), B runs 1121-1221,
+    A restarts at 1221 with 5000 - 1051 s left after its simulated 70 s of restart: ends
+    5240."""
     engine = run("hai-slurm", [PREEMPT[0], job(2, 1000, 100, 1, "t2", P.HIGH)])
-    assert runs(engine) == {1: (0, 5240, 1), 2: (1150, 1250, 0)}
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1121, 1221, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1080, 1, 2)]
+        (1051, 1, 2)]
 
 
 def test_hai_slurm_counts_a_checkpointing_victims_save_not_its_age() -> None:

@@ -292,6 +292,25 @@ def test_look_again_adds_a_look_before_the_next_one_only() -> None:
                                                          (2, (7,))]
 
 
+def test_look_again_after_the_last_fixed_look_for_watched_jobs_only() -> None:
+    """Job 7 (HIGH) has taken all its fixed looks; the planner (a look or a cycle) says its wait
+    outweighs the loss in 4 s: it gets one more look then, not the next cycle up to 30 s
+    later. Job 8 (NORMAL: never watched) and a job no longer pending get none."""
+    briefs = [brief(7), brief(8, "NORMAL")]
+    state = UrgentState()
+    for offset in URGENT_LOOKS:
+        state, _ = observe(state, briefs, NOW + offset, urgent=RULE)
+    assert 7 not in state.due and state.watched == {7}
+    now = NOW + URGENT_LOOKS[-1] + 1
+    again = look_again(state, {7: 4.0, 8: 1.0}, now)
+    assert again.due == {7: pytest.approx((now + 4.0 + LOOK_MARGIN,))}
+    got = run_polls([now + 4, now + 4.2, now + 5], briefs, again)
+    assert [(round(t - now, 1), d) for t, d in got] == [(4, ()), (4.2, (7,)), (5, ())]
+    gone, _ = observe(state, [brief(8, "NORMAL")], now, urgent=RULE)
+    assert gone.watched == frozenset()
+    assert look_again(gone, {7: 4.0}, now) is gone
+
+
 def test_a_job_is_planned_as_soon_as_its_wait_outweighs_the_loss(tmp_path: Path) -> None:
     """A threshold whose benefit test passes a few seconds into the wait: the fixed looks
     before that say when, and the job is planned at one more look then, between two fixed
