@@ -26,8 +26,8 @@ Two rules of issue 16 are modelled here as well:
   fixed looks are all taken, rather than at the next cycle): the policy's decisions on a fresh
   snapshot, nothing written, the planner for that job only.
 * **The executor's guard.** While a plan is open (until ``start_timeout`` of the executor's
-  settings after the victims' requeue) the plan's nodes are closed to jobs of a lower class than
-  the beneficiary's, as :mod:`hai_slurm.priority.executor.guard` holds them
+  settings after the victims' requeue) the plan's nodes are closed to every job but the
+  beneficiary, as the reservation of :mod:`hai_slurm.priority.executor.guard` closes them
   (``guard=False``: no guard, the beneficiary is only pinned).
 * **Reservations.** A pending job of HIGH or above that has waited ``reserve_after`` x its
   class's ``max_wait`` holds a backfill reservation in the simulated Slurm

@@ -19,10 +19,14 @@ still may (they are what the reservation's class is for, and the planner counts 
 
 A pin may come with a *guard* (``pin(..., guard_until=T)``), the preemption executor's guard
 (:mod:`hai_slurm.priority.executor.guard`): until ``T`` (the victims' requeue plus the executor's
-``start_timeout``) the free GPUs of the pinned nodes are closed to pending jobs of a lower class
-(QOS) than the pinned job's, so GPUs that were free when the plan was made, or that a victim
-frees first, are not taken by backfill before the beneficiary can start. (The daemon's guard
-holds those lower jobs outright; closing only the target nodes is the narrower model.)
+``start_timeout``) the free GPUs of the pinned nodes are closed to every pending job but the
+pinned one (and the other jobs pinned there with a guard), so GPUs that were free when the plan
+was made, or that a victim frees first, are not taken before the beneficiary can start. That is
+the daemon's guard: a Slurm reservation on the plan's nodes for the beneficiary alone
+(``IGNORE_JOBS,FLEX``), which no other job enters whatever its class. (Its fallback when Slurm
+refuses the reservation, holding the pending jobs of lower classes, is not modelled; until
+issue 16's third pass the model closed the nodes to lower classes only, and a same-class job
+submitted during the victims' save could take a plan's GPUs: ``priority/sim/README.md``.)
 """
 
 from __future__ import annotations
@@ -143,18 +147,14 @@ class SimSlurm(FakeSlurm):
         else:
             self.guards[job_id] = guard_until
 
-    def _guarded(self) -> dict[str, int]:
-        """Guarded nodes now -> the highest class weight of the jobs guarding them."""
-        out: dict[str, int] = {}
+    def _guarded(self) -> set[str]:
+        """Nodes guarded now (by plans whose beneficiary still waits, guard not over)."""
+        out: set[str] = set()
         for jid, until in sorted(self.guards.items()):
-            job = self.jobs.get(jid)
-            if until < self.now or jid not in self._pending or job is None:
+            if until < self.now or jid not in self._pending or jid not in self.jobs:
                 del self.guards[jid]
                 continue
-            weight = QOS_WEIGHT.get(job.qos, 0)
-            for node in self.pins.get(jid, ()):
-                if node in self.view.nodes:
-                    out[node] = max(weight, out.get(node, 0))
+            out.update(n for n in self.pins.get(jid, ()) if n in self.view.nodes)
         return out
 
     def _open(self, nodes: Iterable[str], held: dict[str, int]) -> int:
@@ -266,20 +266,19 @@ class SimSlurm(FakeSlurm):
         free_total = self.total_gpus - self.used_gpus
         held: dict[str, int] = {}     # nodes closed by reservations in this pass -> GPUs closed
         self._closed_below = -1       # jobs of a class weight below this see the closed nodes
-        guarded = self._guarded()     # nodes closed by plans' guards -> class weight
+        guarded = self._guarded()     # nodes closed by plans' guards
         guard_held: dict[str, int] = {}
         try:
             if guarded:
                 free_total -= self._close(sorted(guarded), guard_held)
-            self._pass(queue, started, failed, free_total, held, guarded, guard_held)
+            self._pass(queue, started, failed, free_total, held, guard_held)
         finally:
             self._reopen(held)
             self._reopen(guard_held)
         return tuple(started)
 
     def _pass(self, queue: list[_FakeJob], started: list[int], failed: dict[int, int],
-              free_total: int, held: dict[str, int], guarded: dict[str, int],
-              guard_held: dict[str, int]) -> None:
+              free_total: int, held: dict[str, int], guard_held: dict[str, int]) -> None:
         for j in queue:
             if j.held or j.priority == 0:
                 continue
@@ -287,10 +286,9 @@ class SimSlurm(FakeSlurm):
                 j.reason = "BeginTime"
                 continue
             opened: list[str] = []
-            if guard_held:   # guarded nodes are open to their own job and to its class or above
-                weight = QOS_WEIGHT.get(j.qos, 0)
+            if guard_held:   # guarded nodes are open to their own jobs only
                 mine = self.pins.get(j.job_id, ()) if j.job_id in self.guards else ()
-                opened = [n for n in guard_held if n in mine or weight >= guarded[n]]
+                opened = [n for n in guard_held if n in mine]
                 free_total += self._open(opened, guard_held)
             # a job that sees guarded nodes must not be skipped by what failed without them
             placed, free_total = self._step(j, free_total, {} if opened else failed, held)
