@@ -157,8 +157,8 @@ class PreemptionExecutor:
         self._last_beat = time.monotonic()
         self._next_states: dict[int, float] = {}
         self._verified: dict[int, float] = {}
-        self._resent: set[tuple[int, int]] = set()
-        """(plan, victim) pairs asked a second time (:meth:`_resend_if_unheard`)."""
+        self._resent: dict[int, set[int]] = {}
+        """Plan -> victims asked a second time (:meth:`_resend_if_unheard`)."""
         """Plan -> when its reservation was last looked up (:meth:`step`)."""
         self._swept = False
         self._open = True  # unknown until the first reconcile: look once
@@ -708,11 +708,11 @@ class PreemptionExecutor:
         while its step was listed but its task not started reached no process
         (:attr:`~.types.ExecutorSettings.resend_after`). Once per victim and daemon."""
         after = min(self.settings.resend_after, v.deadline / 2)
-        key = (plan_id, v.job_id)
+        resent = self._resent.setdefault(plan_id, set())
         if (v.control_dir is None or after <= 0 or now < asked_at + after
-                or key in self._resent or _heard(report, asked_at - self.settings.clock_skew)):
+                or v.job_id in resent or _heard(report, asked_at - self.settings.clock_skew)):
             return
-        self._resent.add(key)
+        resent.add(v.job_id)
         try:
             self.slurm.signal([v.job_id], ctx.signal, target=SignalTarget.WORKLOAD)
         except SlurmError as err:
@@ -815,8 +815,7 @@ class PreemptionExecutor:
         self.repo.transition_plan(plan.plan_id, PlanState.DONE, at=self._now(), note=note,
                                   also=also)
         self.repo.put_value(context_key(plan.plan_id), None, at=self._now())
-        self._next_states.pop(plan.plan_id, None)
-        self._verified.pop(plan.plan_id, None)
+        self._forget(plan.plan_id)
         return self._result(plan.plan_id, note, started, ctx)
 
     # --------------------------------------------------------------------- abort / undo
@@ -911,9 +910,14 @@ class PreemptionExecutor:
                                if v.job_id in {m.job_id for m in plan.victims
                                                if m.state is VictimState.MISSED}})
         self.repo.put_value(context_key(plan_id), None, at=self._now())
+        self._forget(plan_id)
+        return self._result(plan_id, note, ran, ctx)
+
+    def _forget(self, plan_id: int) -> None:
+        """Drop what this executor kept in memory about a plan that ended."""
         self._next_states.pop(plan_id, None)
         self._verified.pop(plan_id, None)
-        return self._result(plan_id, note, ran, ctx)
+        self._resent.pop(plan_id, None)
 
     def _result(self, plan_id: int, note: str, started: bool,
                 ctx: PlanContext | None = None) -> ExecutionResult:

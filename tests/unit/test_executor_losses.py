@@ -306,10 +306,12 @@ def test_victim_that_missed_the_request_is_asked_again_and_saves(world: World) -
     more, saves and acknowledges; the plan is ``all_acked``, not ``forced``, and the victim
     loses nothing. (Before: it was requeued at its deadline without an ack.)"""
     victims, _bene, req = two_victims(world, Behaviour(ack_after=1.0, misses_first=True))
-    result = world.executor().run(req, world.fake.snapshot())
+    ex = world.executor()
+    result = ex.run(req, world.fake.snapshot())
     assert result.state is PlanState.DONE, result.note
     assert steps(world, result.plan_id) == ["planned", "signalled", "all_acked", "requeued",
                                             "done"]
+    assert result.plan_id not in ex._resent   # an ended plan's memory is dropped
     assert [r.job_id for r in world.fake.signals].count(victims[0]) == 2
     assert result.ack_steps[victims[0]] == 100
     audit = [a.message for a in world.repo.audit_entries(plan_id=result.plan_id)]
