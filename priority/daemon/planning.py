@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.conf.topology import GpuRef, Topology
+from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.inputs import (
+    allowed_nodes,
     gpus_from_counts,
     holders_from_policy,
     save_estimates,
@@ -27,6 +28,7 @@ from hai_slurm.priority.planner.inputs import (
 )
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
+from hai_slurm.priority.policy.state import PendingJob
 from hai_slurm.slurm_plugins.job_record import job_record
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
 
@@ -91,8 +93,30 @@ class SnapshotPlanner:
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
-                                      switches=switches, aged_preempt=self.config.aged_preempt)
+                                      switches=switches,
+                                      allowed=self._allowed(topology, snap, pending),
+                                      aged_preempt=self.config.aged_preempt)
         return PlanSnapshot(topology, holders, waiting, float(snap.time))
+
+    def _allowed(self, topology: Topology, snap: ClusterSnapshot,
+                 pending: Sequence[PendingJob]) -> dict[int, frozenset[str]]:
+        """The nodes each pending job may use, for those that may not use every node of
+        ``topology``: its partitions' (:func:`allowed_nodes`). One set object per partition
+        list (the planner keys its caches by them)."""
+        parts = {p.name: frozenset(p.nodes) for p in snap.partitions}
+        cluster = frozenset(c.id for c in topology.cells_at(Level.NODE))
+        sets: dict[str, frozenset[str] | None] = {}
+        out: dict[int, frozenset[str]] = {}
+        for job in pending:
+            record = snap.job(job.job_id)
+            if record is None or not record.partition:
+                continue
+            if record.partition not in sets:
+                sets[record.partition] = allowed_nodes(record.partition, parts, cluster)
+            got = sets[record.partition]
+            if got is not None:
+                out[job.job_id] = got
+        return out
 
     def _gpus_of(self, topology: Topology, counts: dict[int, dict[str, int]]
                  ) -> Mapping[int, tuple[GpuRef, ...]]:

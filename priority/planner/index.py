@@ -121,7 +121,8 @@ class VictimIndex:
         self.group_version: dict[str, int] = dict.fromkeys(view.groups, 0)
         self.changed = 0   # touches so far (the version of the whole cluster)
         self.token = 0     # heap entry tokens of the rankings
-        self.greedy: dict[tuple[str | None, int, int, int], tuple[int, Option | None]] = {}
+        self.greedy: dict[tuple[str | None, int, int, int, frozenset[str] | None],
+                          tuple[int, Option | None]] = {}
         self.bounds: dict[tuple[str, int, int, int], tuple[int, _Bound | None]] = {}
 
     def touch(self, node: str) -> None:
@@ -176,9 +177,11 @@ class VictimIndex:
         return got
 
     def search(self, nodes: int, per: int, rank: int, *, cross_leaf: bool = False,
-               keep: int = 4) -> list[Option]:
+               keep: int = 4, allowed: frozenset[str] | None = None) -> list[Option]:
         """What :func:`~hai_slurm.priority.planner.victims.search` returns for the candidates
         that may give way to a job of ``rank``."""
+        if allowed is not None:
+            return self._restricted(nodes, per, rank, cross_leaf, keep, allowed)
         if nodes == 1:
             return self._single(per, rank, keep)
         # leaf switches by a lower bound of their option; stop once ``keep`` distinct sets
@@ -200,6 +203,29 @@ class VictimIndex:
                 found.append(option)
         if not found and cross_leaf:
             option = self._group(None, nodes, per, rank)
+            if option is not None:
+                found.append(option)
+        return _distinct(found, keep)
+
+    def _restricted(self, nodes: int, per: int, rank: int, cross_leaf: bool, keep: int,
+                    allowed: frozenset[str]) -> list[Option]:
+        """:meth:`search` for a job that may use the ``allowed`` nodes only (a partition, a
+        node list): each allowed node's cached best set (one node), or each leaf's greedy over
+        its allowed nodes (several), without the rankings and bounds of the whole cluster."""
+        view = self.view
+        found: list[Option] = []
+        if nodes == 1:
+            for name in view.members(None, allowed):
+                option = self._option(name, per, rank)
+                if option is not None:
+                    found.append(option)
+            return _distinct(found, keep)
+        for group, members in view.groups_for(nodes, allowed):
+            option = self._group(group, nodes, per, rank, allowed, members)
+            if option is not None:
+                found.append(option)
+        if not found and cross_leaf:
+            option = self._group(None, nodes, per, rank, allowed, view.members(None, allowed))
             if option is not None:
                 found.append(option)
         return _distinct(found, keep)
@@ -390,15 +416,19 @@ class VictimIndex:
         self.bounds[key] = (ver, got)
         return got
 
-    def _group(self, group: str | None, nodes: int, per: int, rank: int) -> Option | None:
-        """The greedy's option for one leaf switch (None: the whole cluster), cached until one
-        of its nodes changes."""
+    def _group(self, group: str | None, nodes: int, per: int, rank: int,
+               allowed: frozenset[str] | None = None,
+               members: Sequence[str] | None = None) -> Option | None:
+        """The greedy's option for one leaf switch (None: the whole cluster), over its
+        ``allowed`` nodes (None: all; ``members``: those nodes, when known), cached until one of
+        its nodes changes."""
         ver = self.changed if group is None else self.group_version[group]
-        key = (group, nodes, per, rank)
+        key = (group, nodes, per, rank, allowed)
         hit = self.greedy.get(key)
         if hit is not None and hit[0] == ver:
             return hit[1]
-        members = tuple(self.view.nodes) if group is None else self.view.groups[group]
+        if members is None:
+            members = self.view.members(group, allowed)
         got = self._greedy(members, nodes, per, rank)
         self.greedy[key] = (ver, got)
         return got

@@ -135,21 +135,37 @@ def max_leaves(switches: int, switch_wait: float, waited: float) -> int | None:
     return switches if switches > 0 and waited < switch_wait else None
 
 
+def allowed_nodes(partition: str, partitions: Mapping[str, frozenset[str]],
+                  cluster: frozenset[str]) -> frozenset[str] | None:
+    """The ``cluster`` nodes a job submitted to ``partition`` may use (Slurm lists a job
+    submitted to several as ``"a,b"``: their union), or None when that is every node (or when
+    none of the names is known: no restriction is better than a wrong one)."""
+    known = [partitions[p] for p in partition.split(",") if p in partitions]
+    if not known:
+        return None
+    out = cluster.intersection(frozenset().union(*known))
+    return None if out == cluster else out
+
+
 def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, PendingDecision],
                         *, nodes: Mapping[int, int] | None = None,
                         switches: Mapping[int, tuple[int, float]] | None = None,
+                        allowed: Mapping[int, frozenset[str]] | None = None,
                         aged_preempt: bool = False) -> tuple[Waiting, ...]:
     """Pending jobs as :class:`Waiting`, highest priority first (ties: job id).
 
     ``nodes`` gives the node count a job asked for (``--nodes``), when it did; ``switches`` its
-    ``--switches`` count and the seconds it waits for them (see :func:`max_leaves`). A job's
-    class is its :func:`preempt_class` (``aged_preempt``: its effective class as it is)."""
+    ``--switches`` count and the seconds it waits for them (see :func:`max_leaves`); ``allowed``
+    the nodes it may use, when not all (see :func:`allowed_nodes`). A job's class is its
+    :func:`preempt_class` (``aged_preempt``: its effective class as it is)."""
     wanted = nodes or {}
     asked = switches or {}
+    where = allowed or {}
     rows = [(decisions[j.job_id], j) for j in pending if j.job_id in decisions]
     rows.sort(key=lambda r: (-r[0].priority, r[1].job_id))
     return tuple(Waiting(
         job_id=j.job_id, team=j.team,
         effective=preempt_class(j, d, aged_preempt=aged_preempt), gpus=j.resources.gpus,
         nodes=wanted.get(j.job_id), wait=d.reason.wait, user=j.user,
-        max_leaves=max_leaves(*asked.get(j.job_id, (0, 0.0)), d.reason.wait)) for d, j in rows)
+        max_leaves=max_leaves(*asked.get(j.job_id, (0, 0.0)), d.reason.wait),
+        allowed=where.get(j.job_id)) for d, j in rows)

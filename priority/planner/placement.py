@@ -166,7 +166,9 @@ class ClusterView:
         self.group_order = {g: i for i, g in enumerate(self.groups)}
         self.group_free = dict(static.group_gpus)
         self.max_node_gpus = static.max_node_gpus
-        self.capacity: dict[tuple[int, bool], int] = {}
+        self.capacity: dict[tuple[int, bool, frozenset[str] | None], int] = {}
+        self._allowed: dict[tuple[int, frozenset[str]],
+                            tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._bit = static.bits
         self._shape = static.shape
         self._picks = static.picks
@@ -229,12 +231,31 @@ class ClusterView:
         self.busy[node] &= ~mask
         self.group_free[self.nodes[node].group] += gone.bit_count()
 
-    def groups_for(self, nodes: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    def groups_for(self, nodes: int, allowed: frozenset[str] | None = None
+                   ) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """The groups a job of ``nodes`` nodes may use: one leaf switch each, or (multi-node with
-        no leaf left) nothing. A single-node job may use every node: one group of all nodes."""
-        if nodes <= 1:
-            return (("cluster", tuple(self.nodes)),)
-        return tuple(self.groups.items())
+        no leaf left) nothing. A single-node job may use every node: one group of all nodes.
+        With ``allowed``, only those nodes (groups left without any are dropped)."""
+        if allowed is None:
+            if nodes <= 1:
+                return (("cluster", tuple(self.nodes)),)
+            return tuple(self.groups.items())
+        key = (nodes, allowed)
+        got = self._allowed.get(key)
+        if got is None:
+            if nodes <= 1:
+                got = (("cluster", self.members(None, allowed)),)
+            else:
+                got = tuple((g, ms) for g in self.groups
+                            if (ms := self.members(g, allowed)))
+            self._allowed[key] = got
+        return got
+
+    def members(self, group: str | None, allowed: frozenset[str] | None) -> tuple[str, ...]:
+        """The nodes of ``group`` (None: the whole cluster) in order, only ``allowed`` ones
+        (None: all)."""
+        names = tuple(self.nodes) if group is None else self.groups[group]
+        return names if allowed is None else tuple(n for n in names if n in allowed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,12 +282,13 @@ _ref_order = attrgetter("node", "index")
 """A GPU's (node, index): the order of GpuRef, without its Python-level comparisons."""
 
 
-def place_free(view: ClusterView, nodes: int, per_node: int, *,
-               cross_leaf: bool = False) -> Placement | None:
-    """The best placement of ``nodes`` x ``per_node`` GPUs on free GPUs only, or None."""
-    got = _place_free(view, view.groups_for(nodes), nodes, per_node)
+def place_free(view: ClusterView, nodes: int, per_node: int, *, cross_leaf: bool = False,
+               allowed: frozenset[str] | None = None) -> Placement | None:
+    """The best placement of ``nodes`` x ``per_node`` GPUs on free GPUs only (of the
+    ``allowed`` nodes; None: any), or None."""
+    got = _place_free(view, view.groups_for(nodes, allowed), nodes, per_node)
     if got is None and nodes > 1 and cross_leaf:  # no leaf switch can: across leaves
-        got = _place_free(view, (("cluster", tuple(view.nodes)),), nodes, per_node)
+        got = _place_free(view, (("cluster", view.members(None, allowed)),), nodes, per_node)
     return got
 
 
@@ -299,13 +321,16 @@ def _place_free(view: ClusterView, groups: tuple[tuple[str, tuple[str, ...]], ..
     return None if best is None else best[1]
 
 
-def group_capacity(view: ClusterView, per_node: int, *, cross_leaf: bool = False) -> int:
+def group_capacity(view: ClusterView, per_node: int, *, cross_leaf: bool = False,
+                   allowed: frozenset[str] | None = None) -> int:
     """The most nodes with at least ``per_node`` GPUs (busy or not) under one group (under
-    the whole cluster with ``cross_leaf``). Cached per view: capacities never change."""
-    key = (per_node, cross_leaf)
+    the whole cluster with ``cross_leaf``), of the ``allowed`` nodes (None: all). Cached per
+    view: capacities never change."""
+    key = (per_node, cross_leaf, allowed)
     got = view.capacity.get(key)
     if got is None:
-        groups = [tuple(view.nodes)] if cross_leaf else list(view.groups.values())
+        groups = ([view.members(None, allowed)] if cross_leaf
+                  else [view.members(g, allowed) for g in view.groups])
         got = max((sum(view.nodes[n].full.bit_count() >= per_node for n in ns)
                    for ns in groups), default=0)
         view.capacity[key] = got

@@ -291,15 +291,16 @@ class _Pass:
         out = self.counted[rank] = _left_out(self.left_out, len(self.claimed), rank)
         return out
 
-    def options(self, nodes: int, per: int, rank: int, *,
-                cross: bool) -> tuple[list[Option], Mapping[str, int]]:
-        """Victim sets for a job of ``rank`` needing ``nodes`` x ``per`` GPUs, best first (at
-        most 4), and the running jobs left out per reason (counted when first read: a plan
-        reads them only in its ``not_chosen`` texts)."""
+    def options(self, nodes: int, per: int, rank: int, *, cross: bool,
+                allowed: frozenset[str] | None = None
+                ) -> tuple[list[Option], Mapping[str, int]]:
+        """Victim sets for a job of ``rank`` needing ``nodes`` x ``per`` GPUs on the ``allowed``
+        nodes (None: any), best first (at most 4), and the running jobs left out per reason
+        (counted when first read: a plan reads them only in its ``not_chosen`` texts)."""
         left = self.frozen_left
         if left is None:   # a copy per claim (a few dozen counts), shared until the next
             left = self.frozen_left = dict(self.left_out)
-        return (self.index.search(nodes, per, rank, cross_leaf=cross),
+        return (self.index.search(nodes, per, rank, cross_leaf=cross, allowed=allowed),
                 _Excluded(left, len(self.claimed), rank))
 
     def eligible(self, rank: int) -> tuple[dict[str, list[Candidate]], dict[int, Candidate],
@@ -471,18 +472,19 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                    key=[-RANK[w.effective] for w in snapshot.pending].__getitem__)
     decisions: dict[int, Decision] = {}
     plans: list[PreemptionPlan] = []
-    # shapes are (nodes, --switches limit or 0[, GPUs per node])
-    no_free: dict[tuple[int, int], int] = {}     # shape -> smallest per-node count that failed
-    no_victims: dict[tuple[int, int, int], int] = {}  # shape -> highest rank that found none
+    # shapes are (nodes, --switches limit or 0, allowed nodes[, GPUs per node])
+    no_free: dict[_Key, int] = {}     # shape -> smallest per-node count that failed
+    no_victims: dict[_VKey, int] = {}  # shape -> highest rank that found none
     # (rank, shape) -> (state version, loss of the best set, its expected-wait floor): reused
     # only while nothing changed
-    not_worth: dict[tuple[int, int, int, int], tuple[int, float, float]] = {}
+    not_worth: dict[_NWKey, tuple[int, float, float]] = {}
     worth_in: dict[int, float] = {}
     version = searches = 0
     max_plans, max_searches = config.limits(len(snapshot.pending))
-    shapes: dict[tuple[int, int | None, int | None], _Shape] = {}  # per asked shape
+    shapes: dict[_Asked, _Shape] = {}  # per asked shape
     # per asked shape and class: what the walk derives from them (_Kind), once per pass
-    kinds: dict[tuple[int, int | None, int | None, PriorityClass], _Kind] = {}
+    kinds: dict[tuple[int, int | None, int | None, frozenset[str] | None, PriorityClass],
+                _Kind] = {}
     pending = snapshot.pending
     limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
     # once limited, which limit (it stays: no search, so no plan, is made after)
@@ -490,8 +492,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     for i in order:
         job = pending[i]
         jid, cls = job.job_id, job.effective
-        leaves = job.max_leaves
-        asked = (job.gpus, job.nodes, leaves, cls)
+        leaves, allowed = job.max_leaves, job.allowed
+        asked = (job.gpus, job.nodes, leaves, allowed, cls)
         derived = kinds.get(asked)
         if derived is None:
             derived = kinds[asked] = _kind(job, view, config, shapes)
@@ -501,7 +503,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             decisions[jid] = _decision(Decision, (jid, *fixed))
             continue
         if per < no_free.get(shape_key, per + 1):
-            free = place_free(view, nodes, per, cross_leaf=cross)
+            free = place_free(view, nodes, per, cross_leaf=cross, allowed=allowed)
             if free is not None and not _within(view, free, leaves):
                 free = None
             if free is not None:
@@ -535,7 +537,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         searches += 1
         limited = searches >= max_searches
         limit = 1
-        found, excluded = st.options(nodes, per, rank, cross=cross)
+        found, excluded = st.options(nodes, per, rank, cross=cross, allowed=allowed)
         options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
@@ -595,42 +597,56 @@ _decision = tuple.__new__
 tuple's Python-level ``__new__`` (10,000 of them a pass)."""
 
 
+_Asked = tuple[int, int | None, int | None, frozenset[str] | None]
+"""A job's asked shape: GPUs, nodes, --switches limit, allowed nodes."""
+_Key = tuple[int, int, frozenset[str] | None]
+"""A shape's cache key: nodes, --switches limit or 0, allowed nodes."""
+_VKey = tuple[int, int, frozenset[str] | None, int]
+"""_Key + (GPUs per node,): the cache key of victim verdicts."""
+_NWKey = tuple[int, int, int, frozenset[str] | None, int]
+"""(rank,) + _VKey: the cache key of not-worth verdicts."""
+
+
 class _Shape(NamedTuple):
-    """What a pass derives from a job's asked shape (GPUs, nodes, --switches), once per shape."""
+    """What a pass derives from a job's asked shape (GPUs, nodes, --switches, allowed nodes),
+    once per shape."""
 
     nodes: int
     per: int
     what: str
     cross: bool
-    key: tuple[int, int]
+    key: _Key
     impossible: str | None
-    vkey: tuple[int, int, int]     # key + (per,): the cache key of victim verdicts
+    vkey: _VKey                    # key + (per,): the cache key of victim verdicts
     lead: str                      # "needs <what>, none free"
 
     @classmethod
     def of(cls, job: Waiting, view: ClusterView, config: PlannerConfig) -> _Shape:
         nodes, per = shape(job, view.max_node_gpus)
         what = f"{nodes} x {per} GPUs" if nodes > 1 else f"{per} GPUs on one node"
-        leaves = job.max_leaves
+        leaves, allowed = job.max_leaves, job.allowed
         cross = nodes > 1 and config.allow_cross_leaf and (leaves is None or leaves > 1)
         if leaves is not None and nodes > 1:
             what += f" on at most {leaves} leaf switch{'es' if leaves > 1 else ''} (--switches)"
+        if allowed is not None:
+            count = len(view.members(None, allowed))
+            what += (f" of the {count} node{'s' if count != 1 else ''} it may use (partition, "
+                     "--nodelist, --exclude, --constraint)")
         impossible = None
-        if group_capacity(view, per, cross_leaf=cross) < nodes:
+        if group_capacity(view, per, cross_leaf=cross, allowed=allowed) < nodes:
             where = ("one node" if nodes == 1 else "the cluster" if cross
                      else "one leaf switch")
             impossible = (f"needs {what}; {where} of this cluster has not that many nodes with "
-                          "enough GPUs")
-        key = (nodes, leaves if nodes > 1 and leaves is not None else 0)
+                          "enough GPUs" + ("" if allowed is None else " that it may use"))
+        key = (nodes, leaves if nodes > 1 and leaves is not None else 0, allowed)
         return cls(nodes, per, what, cross, key, impossible, (*key, per),
                    f"needs {what}, none free")
 
 
 _LIMITS = ("plans", "victim searches")
 
-_Kind = tuple[tuple[Outcome, str] | None, int, int, str, bool, tuple[int, int],
-              tuple[int, int, int], str, int, str, tuple[int, int, int, int], float,
-              list[str | None]]
+_Kind = tuple[tuple[Outcome, str] | None, int, int, str, bool, _Key, _VKey, str, int, str,
+              _NWKey, float, list[str | None]]
 """What the walk derives from a job's asked shape and class, once per pass: (NO_GPUS or
 IMPOSSIBLE verdict or None, nodes, GPUs per node, what, cross-leaf, shape key, victim-verdict
 key, lead, rank, its NO_VICTIMS text, not-worth key, class weight, its SKIPPED texts per
@@ -638,14 +654,14 @@ limit (made when first needed))."""
 
 
 def _kind(job: Waiting, view: ClusterView, config: PlannerConfig,
-          shapes: dict[tuple[int, int | None, int | None], _Shape]) -> _Kind:
+          shapes: dict[_Asked, _Shape]) -> _Kind:
     cls = job.effective
     rank = RANK[cls]
     weight = config.class_weights.get(cls, 0.0)
     if job.gpus <= 0:
-        return ((_NO_GPUS, "needs no GPUs: not planned"), 0, 0, "", False, (0, 0), (0, 0, 0),
-                "", rank, "", (0, 0, 0, 0), weight, [None, None])
-    asked = (job.gpus, job.nodes, job.max_leaves)
+        return ((_NO_GPUS, "needs no GPUs: not planned"), 0, 0, "", False, (0, 0, None),
+                (0, 0, None, 0), "", rank, "", (0, 0, 0, None, 0), weight, [None, None])
+    asked = (job.gpus, job.nodes, job.max_leaves, job.allowed)
     known = shapes.get(asked)
     if known is None:
         known = shapes[asked] = _Shape.of(job, view, config)

@@ -72,6 +72,12 @@ class Waiting:
     max_leaves: int | None = None
     """``sbatch --switches=N`` while the job still waits for it: its nodes may span at most N
     leaf switches. None: any (Slurm's topology/tree then spans the spine when it must)."""
+    allowed: frozenset[str] | None = None
+    """The nodes the job may run on: those of its partitions, within its ``--nodelist`` and
+    outside its ``--exclude``, with the features its ``--constraint`` asks for. None: any node.
+    A plan frees GPUs only there (freeing GPUs elsewhere would help nobody: Slurm would not
+    start the job on them). Give jobs with the same restriction the same set object: the pass
+    keys its caches by it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,12 +151,14 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
 
 def search(view: ClusterView, nodes: int, per_node: int, by_node: Mapping[str, list[Candidate]],
            candidates: Mapping[int, Candidate], limit: int, *, cross_leaf: bool = False,
-           keep: int = 4) -> list[Option]:
-    """Victim sets that free ``nodes`` x ``per_node`` GPUs, best first (at most ``keep``)."""
-    found = _search(view, view.groups_for(nodes), nodes, per_node, by_node, candidates, limit)
+           keep: int = 4, allowed: frozenset[str] | None = None) -> list[Option]:
+    """Victim sets that free ``nodes`` x ``per_node`` GPUs on the ``allowed`` nodes (None:
+    any), best first (at most ``keep``)."""
+    found = _search(view, view.groups_for(nodes, allowed), nodes, per_node, by_node,
+                    candidates, limit)
     if not found and nodes > 1 and cross_leaf:  # no leaf switch can: across leaves
-        found = _search(view, (("cluster", tuple(view.nodes)),), nodes, per_node, by_node,
-                        candidates, limit)
+        found = _search(view, (("cluster", view.members(None, allowed)),), nodes, per_node,
+                        by_node, candidates, limit)
     found.sort(key=lambda o: o.key)
     seen: set[frozenset[int]] = set()
     out: list[Option] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -180,8 +181,13 @@ class WorldClock(FakeClock):
         return result
 
 
-def make_world(tmp: Path, nodes: int = 4, gpus: int = 8) -> World:
-    """A world with ``nodes`` nodes of ``gpus`` GPUs and a migrated SQLite store."""
-    fake = FakeSlurm([FakeNode(f"n{i}", gpus=gpus) for i in range(1, nodes + 1)], now=T0)
+def make_world(tmp: Path, nodes: int = 4, gpus: int = 8,
+               partitions: Mapping[str, tuple[str, ...]] | None = None) -> World:
+    """A world with ``nodes`` nodes of ``gpus`` GPUs and a migrated SQLite store; each node is
+    in partition ``main`` and in those of ``partitions`` that list it."""
+    extra = partitions or {}
+    fake = FakeSlurm([FakeNode(f"n{i}", gpus=gpus, partitions=(
+        "main", *(p for p, members in extra.items() if f"n{i}" in members)))
+        for i in range(1, nodes + 1)], now=T0)
     repo = Repository(upgrade(f"sqlite:///{tmp / 'state.db'}"))
     return World(tmp, fake, repo)

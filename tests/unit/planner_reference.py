@@ -11,11 +11,11 @@ from hai_slurm.priority.planner.victims import Option, search
 class ReferencePass(_Pass):
     """A pass whose victim search walks every running job and every node each time."""
 
-    def options(self, nodes: int, per: int, rank: int, *,
-                cross: bool) -> tuple[list[Option], dict[str, int]]:
+    def options(self, nodes: int, per: int, rank: int, *, cross: bool,
+                allowed: frozenset[str] | None = None) -> tuple[list[Option], dict[str, int]]:
         by_node, by_id, excluded = self.eligible(rank)
         found = search(self.view, nodes, per, by_node, by_id,
-                       self.config.max_candidates_per_node, cross_leaf=cross)
+                       self.config.max_candidates_per_node, cross_leaf=cross, allowed=allowed)
         return found, excluded
 
 

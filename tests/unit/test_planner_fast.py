@@ -19,6 +19,9 @@ P = PriorityClass
 LEAVES, PER_LEAF = 3, 3
 NODES = [f"n{i}" for i in range(1, LEAVES * PER_LEAF + 1)]
 TOPO = gpu_cluster(LEAVES, PER_LEAF)
+PART_A = frozenset(NODES[:4])             # a partition of leaf 1 and one node of leaf 2
+PART_B = frozenset(NODES[1::2])           # every other node, across the leaves
+ONE_NODE = frozenset(NODES[4:5])          # --nodelist of one node
 
 
 @st.composite
@@ -61,7 +64,9 @@ waitings = st.lists(st.builds(
     Waiting, job_id=st.integers(1000, 1040), team=st.just("z"),
     effective=st.sampled_from(list(P)), gpus=st.sampled_from((0, 1, 2, 3, 4, 6, 8, 16, 24, 40)),
     nodes=st.sampled_from((None, None, 1, 2, 3)), wait=st.sampled_from((0.0, 600.0, 1e7)),
-    max_leaves=st.sampled_from((None, None, 1, 2))),
+    max_leaves=st.sampled_from((None, None, 1, 2)),
+    # shared set objects, as the daemon gives them (one per partition): None most often
+    allowed=st.sampled_from((None, None, None, PART_A, PART_B, ONE_NODE))),
     min_size=1, max_size=14, unique_by=lambda w: w.job_id)
 
 configs = st.builds(
@@ -144,7 +149,9 @@ wide_waitings = st.lists(st.builds(
     Waiting, job_id=st.integers(1000, 1040), team=st.just("z"),
     effective=st.sampled_from(list(P)), gpus=st.sampled_from((1, 4, 8, 12, 16, 24, 32)),
     nodes=st.sampled_from((None, None, 2, 3, 4)), wait=st.sampled_from((600.0, 1e7)),
-    max_leaves=st.sampled_from((None, None, 1, 2))),
+    max_leaves=st.sampled_from((None, None, 1, 2)),
+    # shared set objects, as the daemon gives them (one per partition): None most often
+    allowed=st.sampled_from((None, None, None, PART_A, PART_B, ONE_NODE))),
     min_size=1, max_size=12, unique_by=lambda w: w.job_id)
 
 

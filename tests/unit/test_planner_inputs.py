@@ -5,6 +5,7 @@ from __future__ import annotations
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.conf.topology import GpuRef, Level
 from hai_slurm.priority.planner.inputs import (
+    allowed_nodes,
     gpus_from_counts,
     holders_from_policy,
     waiting_from_policy,
@@ -74,3 +75,18 @@ def test_waiting_from_policy_takes_node_counts() -> None:
     policy = compute_priorities(pending, [], config=PolicyConfig(), cluster=CLUSTER, now=NOW)
     (w,) = waiting_from_policy(pending, policy.pending, nodes={10: 2})
     assert (w.gpus, w.nodes, w.effective) == (16, 2, P.HIGH)
+
+
+def test_allowed_nodes_of_a_partition_list() -> None:
+    """A job's partitions' nodes within the cluster; None when that is every node or when no
+    partition name is known (no restriction rather than a wrong one)."""
+    cluster = frozenset({"n1", "n2", "n3", "n4"})
+    parts = {"a": frozenset({"n1", "n2"}), "b": frozenset({"n3", "x9"}),
+             "all": frozenset(cluster)}
+    assert allowed_nodes("a", parts, cluster) == {"n1", "n2"}
+    assert allowed_nodes("b", parts, cluster) == {"n3"}          # x9: not in the topology
+    assert allowed_nodes("a,b", parts, cluster) == {"n1", "n2", "n3"}
+    assert allowed_nodes("a,gone", parts, cluster) == {"n1", "n2"}
+    assert allowed_nodes("all", parts, cluster) is None
+    assert allowed_nodes("a,b,all", parts, cluster) is None
+    assert allowed_nodes("gone", parts, cluster) is None

@@ -126,3 +126,37 @@ def test_daemon_reads_the_record_and_picks_the_checkpointing_victim(tmp_path: Pa
     (plan,) = planner.last.plans
     assert plan.victim_ids == (victims[3],)
     assert plan.victims[0].lost_seconds == 30 + PlannerConfig().restart_cost
+
+
+def test_daemon_frees_gpus_only_in_the_partition_of_the_job(tmp_path: Path) -> None:
+    """Four equal LOW victims fill n1-n4 (partition main); the HIGH job is submitted to
+    partition ``part-b`` (n3, n4): the plan takes the victim on n3, not the first node's (n1) that
+    it takes when submitted to ``main``, and its verdict names the nodes it may use."""
+    for partition, node in (("main", "n1"), ("part-b", "n3")):
+        (tmp_path / partition).mkdir()
+        # "main" sorts first, so the fake makes it the default partition (the victims')
+        world = make_world(tmp_path / partition, partitions={"part-b": ("n3", "n4")})
+        victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5)) for i in range(4)]
+        on = {j.nodes[0]: j.job_id for j in world.fake.snapshot().running}
+        assert sorted(on.values()) == sorted(victims)
+        world.fake.advance(world.fake.now + 3600)
+        world.clock.now = float(world.fake.now)
+        info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                          grace=30, source=ClassOrigin.DIRECTIVE)
+        bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high",
+                                 partition=partition, nodes=1, gpus_per_node=8,
+                                 admin_comment=format_admin_comment(info),
+                                 now=world.fake.now - 600)
+        cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://",
+                                  state_dir=str(tmp_path / partition))
+        planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
+        lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / partition / 'state.db'}"))
+        daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                        planner=planner, executor=world.executor(), interval=1.0)
+        report = daemon.run_once()
+        assert report.outcome.value == "ok", report.reason
+        assert planner.last is not None
+        (plan,) = planner.last.plans
+        assert plan.nodes == (node,) and plan.victim_ids == (on[node],)
+        said = planner.last.decisions[bene].reason
+        assert ("of the 2 nodes it may use" in said) is (partition == "part-b"), said

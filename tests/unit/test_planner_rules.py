@@ -151,6 +151,32 @@ def test_switches_limit_refuses_the_spine_while_the_job_waits_for_it() -> None:
     assert "at most 1 leaf switch (--switches)" in result.decisions[9].reason
 
 
+def test_victims_only_on_nodes_the_job_may_use() -> None:
+    """The cheapest victim (n1) is outside the job's partition: the plan takes the dearer one on
+    a node the job may use (n3), free GPUs outside do not count as a fit, and a job whose
+    allowed nodes cannot hold it is IMPOSSIBLE and says so."""
+    topo = gpu_cluster(2, 2)
+    jobs = [holder(1, LOW, gpus("n1", *ALL8), checkpoint=NOW - 60),
+            holder(3, LOW, gpus("n3", *ALL8), checkpoint=NOW - 3000),
+            holder(4, HIGH, gpus("n4", *ALL8))]   # n2 free
+    ben = waiting(9, HIGH, 8, wait=86400)
+    assert _plan(snapshot(topo, jobs, [ben])).decisions[9].outcome is Outcome.FITS
+    part = frozenset({"n3", "n4"})
+    result = _plan(snapshot(topo, jobs, [replace(ben, allowed=part)]))
+    plan = result.plan_for(9)
+    assert plan is not None and plan.nodes == ("n3",) and plan.victim_ids == (3,)
+    assert "of the 2 nodes it may use" in result.decisions[9].reason
+    # without the free node n2, the partition-less job takes the cheaper n1
+    busy = [*jobs, holder(2, HIGH, gpus("n2", *ALL8))]
+    assert _plan(snapshot(topo, busy, [ben])).plan_for(9).victim_ids == (1,)  # type: ignore[union-attr]
+    two = _plan(snapshot(topo, busy, [replace(ben, gpus=16, nodes=2, allowed=part)]))
+    assert two.decisions[9].outcome is Outcome.NO_VICTIMS   # n4's HIGH job cannot give way
+    lone = _plan(snapshot(topo, busy, [replace(ben, gpus=16, nodes=2,
+                                               allowed=frozenset({"n3"}))]))
+    assert lone.decisions[9].outcome is Outcome.IMPOSSIBLE
+    assert "that it may use" in lone.decisions[9].reason
+
+
 def test_a_two_node_victim_is_paid_for_once() -> None:
     """One 16-GPU victim over n1+n2 beats two 8-GPU victims that lose more together.
 
