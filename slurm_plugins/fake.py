@@ -26,7 +26,8 @@ from operator import attrgetter
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import INFINITE, SlurmVersion
-from hai_slurm.slurm_plugins.hostlist import compress_hostlist
+from hai_slurm.slurm_plugins.constraints import node_filter
+from hai_slurm.slurm_plugins.hostlist import compress_hostlist, expand_hostlist
 from hai_slurm.slurm_plugins.types import (
     ActionResult,
     ClusterSnapshot,
@@ -68,6 +69,7 @@ class FakeNode:
     state: str = "IDLE"
     registered: bool = True
     """False: slurmctld (restarted) has not heard from this node yet (``BootTime=None``)."""
+    features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,8 @@ class _FakeJob:
     switches: int = 0
     switch_wait: int = 0
     reservation: str = ""
+    exc_nodes: str = ""
+    features: str = ""
 
 
 _fields_of = attrgetter(*(f.name for f in fields(_FakeJob)))
@@ -167,15 +171,26 @@ class FakeSlurm:
                requeue: bool = True, comment: str = "", admin_comment: str = "",
                priority: int = 1, hold: bool = False, begin_time: int | None = None,
                now: int | None = None, memory_per_node_mb: int = 0, switches: int = 0,
-               switch_wait: int = 300) -> int:
+               switch_wait: int = 300, nodelist: str = "", exclude: str = "",
+               constraint: str = "") -> int:
         """Queue a batch job and return its id (``begin_time`` like ``sbatch --begin``).
 
         ``memory_per_node_mb`` is ``sbatch --mem`` (0: none, as on a cluster where memory is not
         a consumable resource); like GPUs and CPUs it must fit on each node the job gets.
+        ``nodelist``, ``exclude`` and ``constraint`` are sbatch's ``-w``, ``-x`` and ``-C``.
         """
         part = partition or next(p.name for p in self.partitions if p.default)
         if part not in {p.name for p in self.partitions}:
             raise SlurmError(f"sbatch: error: invalid partition specified: {part}")
+        for listed in (nodelist, exclude):
+            unknown = sorted(set(expand_hostlist(listed)) - set(self.nodes))
+            if unknown:
+                raise SlurmError(f"sbatch: error: invalid node name specified: {unknown[0]}")
+        if constraint and node_filter(constraint) is not None and not any(
+                _allows(constraint, n) for n in self.nodes.values()):
+            raise SlurmError("sbatch: error: Batch job submission failed: Invalid feature "
+                             "specification")
+        nodes = max(nodes, len(expand_hostlist(nodelist)))   # every listed node, at least
         t = self.now if now is None else now
         jid = self._next_id
         self._next_id += 1
@@ -185,7 +200,8 @@ class FakeSlurm:
                                   reason="JobHeldUser" if hold else
                                   "BeginTime" if (begin_time or t) > t else "Priority",
                                   memory_per_node=memory_per_node_mb, switches=switches,
-                                  switch_wait=switch_wait)
+                                  switch_wait=switch_wait, req_nodes=nodelist,
+                                  exc_nodes=exclude, features=constraint)
         return jid
 
     def advance(self, now: int) -> None:
@@ -225,7 +241,12 @@ class FakeSlurm:
             resv = self.resvs.get(j.reservation) if j.reservation else None
             fits = [n for n in part.nodes if n in free and min(_minus(free[n], j)) >= 0
                     and (reserved.get(n) == j.reservation if resv is not None and
-                         "FLEX" not in resv.flags else reserved.get(n) in (None, j.reservation))]
+                         "FLEX" not in resv.flags else reserved.get(n) in (None, j.reservation))
+                    and self._may_use(j, n)]
+            must = expand_hostlist(j.req_nodes)
+            if must:   # every listed node, then others
+                fits = [*must, *(n for n in fits if n not in must)] if set(must) <= set(fits) \
+                    else []
             if len(fits) < j.node_count:
                 j.reason = "Resources" if j.partition not in blocked else "Priority"
                 if not self.backfill:
@@ -237,6 +258,10 @@ class FakeSlurm:
             j.state, j.reason, j.start_time = JobState.RUNNING, "None", self.now
             started.append(j.job_id)
         return tuple(started)
+
+    def _may_use(self, j: _FakeJob, node: str) -> bool:
+        """Whether ``node`` is outside the job's ``--exclude`` and has its ``--constraint``."""
+        return node not in expand_hostlist(j.exc_nodes) and _allows(j.features, self.nodes[node])
 
     def finish(self, job_id: int, state: JobState = JobState.COMPLETED) -> None:
         """End a running job (its program exited) with a terminal ``state``."""
@@ -276,7 +301,8 @@ class FakeSlurm:
             restart_count=j.restart_count, requeue=j.requeue, comment=j.comment,
             admin_comment=j.admin_comment, batch=True, held=j.held,
             cpus=j.cpus_per_node * j.node_count, memory_mb=j.memory_per_node * j.node_count,
-            switches=j.switches, switch_wait=j.switch_wait if j.switches else 0)
+            switches=j.switches, switch_wait=j.switch_wait if j.switches else 0,
+            required_nodes=j.req_nodes, excluded_nodes=j.exc_nodes, features=j.features)
 
     def snapshot(self) -> ClusterSnapshot:
         """The current state, stamped with the fake clock."""
@@ -304,7 +330,7 @@ class FakeSlurm:
             flags = ("RESERVED",) if n.name in reserved else ()  # as sinfo shows it
             nodes.append(Node(n.name, state, flags, n.cpus, used_c, n.memory_mb,
                               n.memory_mb - m, n.gpus, n.gpus - g, n.partitions,
-                              registered=n.registered))
+                              registered=n.registered, features=n.features))
         return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
                                nodes=tuple(nodes), partitions=self.partitions, qos=self.qos)
 
@@ -553,3 +579,9 @@ class FakeSlurm:
                                  command=["scontrol", "update", f"JobId={j.job_id}"])
             j.reservation = name
         return self._result(todo, skipped)
+
+
+def _allows(constraint: str, node: FakeNode) -> bool:
+    """Whether ``node``'s features satisfy ``constraint`` (as far as it is read per node)."""
+    test = node_filter(constraint)
+    return test is None or test(frozenset(node.features))

@@ -228,6 +228,9 @@ def parse_job(d: Mapping[str, Any]) -> Job | None:
                   if "required_switches" in d else None),
         switch_wait=number(d.get("maximum_switch_wait_time"),
                            f"{where}: maximum_switch_wait_time") or 0,
+        required_nodes=text(d.get("required_nodes")),
+        excluded_nodes=text(d.get("excluded_nodes")),
+        features=text(d.get("features")),
     )
 
 
@@ -275,7 +278,17 @@ def parse_node(d: Mapping[str, Any]) -> Node:
         reason=text(d.get("reason")),
         registered=bool(number(d.get("boot_time"), f"{where}: boot_time"))
         if "boot_time" in d else True,
+        features=_feature_names(d.get("active_features", d.get("features"))),
     )
+
+
+def _feature_names(value: Any) -> tuple[str, ...]:
+    """A node's features: a comma-separated string (22.05), a list of names (``scontrol show
+    nodes --json`` later), or ``{"total": ..., "active": ...}`` (``sinfo --json`` later)."""
+    if isinstance(value, Mapping):
+        value = value.get("active") or value.get("total")
+    items = value.split(",") if isinstance(value, str) else value or ()
+    return tuple(dict.fromkeys(t for i in items if (t := text(i).strip())))
 
 
 def parse_nodes(doc: Any, command: str = "sinfo --json") -> tuple[Node, ...]:
@@ -521,13 +534,17 @@ COMPACT_JOB_FIELDS = (
     "State", "PriorityLong", "Reason", "SubmitTime", "EligibleTime", "StartTime", "TimeLimit",
     "NumNodes", "NodeList", "tres-per-job", "tres-per-node", "tres-per-task", "tres-per-socket",
     "tres-alloc", "NumTasks", "Sockets", "RestartCnt", "Requeue", "BatchFlag", "NumCPUs",
-    "ReqSwitch", "Wait4Switch",
+    "ReqSwitch", "Wait4Switch", "ReqNodes",
 )
 #: ``squeue --noheader --Format`` of :func:`compact_job_records`; run with
 #: ``SLURM_TIME_FORMAT=%s`` so times are POSIX seconds.
 COMPACT_JOBS_FORMAT = ",".join(f"{f}:|" for f in COMPACT_JOB_FIELDS)
 #: The ``squeue --json`` keys a compact record lacks; the CLI backend keeps them per job.
-DETAIL_KEYS = ("name", "admin_comment", "comment", "gres_detail")
+#: ``features`` (``--constraint``) may hold ``|`` (OR), so it cannot be a compact column;
+#: ``excluded_nodes`` has none in 22.05's ``squeue -O``. A job's owner may change either with
+#: ``scontrol update`` while it waits: the kept value is then at most the CLI backend's
+#: ``DETAIL_REFRESH`` old.
+DETAIL_KEYS = ("name", "admin_comment", "comment", "gres_detail", "excluded_nodes", "features")
 _UNSET = ("", "N/A", "Unknown", "None", "(null)", "*")
 
 
@@ -619,6 +636,7 @@ def compact_job_record(line: str, lineno: int = 1) -> dict[str, Any]:
         "cpus": _compact_int(f["NumCPUs"], f"{where}: NumCPUs"),
         "required_switches": _compact_int(f["ReqSwitch"], f"{where}: ReqSwitch") or 0,
         "maximum_switch_wait_time": 0 if wait in (None, INFINITE) else wait,
+        "required_nodes": _compact_text(f["ReqNodes"]),
     }
 
 

@@ -258,6 +258,8 @@ def job_record(pj: Any, extra_gpus: Mapping[str, str] | None = None,
         "array_task_id": task_id, "array_task_string": tasks,
         "required_switches": pj.required_switches or 0,
         "maximum_switch_wait_time": pj.max_wait_time_switches or 0,
+        "required_nodes": pj.required_nodes or "", "excluded_nodes": pj.excluded_nodes or "",
+        "features": pj.constraints or "",
     }
 
 

@@ -150,6 +150,13 @@ class Job:
     switch_wait: int = 0
     """Seconds the job waits for that switch count before Slurm ignores it (``@wait``; Slurm's
     default is ``max_switch_wait``, 300 s)."""
+    required_nodes: str = ""
+    """``sbatch --nodelist``: nodes the job must get, all of them (a host list; empty: none)."""
+    excluded_nodes: str = ""
+    """``sbatch --exclude``: nodes the job may not get (a host list; empty: none)."""
+    features: str = ""
+    """``sbatch --constraint``: the node features the job asks for (an expression; empty:
+    none; see :mod:`~hai_slurm.slurm_plugins.constraints`)."""
 
     @property
     def reservation_deleted(self) -> bool:
@@ -195,6 +202,8 @@ class Node:
     """False while slurmctld has not heard from this node's slurmd since slurmctld started
     (``BootTime=None``): in the seconds after a slurmctld restart the jobs Slurm shows on the
     node come from its last state save, and may not be what runs there."""
+    features: tuple[str, ...] = ()
+    """The node's active features (``Features=`` in slurm.conf), what ``--constraint`` tests."""
 
     @property
     def awaiting_registration(self) -> bool:

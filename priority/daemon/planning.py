@@ -29,8 +29,10 @@ from hai_slurm.priority.planner.inputs import (
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
 from hai_slurm.priority.policy.state import PendingJob
+from hai_slurm.slurm_plugins.constraints import node_filter
+from hai_slurm.slurm_plugins.hostlist import expand_hostlist
 from hai_slurm.slurm_plugins.job_record import job_record
-from hai_slurm.slurm_plugins.types import ClusterSnapshot
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job
 
 TopologySource = Topology | Callable[[ClusterSnapshot], Topology]
 VerdictCounts = Mapping[tuple[str, str], int]
@@ -101,19 +103,22 @@ class SnapshotPlanner:
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
                  pending: Sequence[PendingJob]) -> dict[int, frozenset[str]]:
         """The nodes each pending job may use, for those that may not use every node of
-        ``topology``: its partitions' (:func:`allowed_nodes`). One set object per partition
-        list (the planner keys its caches by them)."""
+        ``topology`` (:func:`usable_nodes`). One set object per distinct request (the planner
+        keys its caches by them)."""
         parts = {p.name: frozenset(p.nodes) for p in snap.partitions}
         cluster = frozenset(c.id for c in topology.cells_at(Level.NODE))
-        sets: dict[str, frozenset[str] | None] = {}
+        features = {n.name: frozenset(n.features) for n in snap.nodes}
+        sets: dict[tuple[str, str, str, str], frozenset[str] | None] = {}
         out: dict[int, frozenset[str]] = {}
         for job in pending:
             record = snap.job(job.job_id)
-            if record is None or not record.partition:
+            if record is None:
                 continue
-            if record.partition not in sets:
-                sets[record.partition] = allowed_nodes(record.partition, parts, cluster)
-            got = sets[record.partition]
+            key = (record.partition, record.required_nodes, record.excluded_nodes,
+                   record.features)
+            if key not in sets:
+                sets[key] = usable_nodes(record, parts, cluster, features)
+            got = sets[key]
             if got is not None:
                 out[job.job_id] = got
         return out
@@ -174,3 +179,24 @@ class SnapshotPlanner:
                 counts[cls.value if isinstance(cls, PriorityClass) else str(cls),
                        outcome.name] += n
             self.on_verdicts(counts)
+
+
+def usable_nodes(job: Job, partitions: Mapping[str, frozenset[str]], cluster: frozenset[str],
+                 features: Mapping[str, frozenset[str]]) -> frozenset[str] | None:
+    """The ``cluster`` nodes Slurm may give ``job``: in its partitions (:func:`allowed_nodes`),
+    outside its ``--exclude``, with its ``--constraint`` (as far as that is read per node, see
+    :mod:`~hai_slurm.slurm_plugins.constraints`), and among its ``--nodelist`` nodes when it
+    has one. None: every node.
+
+    A job that lists fewer nodes than it needs must get the listed ones plus others; a plan
+    cannot promise that (the executor pins the job to the plan's nodes), so such a job may use
+    the listed nodes only: it gets no plan rather than a plan without its nodes."""
+    out = allowed_nodes(job.partition, partitions, cluster) or cluster
+    if job.required_nodes:
+        out = out.intersection(expand_hostlist(job.required_nodes))
+    if job.excluded_nodes:
+        out = out.difference(expand_hostlist(job.excluded_nodes))
+    test = node_filter(job.features)
+    if test is not None:
+        out = frozenset(n for n in out if test(features.get(n, frozenset())))
+    return None if out == cluster else out

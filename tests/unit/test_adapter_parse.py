@@ -24,6 +24,7 @@ from hai_slurm.slurm_plugins.parse import (
     number,
     parse_job,
     parse_jobs,
+    parse_node,
     parse_nodes,
     parse_partitions_json,
     parse_partitions_text,
@@ -294,12 +295,12 @@ def test_job_messages_from_real_stderr() -> None:
 _COMPACT = (
     "3663|3663|N/A|root|0|team-a|main|high|PENDING|6000|Priority|1796172925|1796172925|N/A|"
     "UNLIMITED|4||N/A|gres:gpu:8|N/A|N/A|cpu=4,mem=500M,node=4,billing=4,gres/gpu=32|4|*|0|1|1|"
-    "4|0|0:00|\n"
+    "4|0|0:00|n[1-4]|\n"
     "2|2|N/A|root|0|team-a|main|normal|RUNNING|2000|None|1796172485|1796172485|1796172485|"
     "365-00:00:00|4|n[1-4]|N/A|gres:gpu:8|N/A|N/A|cpu=4,mem=500M,node=4,billing=4,gres/gpu=32|"
-    "4|*|2|1|1|4|1|1:00:00|\n"
+    "4|*|2|1|1|4|1|1:00:00||\n"
     "4665|4665|1-3|root|0|team-a|main|normal|PENDING|0|JobHeldUser|1796172995|N/A|N/A|30:00|1||"
-    "N/A|N/A|N/A|N/A|cpu=1,mem=125M,node=1,billing=1|1|*|0|1|1|1|0|0:00|\n"
+    "N/A|N/A|N/A|N/A|cpu=1,mem=125M,node=1,billing=1|1|*|0|1|1|1|0|0:00|(null)|\n"
 )
 
 
@@ -308,7 +309,8 @@ def test_compact_job_lines_become_json_shaped_records() -> None:
     limits, GPUs, held arrays, switches; the details come from elsewhere."""
     recs = compact_job_records(_COMPACT)
     detail = {"name": "x", "admin_comment": "hai:v1:team=t", "comment": "",
-              "gres_detail": ["gpu:8(IDX:0-7)"] * 4}
+              "gres_detail": ["gpu:8(IDX:0-7)"] * 4, "excluded_nodes": "n9",
+              "features": "a100|h100"}
     jobs = [parse_job({**r, **detail}) for r in recs]
     pend, run, arr = jobs
     assert pend is not None and pend.state is JobState.PENDING and pend.time_limit == INFINITE
@@ -322,15 +324,17 @@ def test_compact_job_lines_become_json_shaped_records() -> None:
     assert arr is not None and arr.held and arr.array_job_id == 4665
     assert arr.array_task_id is None and arr.array_tasks == "1-3" and arr.time_limit == 30
     assert detail_signature(recs[1]) == ("n[1-4]", 2)
+    assert pend.required_nodes == "n[1-4]" and run.required_nodes == arr.required_nodes == ""
+    assert pend.excluded_nodes == "n9" and pend.features == "a100|h100"
 
 
 def test_compact_lines_that_do_not_fit_are_errors() -> None:
     """A line with a column too many or too few, or times not in POSIX seconds, is refused:
     the cycle is skipped rather than acting on a misread queue."""
     line = _COMPACT.splitlines()[0]
-    with pytest.raises(SlurmError, match="expected 30"):
+    with pytest.raises(SlurmError, match="expected 31"):
         compact_job_records(line + "extra|")
-    with pytest.raises(SlurmError, match="expected 30"):
+    with pytest.raises(SlurmError, match="expected 31"):
         compact_job_records(line.replace("|high|", "|"))
     with pytest.raises(SlurmError, match="POSIX seconds"):
         compact_job_records(line.replace("1796172925", "2026-12-02T00:55:25", 1))
@@ -364,3 +368,31 @@ def test_a_job_held_for_its_deleted_reservation() -> None:
     assert job.state is JobState.PENDING and job.reservation_deleted and not job.held
     rec.update(state_reason="JobHeldUser")
     assert not parse_jobs(doc)[0].reservation_deleted
+
+
+def test_node_requests_of_jobs_and_features_of_nodes_in_each_release() -> None:
+    """``--nodelist``/``--exclude``/``--constraint`` come from the job record's
+    required_nodes/excluded_nodes/features (every release); a node's active features from a
+    string (22.05's sinfo), a list (``scontrol show nodes --json`` later) or sinfo's later
+    ``{"total", "active"}``."""
+    for release, name in (("22.05", "squeue-mixed.json"), ("24.11", "squeue-mixed.json"),
+                          ("26.05", "squeue-mixed.json")):
+        doc = load(f"{release}/{name}")
+        doc["jobs"][0].update(required_nodes="n[1-2]", excluded_nodes="n4",
+                              features="a100&(nvlink|ib)")
+        job = parse_jobs(doc)[0]
+        assert (job.required_nodes, job.excluded_nodes, job.features) == (
+            "n[1-2]", "n4", "a100&(nvlink|ib)"), release
+        assert all(j.features == "" for j in parse_jobs(load(f"{release}/{name}")))
+    doc = load("22.05/sinfo.json")
+    doc["nodes"][0].update(features="a100,nvlink,spare", active_features="a100,nvlink")
+    assert parse_nodes(doc)[0].features == ("a100", "nvlink")
+    for release in ("24.11", "26.05"):
+        doc = load(f"{release}/scontrol-show-nodes.json")
+        doc["nodes"][0].update(features=["a100", "spare"], active_features=["a100"])
+        assert parse_nodes(doc, "scontrol show nodes --json")[0].features == ("a100",)
+        assert parse_nodes(load(f"{release}/scontrol-show-nodes.json"),
+                           "scontrol")[0].features == ()
+    assert parse_node({"name": "n1", "state": "IDLE",
+                      "features": {"total": "a,b", "active": "a"}}).features \
+        == ("a",)

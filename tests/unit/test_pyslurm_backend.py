@@ -30,7 +30,8 @@ def pyslurm_job(**over: Any) -> SimpleNamespace:
         ntasks=2, sockets_per_node=None, cpus=8, memory_per_node=16384, memory_per_cpu=None,
         requeue_count=0, is_requeueable=True, comment="c", admin_comment=None,
         is_batch_job=True, array_id=None, array_task_id=None, array_tasks_waiting=None,
-        required_switches=None, max_wait_time_switches=None, required_nodes=None, steps={})
+        required_switches=None, max_wait_time_switches=None, required_nodes=None,
+        excluded_nodes=None, constraints=None, steps={})
     base.update(over)
     job = SimpleNamespace(**base)
     job.get_resource_layout_per_node = lambda: over.get("layout", {})
@@ -47,6 +48,12 @@ def test_pending_job_reads_like_squeue_json() -> None:
     assert (job.cpus, job.memory_mb, job.time_limit) == (8, 32768, INFINITE)
     assert (job.admin_comment, job.comment, job.switches, job.array_job_id) == ("", "c", 0, None)
     assert job.user == "root"
+    assert (job.required_nodes, job.excluded_nodes, job.features) == ("", "", "")
+    asked = parse_job(job_record(pyslurm_job(required_nodes="n[1-2]", excluded_nodes="n3",
+                                             constraints="a100|h100")))
+    assert asked is not None
+    assert (asked.required_nodes, asked.excluded_nodes, asked.features) == (
+        "n[1-2]", "n3", "a100|h100")
 
 
 def test_unknown_uid_is_shown_as_its_number() -> None:
