@@ -26,6 +26,7 @@ from hai_slurm.slurm_plugins.adapter import (
     SlurmClient,
     SlurmVersion,
 )
+from hai_slurm.slurm_plugins.hostlist import expand_hostlist
 
 GONE_ID = 987_654
 """A job id no test cluster reaches."""
@@ -44,8 +45,10 @@ class Harness(Protocol):
     client: SlurmClient
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False,
-               begin_in: int = 0, comment: str = "") -> int:
-        """Queue a job that runs until cancelled and logs the signals it gets."""
+               begin_in: int = 0, comment: str = "", nodelist: str = "",
+               exclude: str = "") -> int:
+        """Queue a job that runs until cancelled and logs the signals it gets (``nodelist``,
+        ``exclude``: sbatch's ``--nodelist``, ``--exclude``)."""
         ...
 
     def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
@@ -264,6 +267,23 @@ class SlurmClientContract:
         assert result.done == ()
         assert [s.reason for s in result.skipped] == [SkipReason.NOT_PENDING]
         assert harness.client.set_req_nodes(GONE_ID, node).skipped_ids == {GONE_ID}
+
+    def test_node_requests_of_a_pending_job(self, harness: Harness) -> None:
+        """A pending job's --nodelist and --exclude read as host lists (also in a second
+        snapshot: the CLI reads that one from its compact listing); a job without them has
+        none, and no --constraint."""
+        names = sorted(n.name for n in harness.client.snapshot().nodes)
+        asked = harness.submit(name="contract-nodes", begin_in=3600, nodelist=names[0],
+                               exclude=names[1])
+        plain = harness.submit(name="contract-nodes-plain", begin_in=3600)
+        for _ in range(2):
+            snap = harness.client.snapshot()
+            job, other = snap.job(asked), snap.job(plain)
+            assert job is not None and other is not None
+            assert expand_hostlist(job.required_nodes) == (names[0],), job
+            assert expand_hostlist(job.excluded_nodes) == (names[1],), job
+            assert (other.required_nodes, other.excluded_nodes) == ("", ""), other
+            assert job.features == other.features == ""
 
     def test_switches_name_only_known_nodes(self, harness: Harness) -> None:
         """Every leaf switch lists nodes of the cluster; upper switches list switches."""

@@ -75,7 +75,7 @@ class CliHarness:
         self.submitted: list[int] = []
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
-               comment: str = "") -> int:
+               comment: str = "", nodelist: str = "", exclude: str = "") -> int:
         """sbatch a job that runs until cancelled."""
         script = self.workdir / "job.sh"
         script.write_text(_JOB_SCRIPT)
@@ -85,6 +85,8 @@ class CliHarness:
         argv += ["--hold"] if hold else []
         argv += [f"--begin=now+{begin_in}"] if begin_in else []
         argv += [f"--comment={comment}"] if comment else []
+        argv += [f"--nodelist={nodelist}"] if nodelist else []
+        argv += [f"--exclude={exclude}"] if exclude else []
         res = subprocess.run([*argv, str(script)], capture_output=True, text=True,
                              env=self.env, timeout=30, check=False)
         assert res.returncode == 0, f"sbatch failed: {res.stderr.strip()}"
@@ -240,14 +242,17 @@ def test_compact_snapshot_reads_the_same_jobs_as_json(adapter_slurm_conf: str,
                                                       tmp_path: Path) -> None:
     """Once every job's details are known, a snapshot lists jobs with the compact ``squeue -O``
     and gets the same Job values as ``squeue --json``: running and held jobs, an array's pending
-    record and a multi-node GPU job, with their admin_comment and per-node GPUs."""
+    record and a multi-node GPU job, with their admin_comment and per-node GPUs, and a held job's
+    --nodelist and --exclude."""
     tmp_path.chmod(0o777)
     h = CliHarness(adapter_slurm_conf, tmp_path)
     script = tmp_path / "job.sh"
     script.write_text(_JOB_SCRIPT)
     try:
         running = h.submit(name="compact-run", gpus=2)
-        held = h.submit(name="compact-held", gpus=1, hold=True)
+        names = sorted(n.name for n in h.client.snapshot().nodes)
+        held = h.submit(name="compact-held", gpus=1, hold=True, nodelist=names[0],
+                        exclude=names[1])
         res = subprocess.run(["sbatch", "--parsable", "--array=0-2", "--hold", "--nodes=2",
                               "--gres=gpu:1", "--time=1:30:00", f"--output={tmp_path}/%A.out",
                               str(script)], capture_output=True, text=True, env=h.env,

@@ -52,13 +52,15 @@ class DockerHarness:
         return jid
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
-               comment: str = "") -> int:
+               comment: str = "", nodelist: str = "", exclude: str = "") -> int:
         """sbatch a job that runs until cancelled."""
         args = [f"--job-name={name}", "--nodes=1", f"--output={self.workdir}/%j.out"]
         args += [f"--gres=gpu:{gpus}"] if gpus else []
         args += ["--hold"] if hold else []
         args += [f"--begin=now+{begin_in}"] if begin_in else []
         args += [f"--comment={comment}"] if comment else []
+        args += [f"--nodelist={nodelist}"] if nodelist else []
+        args += [f"--exclude={exclude}"] if exclude else []
         return self.sbatch(*args)
 
     def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
