@@ -7,7 +7,11 @@ passes decided, and the peak memory of one pass. Wall and CPU times are both pri
 shared machine the wall time includes waiting for a CPU; the calibration line at the end is a
 fixed loop timed the same way, to compare runs made under different loads.
 
-    .venv/bin/python bench/planner.py [--runs 7] [--seed 1] [--profile]
+    .venv/bin/python bench/planner.py [--runs 7] [--seed 1] [--partitions 0] [--profile]
+
+With ``--partitions N``: the nodes are dealt into N partitions (every N-th node, so each spans
+every leaf switch) and each pending job may use one of them (``Waiting.allowed``, as the daemon
+sets it from a job's partition, --nodelist, --exclude and --constraint).
 
 With ``--profile``: cProfile around 3 passes (after a warm-up pass) instead, the functions
 that take the most time (see priority/planner/README.md).
@@ -25,6 +29,7 @@ import tracemalloc
 from collections import Counter
 from dataclasses import replace
 
+from hai_slurm.conf.topology import Level
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.testing import NOW, synthetic_snapshot
 from hai_slurm.priority.planner.types import PlannerConfig, PlanningResult, PlanSnapshot
@@ -56,23 +61,38 @@ def _profile(snap: PlanSnapshot) -> None:
     stats.sort_stats("tottime").print_stats(20)
 
 
+def _partitioned(snap: PlanSnapshot, count: int) -> PlanSnapshot:
+    """``snap`` with its nodes dealt into ``count`` partitions, pending job i in partition
+    i mod ``count`` (0: unchanged)."""
+    if count <= 0:
+        return snap
+    nodes = [c.id for c in snap.topology.cells_at(Level.NODE)]
+    parts = [frozenset(nodes[i::count]) for i in range(count)]
+    return replace(snap, pending=tuple(replace(w, allowed=parts[i % count])
+                                       for i, w in enumerate(snap.pending)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--partitions", type=int, default=0,
+                        help="deal the nodes into N partitions, one per pending job (0: none)")
     parser.add_argument("--profile", action="store_true",
                         help="profile 3 passes with cProfile instead of timing them")
     args = parser.parse_args()
     if args.profile:
-        _profile(synthetic_snapshot(args.seed))
+        _profile(_partitioned(synthetic_snapshot(args.seed), args.partitions))
         return
     t0 = time.perf_counter()
-    snap = synthetic_snapshot(args.seed)
+    snap = _partitioned(synthetic_snapshot(args.seed), args.partitions)
     build = (time.perf_counter() - t0) * 1000
     busy = sum(len(h.gpus) for h in snap.running)
     total = len(snap.topology.gpus)
+    parts = f", in {args.partitions} partitions" if args.partitions else ""
     print(f"workload: {len(snap.running)} running jobs on {busy} of {total} GPUs "
-          f"(500 nodes x 8, 25 leaves), {len(snap.pending)} pending; built in {build:.0f} ms")
+          f"(500 nodes x 8, 25 leaves{parts}), {len(snap.pending)} pending; built in "
+          f"{build:.0f} ms")
     default = PlannerConfig()
     lifted = replace(default, max_plans=64, max_searches=1_000_000)
     for name, config in (("default limits (4 plans, 64 searches)", default),

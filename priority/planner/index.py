@@ -117,7 +117,7 @@ class VictimIndex:
             for node in c.masks:
                 self.nodes[node].cands.append(c)
         self.changes: list[str] = []
-        self.rankings: dict[tuple[int, int], _Ranking] = {}
+        self.rankings: dict[tuple[int, int, frozenset[str] | None], _Ranking] = {}
         self.group_version: dict[str, int] = dict.fromkeys(view.groups, 0)
         self.changed = 0   # touches so far (the version of the whole cluster)
         self.token = 0     # heap entry tokens of the rankings
@@ -210,16 +210,12 @@ class VictimIndex:
     def _restricted(self, nodes: int, per: int, rank: int, cross_leaf: bool, keep: int,
                     allowed: frozenset[str]) -> list[Option]:
         """:meth:`search` for a job that may use the ``allowed`` nodes only (a partition, a
-        node list): each allowed node's cached best set (one node), or each leaf's greedy over
-        its allowed nodes (several), without the rankings and bounds of the whole cluster."""
+        node list): a ranking of the allowed nodes (one node), or each leaf's greedy over its
+        allowed nodes (several; without the leaves' bounds)."""
         view = self.view
         found: list[Option] = []
         if nodes == 1:
-            for name in view.members(None, allowed):
-                option = self._option(name, per, rank)
-                if option is not None:
-                    found.append(option)
-            return _distinct(found, keep)
+            return self._single(per, rank, keep, allowed)
         for group, members in view.groups_for(nodes, allowed):
             option = self._group(group, nodes, per, rank, allowed, members)
             if option is not None:
@@ -263,15 +259,17 @@ class VictimIndex:
         n.low[key] = got
         return got
 
-    def _single(self, per: int, rank: int, keep: int) -> list[Option]:
+    def _single(self, per: int, rank: int, keep: int,
+                allowed: frozenset[str] | None = None) -> list[Option]:
         nodes = self.nodes
-        r = self.rankings.get((per, rank))
+        r = self.rankings.get((per, rank, allowed))
         if r is None:
-            r = self.rankings[per, rank] = self._ranking(per, rank)
+            r = self.rankings[per, rank, allowed] = self._ranking(per, rank, allowed)
         else:
+            seen = r.seen
             for name in self.changes[r.cursor:]:
                 ver = nodes[name].version
-                if r.seen[name] == ver:
+                if seen.get(name, ver) == ver:   # unchanged, or not an allowed node
                     continue
                 r.seen[name] = ver
                 low = r.low.get(name)
@@ -329,13 +327,15 @@ class VictimIndex:
             r.low.pop(name, None)      # cannot hold ``per`` GPUs, now or later in the pass
         return None
 
-    def _ranking(self, per: int, rank: int) -> _Ranking:
-        """A new ranking: seeded lazily with the bounds of a higher class's ranking (it sees
-        more candidates, so its bounds are lower) when there is one, else computed now."""
+    def _ranking(self, per: int, rank: int, allowed: frozenset[str] | None) -> _Ranking:
+        """A new ranking of the ``allowed`` nodes (None: all): seeded lazily with the bounds of
+        a higher class's ranking (it sees more candidates, so its bounds are lower) when there
+        is one, else computed now."""
         r = _Ranking()
         donor = next((d for k in range(rank + 1, rank + 17)
-                      if (d := self.rankings.get((per, k))) is not None), None)
-        r.seen = {name: n.version for name, n in self.nodes.items()}
+                      if (d := self.rankings.get((per, k, allowed))) is not None), None)
+        r.seen = {name: n.version for name, n in self.nodes.items()
+                  if allowed is None or name in allowed}
         token = self.token
         if donor is not None:
             r.low = low = dict(donor.low)
@@ -343,7 +343,7 @@ class VictimIndex:
             r.heap = [(b[0], b[1], (), name, live[name], -1, None) for name, b in low.items()]
             self.token = token + len(low)
         else:
-            for name in self.nodes:
+            for name in r.seen:
                 self.token += 1
                 r.live[name] = self.token
                 r.low[name] = (0.0, 0.0)
