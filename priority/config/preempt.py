@@ -58,6 +58,9 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
         class_min_run_time=_min_runs(pl.sub("class_min_run_time")),
         benefit_threshold=pl.get("benefit_threshold", d.benefit_threshold, number(0.0),
                                  "a number >= 0 (preempt when benefit > this x lost work)"),
+        borrowed_discount=pl.get("borrowed_discount", d.borrowed_discount, number(0.0, 1.0),
+                                 "a number from 0 to 1 (a borrowed victim's loss counts x this "
+                                 "against jobs within quota)"),
         victim_age_wait=pl.get("victim_age_wait", d.victim_age_wait, number(0.0),
                                "a number >= 0 (fraction of the youngest victim's run time)"),
         restart_cost=pl.get("restart_cost", d.restart_cost, _duration, _DURATION),

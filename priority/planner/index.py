@@ -40,7 +40,7 @@ _Elig = tuple[int, list[Candidate], int]
 _Entry = tuple[float, float, tuple[float, ...], str, int, int, Option | None]
 """A ranking's heap entry: (key[0], key[1], key[2:], node, token, node version or -1, option
 or None); a key flattened so that heap comparisons mostly compare two floats, in the order
-of (key, node, ...): a bound's key is (non-borrowed loss, loss) and its tail (), which sorts
+of (key, node, ...): a bound's key is (discounted loss, loss) and its tail (), which sorts
 before any longer key with the same first two items, as the 2-tuple did."""
 
 
@@ -80,7 +80,7 @@ class _Node:
         self.best: dict[int, _Best] = {}
         self.low: dict[int, _Bound | None] = {}
         # per class bucket (+ 16: losses spread, see _share): the parts of the lower bounds,
-        # (non-borrowed loss, GPUs) and (loss, GPUs) of each candidate, by cost per GPU
+        # (discounted loss, GPUs) and (loss, GPUs) of each candidate, by cost per GPU
         self.parts: dict[int, tuple[list[tuple[float, int]], list[tuple[float, int]]]] = {}
 
 
@@ -234,7 +234,7 @@ class VictimIndex:
         return Option(key, victims, Placement(((node, mask),), LEVELS[level]))
 
     def lower(self, node: str, per: int, rank: int) -> _Bound | None:
-        """A lower bound of the (non-borrowed loss, loss) that opens the node's best set for
+        """A lower bound of the (discounted loss, loss) that opens the node's best set for
         ``per`` GPUs (fractional cover of the GPUs missing); None: the node has no option
         (it cannot hold ``per`` GPUs, or they are free). Cached until the node changes."""
         n = self.nodes[node]
@@ -375,8 +375,8 @@ class VictimIndex:
                         for c in cands:
                             total = sum(m.bit_count() for m in c.masks.values())
                             on = c.masks[node].bit_count()
-                            parts.append((c.lost_work * on / total,
-                                          0.0 if c.borrowed else c.lost_work * on / total, on))
+                            parts.append((c.lost_work * on / total, c.cost[0] * on / total,
+                                          on))
                         spread = n.parts[bucket + 16] = (
                             sorted([(nb, g) for _, nb, g in parts], key=_ratio),
                             sorted([(lw, g) for lw, _, g in parts], key=_ratio))

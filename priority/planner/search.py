@@ -10,14 +10,13 @@ class). Each job first goes on free GPUs if it fits (topology-aware, see
 If it
 does not fit, the planner looks for victim sets among running jobs of a strictly lower class
 that are preemptible, not protected and older than the minimum run time (see
-:mod:`~hai_slurm.priority.planner.victims` for how sets are compared: borrowed jobs first, then
-least
-lost work, then placement quality). The best set becomes a plan only when the beneficiary's
-benefit (class weight x wait x GPUs; the wait is at least ``victim_age_wait`` x the youngest
-victim's run time) exceeds ``benefit_threshold`` x lost work. A plan's victims
-and placement are then reserved: no later beneficiary counts them again, and GPUs freed outside
-the placement stay unavailable for the pass (each plan stands on its own if the executor aborts
-another).
+:mod:`~hai_slurm.priority.planner.victims` for how sets are compared: least lost work with
+borrowed jobs' at a discount, then least lost work, then placement quality). The best set
+becomes a plan only when the beneficiary's benefit (class weight x wait x GPUs; the wait is at
+least ``victim_age_wait`` x the youngest victim's run time) exceeds ``benefit_threshold`` x
+lost work. A plan's victims and placement are then reserved: no later beneficiary counts them
+again, and GPUs freed outside the placement stay unavailable for the pass (each plan stands on
+its own if the executor aborts another).
 
 The searches are incremental (:mod:`~hai_slurm.priority.planner.index`): candidates per node,
 per-node best sets and per-shape rankings are kept across the pass and recomputed only for the
@@ -146,7 +145,12 @@ def victim_status(holder: Holder, config: PlannerConfig, now: float) -> str:
             f"(ran {_dur(now - holder.start_time)} >= min_run_time "
             f"{_dur(config.min_run_for(holder.effective))} of {holder.effective.name}; "
             f"would lose {_dur(lost)} x {len(holder.gpus)} GPUs"
-            f"{', borrowed GPUs go first' if holder.borrowed else ''})")
+            f"{_borrowed_note(config) if holder.borrowed else ''})")
+
+
+def _borrowed_note(config: PlannerConfig) -> str:
+    return (f", borrowed: its loss counts x {config.borrowed_discount:g} against jobs within "
+            "quota")
 
 
 def _victim_text(h: Holder, lost_work: float, secs: float, now: float) -> str:
@@ -256,7 +260,8 @@ class _Pass:
             if masks:
                 jid, rank = h.job_id, RANK[h.effective]
                 lost = lost_seconds(h, config, now, len(masks)) * len(h.gpus)
-                cands[jid] = Candidate(jid, rank, h.borrowed, lost, masks)
+                cands[jid] = Candidate(jid, rank, h.borrowed, lost, masks,
+                                       config.borrowed_discount)
                 for node in masks:
                     self.on_node.setdefault(node, []).append(jid)
                 cat = ("not preemptible" if not h.preemptible else "protected" if h.protected
@@ -367,7 +372,7 @@ class _Pass:
 
     @staticmethod
     def _worse(best: Option, other: Option) -> str:
-        names = ("loses more work of jobs within quota", "loses more work",
+        names = ("loses more work (borrowed jobs' at a discount)", "loses more work",
                  "takes higher-class victims", "takes more victims", "worse in-node placement",
                  "fragments free GPUs more")
         for name, a, b in zip(names, best.key, other.key, strict=False):

@@ -94,6 +94,12 @@ class PlannerConfig:
       ``priority/sim/README.md``.
     * ``class_weights``: benefit = weight of the beneficiary's class x wait x GPUs.
     * ``benefit_threshold``: preempt only when benefit > threshold x lost work.
+    * ``borrowed_discount``: victim sets are compared first by their lost work with a borrowed
+      victim's (a job running beyond its team's quota) counted at this fraction: borrowed jobs
+      give way before jobs within quota unless they would lose more than 1 / discount times
+      as much. 0: borrowed jobs always first, however much they lose (the old rule); 1: no
+      preference. See ``priority/sim/README.md``, "fourth pass", for the matrix it was
+      chosen on.
     * ``victim_age_wait``: the wait the benefit counts is at least this fraction of the
       youngest chosen victim's run time. A job that has run for T is expected to run about T
       more (the Lindy estimate), so without preemption the beneficiary would wait about that
@@ -135,6 +141,7 @@ class PlannerConfig:
     class_min_run_time: Mapping[PriorityClass, float] = field(
         default_factory=lambda: MappingProxyType({}))
     benefit_threshold: float = 1.0
+    borrowed_discount: float = 0.5
     victim_age_wait: float = 0.0
     restart_cost: float = 120.0
     restart_cost_per_node: float = 0.0
@@ -164,6 +171,8 @@ class PlannerConfig:
                     "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending",
                     "reserve_after"):
             _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
+        _check("borrowed_discount", self.borrowed_discount, "a number from 0 to 1",
+               lambda v: 0 <= v <= 1)
         for key in ("max_plans", "max_searches"):
             _check(key, getattr(self, key), "an integer >= 0",
                    lambda v: isinstance(v, int) and v >= 0)

@@ -4,8 +4,9 @@ A candidate is a running job that may give way to this beneficiary (strictly low
 preemptible, not protected, old enough, not already given to another plan). Sets are compared
 by a key, lowest first:
 
-1. lost work of *non-borrowed* victims (so a set of borrowed jobs only always wins: borrowed
-   jobs give way first);
+1. lost work with borrowed victims' at a discount (``PlannerConfig.borrowed_discount`` x their
+   lost work; 0 would make a set of borrowed jobs only always win): borrowed jobs give way
+   first unless they would lose over 1 / discount times the work of the jobs within quota;
 2. total lost work (save time for a job that saves on request, else time since its last
    checkpoint; plus restart cost; times GPUs);
 3. the highest victim class (lower classes give way first);
@@ -37,12 +38,12 @@ class Candidate:
     __slots__ = ("borrowed", "cost", "job_id", "lost_work", "masks", "rank")
 
     def __init__(self, job_id: int, rank: int, borrowed: bool, lost_work: float,
-                 masks: Mapping[str, int]) -> None:
+                 masks: Mapping[str, int], discount: float = 0.0) -> None:
         self.job_id, self.rank, self.borrowed = job_id, rank, borrowed
         self.lost_work, self.masks = lost_work, masks
-        # its contribution to a set's key: (non-borrowed loss, loss, id)
-        self.cost: tuple[float, float, int] = (0.0 if borrowed else lost_work, lost_work,
-                                               job_id)
+        # its contribution to a set's key: (loss with borrowed at ``discount``, loss, id)
+        self.cost: tuple[float, float, int] = (discount * lost_work if borrowed else lost_work,
+                                               lost_work, job_id)
 
     def __repr__(self) -> str:
         return (f"Candidate(job_id={self.job_id!r}, rank={self.rank!r}, "
@@ -81,7 +82,7 @@ class Option:
 def _set_key(victims: Sequence[Candidate]) -> tuple[float, float, int, int]:
     # list comprehensions: cheaper than generators for a few items; sum() kept for its
     # rounding
-    nb = sum([c.lost_work for c in victims if not c.borrowed])
+    nb = sum([c.cost[0] for c in victims])
     loss = sum([c.lost_work for c in victims])
     return (nb, loss, max([c.rank for c in victims], default=-1), len(victims))
 
@@ -114,7 +115,7 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
     if (base | rest[0]).bit_count() < per_node:
         return None
     best: tuple[tuple[float, ...], int, int, frozenset[int]] | None = None
-    bound: tuple[float, float] | None = None   # best's (non-borrowed loss, loss)
+    bound: tuple[float, float] | None = None   # best's (discounted loss, loss)
     chosen: list[int] = []                     # indices into fresh, ascending
     order, pick = layout.order, view.pick
     recurse: list[Callable[[int, int, float, float], None]] = []   # visit, without a cycle

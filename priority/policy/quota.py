@@ -7,7 +7,8 @@
 * **Borrowed.** A team's running jobs are walked from the highest class down, oldest start first;
   each is *within quota* while the running total (and the class total, when the team has a
   per-class quota for that class) stays within quota; the rest are *borrowed*: they run on GPUs
-  nobody else wanted, and they give way first.
+  nobody else wanted, and they give way first (unless they would lose more than 1 /
+  ``planner.borrowed_discount`` times the work of a victim within quota).
 * **AUTO** resolves to the highest class, among those the team may use and has a per-class quota
   for, whose quota still has room for the job; otherwise to the default class.
 """

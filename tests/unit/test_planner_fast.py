@@ -73,7 +73,8 @@ configs = st.builds(
     PlannerConfig, min_run_time=st.sampled_from((0.0, 600.0)),
     max_plans=st.sampled_from((0, 1, 4, 20)), max_searches=st.sampled_from((1, 3, 64)),
     plans_per_pending=st.sampled_from((0.0, 0.05, 1.0)),
-    max_candidates_per_node=st.sampled_from((1, 2, 8)), allow_cross_leaf=st.booleans())
+    max_candidates_per_node=st.sampled_from((1, 2, 8)), allow_cross_leaf=st.booleans(),
+    borrowed_discount=st.sampled_from((0.0, 0.3, 0.5, 1.0)))
 
 
 @settings(max_examples=400, deadline=None)

@@ -107,7 +107,8 @@ def test_every_plan_keeps_the_rules(jobs: list[Holder], pending: list[Waiting]) 
 
 
 def _brute_best(topo: Topology, jobs: list[Holder], ben: Waiting) -> tuple[float, float] | None:
-    """The least (non-borrowed loss, loss) of any victim set freeing ben.gpus GPUs on one node."""
+    """The least (loss with borrowed victims' x ``borrowed_discount``, loss) of any victim set
+    freeing ben.gpus GPUs on one node."""
     held = {g for h in jobs for g in h.gpus}
     best: tuple[float, float] | None = None
     for node in (c.id for c in topo.cells_at(Level.NODE)):
@@ -120,8 +121,8 @@ def _brute_best(topo: Topology, jobs: list[Holder], ben: Waiting) -> tuple[float
                 if free + freed < ben.gpus:
                     continue
                 cost = [lost_seconds(h, CFG, NOW) * len(h.gpus) for h in subset]
-                key = (sum(c for c, h in zip(cost, subset, strict=True) if not h.borrowed),
-                       sum(cost))
+                key = (sum(c * (CFG.borrowed_discount if h.borrowed else 1.0)
+                           for c, h in zip(cost, subset, strict=True)), sum(cost))
                 best = key if best is None or key < best else best
     return best
 
@@ -130,7 +131,7 @@ def _brute_best(topo: Topology, jobs: list[Holder], ben: Waiting) -> tuple[float
 @given(running(), high_classes, st.sampled_from((1, 2, 3, 4, 6, 8)))
 def test_one_node_plans_are_the_cheapest_set(jobs: list[Holder], cls: PriorityClass,
                                              count: int) -> None:
-    """For one single-node beneficiary, the plan's (non-borrowed loss, loss) is the least any
+    """For one single-node beneficiary, the plan's (discounted loss, loss) is the least any
     victim set achieves (exhaustive search), and no plan is made when no set exists."""
     ben = Waiting(job_id=1000, team="z", effective=cls, gpus=count, wait=1e9)
     result = plan_preemptions(snapshot(TOPO, jobs, [ben]), config=CFG, now=NOW)
@@ -142,6 +143,6 @@ def test_one_node_plans_are_the_cheapest_set(jobs: list[Holder], cls: PriorityCl
         assert plan is None
         return
     assert plan is not None, result.decisions[1000]
-    nb = sum(v.lost_work for v in plan.victims if not v.borrowed)
+    nb = sum(v.lost_work * (CFG.borrowed_discount if v.borrowed else 1.0) for v in plan.victims)
     assert abs(nb - best[0]) < 1e-6 * max(1.0, nb) and abs(plan.lost_work - best[1]) < 1e-6 * max(
         1.0, plan.lost_work)

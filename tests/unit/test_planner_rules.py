@@ -54,16 +54,34 @@ def test_protected_non_preemptible_and_young_jobs_are_never_chosen() -> None:
     assert "preemptible, unprotected jobs older than 2m00s" in result.decisions[9].reason
 
 
-def test_borrowed_jobs_give_way_first() -> None:
-    """A borrowed job gives way before a within-quota one that would lose less."""
+def test_borrowed_jobs_give_way_first_within_the_discount() -> None:
+    """A borrowed job gives way before a within-quota one that would lose less, as long as its
+    loss x ``borrowed_discount`` (default 0.5) is the smaller: 2x the within-quota loss minus a
+    little is taken, 2x plus a little is not; discount 0 is the old strict order (borrowed
+    whatever it loses), 1 no preference."""
     topo = gpu_cluster(1, 2)
-    within = holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 60)
-    borrowed = holder(2, NORMAL, gpus("n2", *ALL8), checkpoint=NOW - 3000, borrowed=True)
-    plan = _plan(snapshot(topo, [within, borrowed], [waiting(9, HIGH, 8, wait=86400)])
-                 ).plan_for(9)
+    restart = CFG.restart_cost
+    within = holder(1, NORMAL, gpus("n1", *ALL8), checkpoint=NOW - 600)   # loses 600 + restart
+
+    def victim(borrowed_loss: float, config: PlannerConfig = CFG) -> PlanningResult:
+        borrowed = holder(2, NORMAL, gpus("n2", *ALL8), borrowed=True,
+                          checkpoint=NOW - (borrowed_loss - restart))
+        return _plan(snapshot(topo, [within, borrowed], [waiting(9, HIGH, 8, wait=86400)]),
+                     config)
+
+    twice = 2 * (600 + restart)
+    below = victim(twice - 60)
+    plan = below.plan_for(9)
+    assert CFG.borrowed_discount == 0.5
     assert plan is not None and plan.victim_ids == (2,)
     assert plan.victims[0].borrowed and "borrowed (over quota)" in plan.victims[0].reason
-    assert any("loses more work of jobs within quota" in line for line in plan.not_chosen)
+    assert any("loses more work (borrowed jobs' at a discount)" in line
+               for line in plan.not_chosen)
+    assert victim(twice + 60).plan_for(9).victim_ids == (1,)  # type: ignore[union-attr]
+    strict = replace(CFG, borrowed_discount=0.0)
+    assert victim(50 * twice, strict).plan_for(9).victim_ids == (2,)  # type: ignore[union-attr]
+    none = replace(CFG, borrowed_discount=1.0)
+    assert victim(600 + restart + 60, none).plan_for(9).victim_ids == (1,)  # type: ignore[union-attr]
 
 
 def test_least_lost_work_wins() -> None:
