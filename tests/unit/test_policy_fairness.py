@@ -140,7 +140,7 @@ def test_demotion_threshold_is_configurable() -> None:
 
 
 def test_demotion_is_relative_to_the_team_share() -> None:
-    """With demote_excess X = 2 (the default), a team over M is demoted only if it preempted
+    """With demote_excess X = 2, a team over M is demoted only if it preempted
     more than X times as often per quota GPU as the other teams together (equal quotas here)."""
     config = replace(CONFIG, fairness=replace(CFG, demote_excess=2.0))
     job = pending_job(1, P.HIGH, team="a", submit=NOW - 60)
