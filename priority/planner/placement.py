@@ -162,6 +162,10 @@ class ClusterView:
         static = _static(topo)
         self.nodes: Mapping[str, NodeLayout] = MappingProxyType(static.nodes)
         self.busy: dict[str, int] = dict.fromkeys(self.nodes, 0)
+        self.all_nodes = tuple(self.nodes)
+        self.with_free: set[str] = set(self.all_nodes)
+        """Nodes with at least one free GPU (a full cluster has few: free placements look at
+        those only)."""
         self.groups: Mapping[str, tuple[str, ...]] = MappingProxyType(static.groups)
         self.group_order = {g: i for i, g in enumerate(self.groups)}
         self.group_free = dict(static.group_gpus)
@@ -222,14 +226,18 @@ class ClusterView:
     def occupy(self, node: str, mask: int) -> None:
         """Mark ``mask`` busy on ``node`` (GPUs already busy stay busy)."""
         new = mask & ~self.busy[node]
-        self.busy[node] |= mask
+        busy = self.busy[node] = self.busy[node] | mask
         self.group_free[self.nodes[node].group] -= new.bit_count()
+        if busy == self._full[node]:
+            self.with_free.discard(node)
 
     def release(self, node: str, mask: int) -> None:
         """Mark ``mask`` free on ``node`` (GPUs already free stay free)."""
         gone = mask & self.busy[node]
         self.busy[node] &= ~mask
         self.group_free[self.nodes[node].group] += gone.bit_count()
+        if gone:
+            self.with_free.add(node)
 
     def groups_for(self, nodes: int, allowed: frozenset[str] | None = None
                    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -238,7 +246,7 @@ class ClusterView:
         With ``allowed``, only those nodes (groups left without any are dropped)."""
         if allowed is None:
             if nodes <= 1:
-                return (("cluster", tuple(self.nodes)),)
+                return (("cluster", self.all_nodes),)
             return tuple(self.groups.items())
         key = (nodes, allowed)
         got = self._allowed.get(key)
@@ -254,7 +262,7 @@ class ClusterView:
     def members(self, group: str | None, allowed: frozenset[str] | None) -> tuple[str, ...]:
         """The nodes of ``group`` (None: the whole cluster) in order, only ``allowed`` ones
         (None: all)."""
-        names = tuple(self.nodes) if group is None else self.groups[group]
+        names = self.all_nodes if group is None else self.groups[group]
         return names if allowed is None else tuple(n for n in names if n in allowed)
 
 
@@ -295,9 +303,13 @@ def place_free(view: ClusterView, nodes: int, per_node: int, *, cross_leaf: bool
 def _place_free(view: ClusterView, groups: tuple[tuple[str, tuple[str, ...]], ...], nodes: int,
                 per_node: int) -> Placement | None:
     best: tuple[tuple[int, ...], Placement] | None = None
+    with_free = view.with_free
     for gi, (group, members) in enumerate(groups):
         options: list[tuple[tuple[int, ...], str, int]] = []
-        for name in members:
+        # the whole cluster: only the nodes with a free GPU (any order: the keys decide)
+        for name in with_free if members is view.all_nodes else members:
+            if name not in with_free:
+                continue
             layout = view.nodes[name]
             free = layout.full & ~view.busy[name]
             have = free.bit_count()

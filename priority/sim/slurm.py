@@ -106,8 +106,7 @@ class SimSlurm(FakeSlurm):
             masks = self.placed.pop(jid, ())
             for node, mask in masks:
                 before = view.free(node).bit_count()
-                view.busy[node] &= ~mask
-                view.group_free[view.nodes[node].group] += mask.bit_count()
+                view.release(node, mask)
                 self.used_gpus -= mask.bit_count()
                 self._move(node, before)
 
