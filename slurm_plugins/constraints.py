@@ -16,7 +16,7 @@ expression when it accepted the job, so an unreadable one is a syntax this modul
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from hai_slurm.errors import SlurmError
 
@@ -80,22 +80,21 @@ class _Parser:
         return token
 
     def alternatives(self) -> NodeFilter:
-        parts = [self._all()]
-        while self._peek() == "|":
-            self.at += 1
-            parts.append(self._all())
-        if len(parts) == 1:
-            return parts[0]
-        return lambda features: any(p(features) for p in parts)
+        return self._joined(("|",), self._all, any)
 
     def _all(self) -> NodeFilter:
-        parts = [self._one()]
-        while self._peek() in ("&", ","):
+        return self._joined(("&", ","), self._one, all)
+
+    def _joined(self, ops: tuple[str, ...], part: Callable[[], NodeFilter],
+                combine: Callable[[Iterable[bool]], bool]) -> NodeFilter:
+        """``part`` (op ``part``)*, its tests combined by ``combine`` (any, all)."""
+        parts = [part()]
+        while self._peek() in ops:
             self.at += 1
-            parts.append(self._one())
+            parts.append(part())
         if len(parts) == 1:
             return parts[0]
-        return lambda features: all(p(features) for p in parts)
+        return lambda features: combine(p(features) for p in parts)
 
     def _one(self) -> NodeFilter:
         word = self._take()

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
-from executor_world import Behaviour, make_world
+from executor_world import Behaviour, World, make_world
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
@@ -24,7 +24,7 @@ from hai_slurm.priority.planner.testing import (
     snapshot,
     waiting,
 )
-from hai_slurm.priority.planner.types import Outcome, PlannerConfig
+from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.lock import LeaderLock
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
@@ -102,28 +102,35 @@ def test_save_estimates_read_checkpoint_dir_and_grace() -> None:
     assert got == {1: 45.0, 2: None}
 
 
+def _plan_for_high_job(world: World, tmp: Path, partition: str = "") -> tuple[PlanningResult,
+                                                                             int]:
+    """An hour on, a HIGH 8-GPU job (team-b, waited 10 min; in ``partition`` when given): one
+    daemon cycle with the planner; its pass and the job's id."""
+    world.fake.advance(world.fake.now + 3600)
+    world.clock.now = float(world.fake.now)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high",
+                             partition=partition, nodes=1, gpus_per_node=8,
+                             admin_comment=format_admin_comment(info), now=world.fake.now - 600)
+    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp))
+    planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp / 'state.db'}"))
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=planner, executor=world.executor(), interval=1.0)
+    report = daemon.run_once()
+    assert report.outcome.value == "ok", report.reason
+    assert planner.last is not None
+    return planner.last, bene
+
+
 def test_daemon_reads_the_record_and_picks_the_checkpointing_victim(tmp_path: Path) -> None:
     """Four LOW jobs of equal age fill 4 x 8 GPUs, only v3 has a checkpoint directory (grace
     30 s); the daemon's planner takes v3 for the HIGH 8-GPU job, losing 30 s + restart."""
     world = make_world(tmp_path)
     victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
                for i in range(4)]
-    world.fake.advance(world.fake.now + 3600)
-    world.clock.now = float(world.fake.now)
-    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
-                      grace=30, source=ClassOrigin.DIRECTIVE)
-    world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=1,
-                      gpus_per_node=8, admin_comment=format_admin_comment(info),
-                      now=world.fake.now - 600)
-    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp_path))
-    planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
-    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
-    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
-                    planner=planner, executor=world.executor(), interval=1.0)
-    report = daemon.run_once()
-    assert report.outcome.value == "ok", report.reason
-    assert planner.last is not None
-    (plan,) = planner.last.plans
+    (plan,) = _plan_for_high_job(world, tmp_path)[0].plans
     assert plan.victim_ids == (victims[3],)
     assert plan.victims[0].lost_seconds == 30 + PlannerConfig().restart_cost
 
@@ -133,30 +140,15 @@ def test_daemon_frees_gpus_only_in_the_partition_of_the_job(tmp_path: Path) -> N
     partition ``part-b`` (n3, n4): the plan takes the victim on n3, not the first node's (n1) that
     it takes when submitted to ``main``, and its verdict names the nodes it may use."""
     for partition, node in (("main", "n1"), ("part-b", "n3")):
-        (tmp_path / partition).mkdir()
+        tmp = tmp_path / partition
+        tmp.mkdir()
         # "main" sorts first, so the fake makes it the default partition (the victims')
-        world = make_world(tmp_path / partition, partitions={"part-b": ("n3", "n4")})
+        world = make_world(tmp, partitions={"part-b": ("n3", "n4")})
         victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5)) for i in range(4)]
         on = {j.nodes[0]: j.job_id for j in world.fake.snapshot().running}
         assert sorted(on.values()) == sorted(victims)
-        world.fake.advance(world.fake.now + 3600)
-        world.clock.now = float(world.fake.now)
-        info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
-                          grace=30, source=ClassOrigin.DIRECTIVE)
-        bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high",
-                                 partition=partition, nodes=1, gpus_per_node=8,
-                                 admin_comment=format_admin_comment(info),
-                                 now=world.fake.now - 600)
-        cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://",
-                                  state_dir=str(tmp_path / partition))
-        planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
-        lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / partition / 'state.db'}"))
-        daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
-                        planner=planner, executor=world.executor(), interval=1.0)
-        report = daemon.run_once()
-        assert report.outcome.value == "ok", report.reason
-        assert planner.last is not None
-        (plan,) = planner.last.plans
+        result, bene = _plan_for_high_job(world, tmp, partition)
+        (plan,) = result.plans
         assert plan.nodes == (node,) and plan.victim_ids == (on[node],)
-        said = planner.last.decisions[bene].reason
+        said = result.decisions[bene].reason
         assert ("of the 2 nodes it may use" in said) is (partition == "part-b"), said
