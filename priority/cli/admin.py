@@ -65,7 +65,8 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
         f"preemption: on; planner: victims run >= {format_duration(pl.min_run_time)}, restart "
         f"cost {format_duration(pl.restart_cost)}, save cost (jobs with a checkpoint dir and "
         f"no --grace) {format_duration(pl.save_cost)}, preempt when benefit > "
-        f"{pl.benefit_threshold:g} x lost work, <= {pl.max_plans} plans per cycle, snapshot "
+        f"{pl.benefit_threshold:g} x lost work, borrowed victims' loss counted "
+        f"{pl.borrowed_discount:g} x, <= {pl.max_plans} plans per cycle, snapshot "
         f"<= {format_duration(pl.max_staleness)} old; topology {topo}",
         f"executor: checkpoint request by {via}; deadline = the job's --grace (default "
         f"{format_duration(ex.default_deadline)}) capped by the class's grace cap; +"
@@ -129,7 +130,12 @@ def priority() -> None:
               envvar="HAI_SLURM_CONFIG", help="Daemon configuration (default: built-in).")
 def explain(jobid: int, snapshot_path: str | None, config_path: str | None) -> None:
     """Explain in plain words why JOBID has its place."""
-    from hai_slurm.priority.daemon.live import explain_job, explain_live, open_repository
+    from hai_slurm.priority.daemon.live import (
+        borrowed_discount,
+        explain_job,
+        explain_live,
+        open_repository,
+    )
 
     cfg = load_config(config_path) if config_path else DaemonConfig()
     if snapshot_path is None:
@@ -141,7 +147,8 @@ def explain(jobid: int, snapshot_path: str | None, config_path: str | None) -> N
     result = compute_priorities(snap.pending, snap.running, config=cfg.policy,
                                 cluster=snap.cluster, events=snap.events, state=snap.state,
                                 now=snap.now)
-    text = explain_job(jobid, snap.pending, snap.running, result, cfg.policy)
+    text = explain_job(jobid, snap.pending, snap.running, result, cfg.policy,
+                       borrowed_discount(cfg))
     if text is None:
         raise ConfigError(f"job {jobid} is neither pending nor running in the snapshot",
                           source=snapshot_path)

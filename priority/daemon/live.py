@@ -37,19 +37,26 @@ from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
 
 def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
-                result: PolicyResult, config: PolicyConfig) -> str | None:
-    """The plain-words explanation of one pending or running job, or None if it is neither."""
+                result: PolicyResult, config: PolicyConfig,
+                borrowed_discount: float | None = None) -> str | None:
+    """The plain-words explanation of one pending or running job, or None if it is neither
+    (``borrowed_discount``: the planner's ``borrowed_discount``, when preemption is on)."""
     for job in pending:
         if job.job_id == job_id:
             mine = result.priorities[job_id]
             ahead = sum(1 for p in result.priorities.values() if p > mine)
             return explain(job, result.pending[job_id], result.teams.get(job.team),
-                           config=config, jobs_ahead=ahead)
+                           config=config, jobs_ahead=ahead, borrowed_discount=borrowed_discount)
     for run in running:
         if run.job_id == job_id:
             return explain_running(run, result.running[job_id], result.teams.get(run.team),
-                                   config=config)
+                                   config=config, borrowed_discount=borrowed_discount)
     return None
+
+
+def borrowed_discount(config: DaemonConfig) -> float | None:
+    """The planner's ``borrowed_discount`` for the explanations (None: preemption off)."""
+    return config.preempt.planner.borrowed_discount if config.preempt.enabled else None
 
 
 def live_decision(slurm: SlurmClient, repo: Repository, config: PolicyConfig,
@@ -106,7 +113,7 @@ def explain_live(job_id: int, slurm: SlurmClient, repo: Repository, config: Daem
     at = time.time() if now is None else now
     snap, tracked, decision = live_decision(slurm, repo, config.policy, at)
     text = explain_job(job_id, decision.inputs.pending, decision.inputs.running,
-                       decision.result, config.policy)
+                       decision.result, config.policy, borrowed_discount(config))
     if text is None:
         raise ConfigError(f"job {job_id} is neither pending nor running in Slurm now",
                           key="JOBID", value=job_id)

@@ -47,14 +47,31 @@ def _class_origin(job: PendingJob | RunningJob, auto_class: object) -> str:
     return f"requested {_name(job.requested)} with #HAI --priority"
 
 
-def _team_lines(team: TeamState | None, config: PolicyConfig) -> list[str]:
+def _borrowed_rule(weight: float | None) -> str:
+    """How the planner weighs a borrowed victim (``[planner] borrowed_discount``; None:
+    not known here), as a sentence about borrowed jobs."""
+    if weight is None:
+        return ("borrowed jobs are preferred as victims when a team under its quota is "
+                "waiting, as far as [planner] borrowed_discount says")
+    if weight <= 0:
+        return "borrowed jobs give way first when a team under its quota is waiting"
+    if weight >= 1:
+        return ("borrowed jobs give way like jobs within quota, by least lost work ([planner] "
+                "borrowed_discount = 1)")
+    return (f"borrowed jobs are preferred as victims: their lost work counts {weight:g} x "
+            "against jobs within quota, so a job within quota gives way instead only when the "
+            f"borrowed one would lose over {1 / weight:.3g} x its work")
+
+
+def _team_lines(team: TeamState | None, config: PolicyConfig,
+                borrowed_discount: float | None = None) -> list[str]:
     if team is None:
         return []
     window = dur(config.fairness.window)
     quota = f"{team.usage.gpus} of its {team.quota_gpus} GPU quota"
     if team.over_quota:
-        quota += (f" ({team.usage.gpus - team.quota_gpus} GPUs borrowed: those jobs give way "
-                  "first when a team under its quota is waiting)")
+        quota += (f" ({team.usage.gpus - team.quota_gpus} GPUs borrowed: "
+                  f"{_borrowed_rule(borrowed_discount)})")
     lines = [f"Quota: team {team.team} runs {quota}."]
     fair = (f"Fairness: in the last {window} team {team.team} was preempted "
             f"{_times(team.preempted)} and preempted others {_times(team.preempting)}.")
@@ -85,8 +102,12 @@ def _excess(config: PolicyConfig) -> str:
 
 
 def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None = None, *,
-            config: PolicyConfig, jobs_ahead: int | None = None) -> str:
-    """Why a pending job has its place, in plain words (one statement per line)."""
+            config: PolicyConfig, jobs_ahead: int | None = None,
+            borrowed_discount: float | None = None) -> str:
+    """Why a pending job has its place, in plain words (one statement per line).
+
+    ``borrowed_discount``: the planner's ``borrowed_discount``, for the words on borrowed jobs
+    (None: not known; the setting is named instead)."""
     r = decision.reason
     eff = decision.effective
     lines = [f"Job {job.job_id} (user {job.user}, team {job.team}) is pending at priority "
@@ -146,7 +167,7 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
     if other > 0:
         lines.append(f"Requeued {_times(other)} not by the daemon (by its owner, an admin or "
                      "Slurm): no compensation for those; the job waits as Slurm restarted it.")
-    lines.extend(_team_lines(team, config))
+    lines.extend(_team_lines(team, config, borrowed_discount))
     waits = f"Waiting for: {job.slurm_reason}" if job.slurm_reason else "Waiting for: its turn"
     if jobs_ahead is not None:
         waits += f"; {jobs_ahead} pending job{'s' if jobs_ahead != 1 else ''} ahead of it"
@@ -155,8 +176,9 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
 
 
 def explain_running(job: RunningJob, decision: RunningDecision, team: TeamState | None = None,
-                    *, config: PolicyConfig) -> str:
-    """Why a running job may or may not give way to others."""
+                    *, config: PolicyConfig, borrowed_discount: float | None = None) -> str:
+    """Why a running job may or may not give way to others (``borrowed_discount`` as in
+    :func:`explain`)."""
     lines = [f"Job {job.job_id} (user {job.user}, team {job.team}) is running in class "
              f"{_name(decision.effective)} since {_clock(job.start_time)}."]
     if decision.decayed:
@@ -176,7 +198,7 @@ def explain_running(job: RunningJob, decision: RunningDecision, team: TeamState 
                      f"jobs that asked for {_name(eff)} it counts as {_name(LADDER[RANK[eff] - 1])}"
                      ", so they may preempt it too (aged-in jobs yield within their class).")
     if decision.borrowed:
-        lines.append("It runs on borrowed GPUs (beyond its team's quota): it is among the first "
-                     "to give way when a team under its quota is waiting.")
-    lines.extend(_team_lines(team, config))
+        lines.append("It runs on borrowed GPUs (beyond its team's quota): "
+                     f"{_borrowed_rule(borrowed_discount)}.")
+    lines.extend(_team_lines(team, config, borrowed_discount))
     return "\n".join(lines)

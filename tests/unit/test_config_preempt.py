@@ -76,6 +76,11 @@ def test_enabled_false_turns_preemption_off() -> None:
      r"line 2: planner\.benefit_threshold = -1: out of range; allowed: a number >= 0"),
     ("[planner]\nvictim_age_wait = -0.5",
      r"line 2: planner\.victim_age_wait = -0\.5: out of range; allowed: a number >= 0"),
+    ("[planner]\nborrowed_discount = 1.5",
+     r"line 2: planner\.borrowed_discount = 1\.5: out of range; allowed: a number from 0 "
+     r"to 1"),
+    ('[planner]\nborrowed_discount = "half"',
+     r"planner\.borrowed_discount = 'half': expected a number, got str"),
     ("[planner]\nmax_plans = 1.5",
      r"planner\.max_plans = 1\.5: expected an integer, got float; allowed: an integer >= 0"),
     ("[planner]\nmax_candidates_per_node = 20",
@@ -137,3 +142,13 @@ def test_save_cost_is_read_and_checked() -> None:
     assert parse_config('[planner]\nsave_cost = "2m"\n').preempt.planner.save_cost == 120
     with pytest.raises(ConfigError, match="save_cost"):
         parse_config("[planner]\nsave_cost = -5\n")
+
+
+def test_borrowed_discount_is_read_and_summarised() -> None:
+    """``[planner] borrowed_discount`` reaches the planner's settings and ``config check``
+    prints it; PlannerConfig itself refuses a weight outside 0..1 (the simulator's --set path)."""
+    cfg = parse_config("[planner]\nborrowed_discount = 0.25\n")
+    assert cfg.preempt.planner.borrowed_discount == 0.25
+    assert "borrowed victims' loss counted 0.25 x" in "\n".join(summary(cfg))
+    with pytest.raises(ConfigError, match="borrowed_discount"):
+        PlannerConfig(borrowed_discount=-0.1)

@@ -66,6 +66,25 @@ def test_explain_running_job_tells_decay_borrowed_and_protection() -> None:
     assert "borrowed GPUs" in text
 
 
+def test_explain_says_how_much_a_borrowed_jobs_loss_counts() -> None:
+    """The words on borrowed jobs follow the planner's borrowed_discount: first (0), at a
+    discount with the 1/w ratio (0.5), no preference (1), or the setting named (unknown)."""
+    job = running_job(5, P.NORMAL, team="vision", gpus=12, start=NOW - 3600)
+    result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, now=NOW)
+
+    def text(weight: float | None) -> str:
+        return explain_running(job, result.running[5], result.teams["vision"], config=CONFIG,
+                               borrowed_discount=weight)
+
+    assert "borrowed jobs give way first when a team under its quota" in text(0.0)
+    half = text(0.5)
+    assert "their lost work counts 0.5 x against jobs within quota" in half
+    assert "only when the borrowed one would lose over 2 x its work" in half
+    assert "give way first" not in half
+    assert "borrowed jobs give way like jobs within quota" in text(1.0)
+    assert "[planner] borrowed_discount" in text(None)
+
+
 def test_explain_tells_aged_in_yield_and_relative_protection() -> None:
     """A NORMAL job running as HIGH by aging yields to jobs that asked for HIGH; a pending
     job's protected team is explained with the share-relative rule."""

@@ -188,3 +188,25 @@ def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
     assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
         (1007, 1, 2), (2007, 1, 3)]
     assert default.policy.counts["protections"] >= 1
+
+
+BORROWED = [job(1, 0, 5000, 6, "t1", P.LOW), job(2, 0, 5000, 1, "t2", P.LOW),
+            job(3, 1000, 100, 2, "t3", P.HIGH)]
+
+
+def test_hai_slurm_takes_a_small_within_quota_victim_before_a_big_borrowed_one() -> None:
+    """Three teams, quota 2 GPUs each: job 1 (6 GPUs) is borrowed, job 2 (1 GPU) within quota,
+    one GPU free. HIGH job 3 needs 2 GPUs at 1000. Job 1 would lose (30 + 5 x 6 + 120) x 6 =
+    1,080 GPU-s, job 2 (35 + 120) x 1 = 155. With the default borrowed_discount (0.5: 540
+    against 155) job 2 gives way at the look of 1003 (30 x 3 x 2 = 180 > 155), saves 35 s, and
+    job 3 runs 1038-1138 (hai-platform also takes job 2, after its 10 s: 1045). With
+    discount 0 (borrowed strictly first, the rule before) job 1 gives way once 30 x wait x 2
+    beats 1,080, at the look of 1019, saves 60 s: job 3 runs 1079-1179."""
+    engine = run("hai-slurm", BORROWED)
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1003, 2, 3)]
+    assert runs(engine)[3] == (1038, 1138, 0)
+    strict = run("hai-slurm", BORROWED, "[planner]\nborrowed_discount = 0\n")
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in strict.preemptions] == [
+        (1019, 1, 3)]
+    assert runs(strict)[3] == (1079, 1179, 0)
