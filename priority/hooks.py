@@ -36,6 +36,9 @@ class Claims:
     restart count: not chosen again until they have been requeued."""
     held: frozenset[int] = frozenset()
     """Jobs a standing guard holds (the policy never writes held jobs anyway)."""
+    closed: frozenset[str] = frozenset()
+    """Nodes a standing guard's reservation closes to every job but its beneficiary: the
+    planner neither fits other jobs there nor frees GPUs there for them."""
 
     @property
     def jobs(self) -> frozenset[int]:

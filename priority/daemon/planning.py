@@ -98,7 +98,8 @@ class SnapshotPlanner:
                                       switches=switches,
                                       allowed=self._allowed(topology, snap, pending),
                                       aged_preempt=self.config.aged_preempt)
-        return PlanSnapshot(topology, holders, waiting, float(snap.time))
+        closed = claims.closed & frozenset(c.id for c in topology.cells_at(Level.NODE))
+        return PlanSnapshot(topology, holders, waiting, float(snap.time), closed)
 
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
                  pending: Sequence[PendingJob]) -> dict[int, frozenset[str]]:

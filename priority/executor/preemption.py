@@ -239,6 +239,7 @@ class PreemptionExecutor:
         bene: set[int] = set()
         victims: set[int] = set(self._missed())
         held: set[int] = set()
+        closed: set[str] = set()
         for plan in self.repo.unfinished_plans():
             bene.update(b.job_id for b in plan.beneficiaries)
             victims.update(v.job_id for v in plan.victims)
@@ -246,7 +247,9 @@ class PreemptionExecutor:
             if ctx is not None and not ctx.released:
                 held.update(ctx.held)
                 held.update(ctx.victims_held)
-        return Claims(frozenset(bene), frozenset(victims), frozenset(held))
+                if ctx.reservation is not None:
+                    closed.update(ctx.nodes)
+        return Claims(frozenset(bene), frozenset(victims), frozenset(held), frozenset(closed))
 
     # ---------------------------------------------------------------------------- helpers
     def _now(self) -> float:

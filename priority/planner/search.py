@@ -235,6 +235,7 @@ class _Pass:
         self.problem: str | None = None
         view, busy, cands = self.view, self.view.busy, self.cands
         min_run = config.min_run_for
+        closed = snap.closed
         # why each candidate may not give way, leaving class and claims aside (None: it may);
         # the categories of _why_not, in its order, without its texts
         self.base: dict[int, str | None] = {}
@@ -251,12 +252,16 @@ class _Pass:
             for node, mask in masks.items():
                 clash = busy[node] & mask
                 if clash:
-                    other = min(j for j, c in cands.items()
-                                if c.masks.get(node, 0) & clash & -clash)
-                    self.problem = (f"jobs {other} and {h.job_id} both hold a GPU on {node}; "
-                                    "the snapshot is inconsistent")
+                    other = min((j for j, c in cands.items()
+                                 if c.masks.get(node, 0) & clash & -clash), default=None)
+                    who = (f"jobs {other} and {h.job_id}" if other is not None
+                           else f"job {h.job_id} and a job on a guarded node")
+                    self.problem = (f"{who} both hold a GPU on {node}; the snapshot is "
+                                    "inconsistent")
                     return
                 view.occupy(node, mask)
+            if masks and not closed.isdisjoint(masks):
+                continue   # on a guarded node: its GPUs stay busy, and it is no victim
             if masks:
                 jid, rank = h.job_id, RANK[h.effective]
                 lost = lost_seconds(h, config, now, len(masks)) * len(h.gpus)
@@ -268,6 +273,9 @@ class _Pass:
                        else "too young" if now - h.start_time < min_run(h.effective) else None)
                 self.base[jid] = cat
                 self.left_out[rank, cat] = self.left_out.get((rank, cat), 0) + 1
+        for node in sorted(closed):   # a guard's free GPUs: nobody else's in this pass
+            if node in view.nodes:
+                view.occupy(node, view.free(node))
         self.index = VictimIndex(self.view, self.cands,
                                  [j for j, cat in self.base.items() if cat is None],
                                  config.max_candidates_per_node)

@@ -202,6 +202,10 @@ class PlanSnapshot:
     running: tuple[Holder, ...]
     pending: tuple[Waiting, ...]
     taken_at: float
+    closed: frozenset[str] = frozenset()
+    """Nodes closed to every job of this pass: another plan's guard (a Slurm reservation for
+    its beneficiary) stands on them. Their free GPUs fit nobody, and the jobs running there
+    are no victims (freeing their GPUs would help nobody before the guard ends)."""
 
 
 class Outcome(StrEnum):

@@ -225,7 +225,8 @@ class HaiSlurm:
                  if eng.by_slurm[p.job_id].trace.nodes > 0}
         waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes,
                                       aged_preempt=self.planner.aged_preempt)
-        plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at),
+        plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at,
+                                              slurm.guarded_nodes()),
                                  config=self.planner, now=float(now))
         if plans.refused:
             self.counts["plans_refused"] += 1

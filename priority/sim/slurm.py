@@ -146,6 +146,10 @@ class SimSlurm(FakeSlurm):
         else:
             self.guards[job_id] = guard_until
 
+    def guarded_nodes(self) -> frozenset[str]:
+        """Nodes closed by plans' guards now (what the daemon's claims call ``closed``)."""
+        return frozenset(self._guarded())
+
     def _guarded(self) -> set[str]:
         """Nodes guarded now (by plans whose beneficiary still waits, guard not over)."""
         out: set[str] = set()

@@ -67,7 +67,9 @@ def test_two_plans_open_at_once_each_step_moves_both(world: World) -> None:
     assert {p.plan_id for p in world.repo.unfinished_plans()} == {p1, p2}
     claims = ex.claims()
     assert claims.beneficiaries == {b1, b2} and claims.victims == {v[0], v[1]}
+    assert claims.closed == {"n1", "n2"}   # each guard's reservation: closed to the planner
     steps_until_closed(world, ex)
+    assert ex.claims().closed == frozenset()
     assert world.clock.now - t0 == pytest.approx(2.0, abs=0.6)
     for plan_id, bene in ((p1, b1), (p2, b2)):
         assert world.repo.get_plan(plan_id).state is PlanState.DONE
