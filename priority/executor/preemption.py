@@ -805,11 +805,21 @@ class PreemptionExecutor:
             if now < ctx.requeued_at + self.settings.start_timeout:
                 return None
             raise
-        if f is not None and f.pending and now < ctx.requeued_at + self.settings.start_timeout:
+        # Held: Slurm requeues a job whose launch failed held ("launch failed requeued held"),
+        # or its owner or an admin held it. It cannot start: the freed GPUs go back to the
+        # queue now instead of staying closed until start_timeout.
+        held = f is not None and f.pending and f.held
+        if held:
+            log.warning("plan %d: beneficiary %d is held (by Slurm after a failed launch, its "
+                        "owner or an admin); it cannot start: guard released", plan.plan_id,
+                        ctx.beneficiary)
+        elif f is not None and f.pending and now < ctx.requeued_at + self.settings.start_timeout:
             return None
         started = f is not None and (f.running or f.finished)
         guard.release(self._now())
         note = (f"beneficiary {ctx.beneficiary} started" if started else
+                f"beneficiary {ctx.beneficiary} is held (by Slurm after a failed launch, its "
+                "owner or an admin): it cannot start; guard released" if held else
                 f"beneficiary did not start within {self.settings.start_timeout:g} s; guard "
                 "released anyway")
         plan = self.repo.get_plan(plan.plan_id)

@@ -235,6 +235,34 @@ def test_beneficiary_pinned_to_a_node_that_went_down_is_unpinned(world: World) -
     nothing_held(world)
 
 
+def test_a_beneficiary_held_after_the_requeue_ends_the_plan_at_once(world: World) -> None:
+    """A beneficiary held while its victims save (by its owner, an admin, or by Slurm: a job
+    whose launch failed is requeued held, "launch failed requeued held") cannot start, so once
+    the victims are requeued the plan ends at that step, saying so, instead of keeping the freed
+    node closed until start_timeout (600 s here); the victim runs again, and only the
+    beneficiary stays held (not the daemon's hold: it is not the daemon's to release)."""
+    v = world.victim("v", Behaviour(ack_after=1.0))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor(start_timeout=600.0)
+
+    def held_meanwhile(point: str, _plan: int) -> None:
+        if point == "asked":   # the fake would start it as soon as the victim exits
+            world.fake.hold([bene])
+
+    ex.hook = held_meanwhile
+    t0 = world.clock.now
+    plan_id = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
+    steps_until_closed(world, ex)
+    plan = world.repo.get_plan(plan_id)
+    assert plan.state is PlanState.DONE and world.clock.now - t0 < 10.0
+    assert "is held" in plan.steps[-1].note and "cannot start" in plan.steps[-1].note
+    world.fake.schedule()
+    assert world.fake.jobs[v].state is JobState.RUNNING and world.fake.jobs[v].restart_count == 1
+    assert [j.job_id for j in world.fake.jobs.values() if j.held] == [bene]
+
+
 def test_target_node_in_the_plans_own_reservation_keeps_the_pin(world: World) -> None:
     """Slurm (and the fake) shows the target nodes as MIXED+RESERVED while the plan's
     reservation stands: that is the guard working, not a lost node, so the beneficiary stays
