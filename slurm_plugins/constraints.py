@@ -17,6 +17,7 @@ expression when it accepted the job, so an unreadable one is a syntax this modul
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 from hai_slurm.errors import SlurmError
 
@@ -26,6 +27,7 @@ NodeFilter = Callable[[Features], bool]
 _SPECIAL = "&|,()[]*"
 
 
+@lru_cache(maxsize=1024)
 def node_filter(expression: str) -> NodeFilter | None:
     """A test of one node's features for ``expression``; None when it cannot be decided per node
     (node counts) or does not parse (see the module docstring). An empty expression: no test."""

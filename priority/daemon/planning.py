@@ -98,8 +98,7 @@ class SnapshotPlanner:
                                       switches=switches,
                                       allowed=self._allowed(topology, snap, pending),
                                       aged_preempt=self.config.aged_preempt)
-        closed = claims.closed & frozenset(c.id for c in topology.cells_at(Level.NODE))
-        return PlanSnapshot(topology, holders, waiting, float(snap.time), closed)
+        return PlanSnapshot(topology, holders, waiting, float(snap.time), claims.closed)
 
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
                  pending: Sequence[PendingJob]) -> dict[int, frozenset[str]]:

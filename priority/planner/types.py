@@ -205,7 +205,8 @@ class PlanSnapshot:
     closed: frozenset[str] = frozenset()
     """Nodes closed to every job of this pass: another plan's guard (a Slurm reservation for
     its beneficiary) stands on them. Their free GPUs fit nobody, and the jobs running there
-    are no victims (freeing their GPUs would help nobody before the guard ends)."""
+    are no victims (freeing their GPUs would help nobody before the guard ends). Names the
+    topology does not have are ignored."""
 
 
 class Outcome(StrEnum):

@@ -164,6 +164,23 @@ def test_demotion_is_relative_to_the_team_share() -> None:
                               now=NOW).pending[1].effective is P.ABOVE_NORMAL
 
 
+def test_default_demotion_needs_five_times_the_others_rate() -> None:
+    """The default demote_excess is 5: a team preempting 4x as often per quota GPU as the
+    other (equal quotas; 8 events against 2, over demote_after) keeps its HIGH class, as a
+    bursty team entitled to HIGH should; at 2 (the old default) it was demoted."""
+    events = preempting("a", *(h * HOUR for h in range(1, 9))) + preempting("b", HOUR, 2 * HOUR)
+    job = pending_job(1, P.HIGH, team="a", submit=NOW - 60)
+    assert FairnessConfig().demote_excess == 5.0
+
+    def effective(excess: float) -> P:
+        config = replace(CONFIG, fairness=replace(CFG, demote_excess=excess))
+        return compute_priorities([job], [], config=config, cluster=CLUSTER, events=events,
+                                  now=NOW).pending[1].effective
+
+    assert effective(FairnessConfig().demote_excess) is P.HIGH
+    assert effective(2.0) is P.ABOVE_NORMAL
+
+
 def test_demotion_limit_weighs_quota_shares() -> None:
     """A team with 3/4 of the quotas may preempt 3 times as often as one with 1/4."""
     cfg = replace(CFG, demote_after=0, demote_excess=1.0)
