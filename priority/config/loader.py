@@ -51,14 +51,18 @@ _DURATION_FORMS = "seconds (e.g. 600) or '45s', '10m', '1h30m', '2d'"
 
 @dataclass(frozen=True, slots=True)
 class Intervals:
-    """Daemon timing: cycle interval, leader-lock expiry, longest back-off after failures, and
-    the urgent path's poll of the pending jobs between cycles (0: off; see
-    :mod:`hai_slurm.priority.daemon.urgent`)."""
+    """Daemon timing: cycle interval, leader-lock expiry, longest back-off after failures, the
+    urgent path's poll of the pending jobs between cycles (0: off; see
+    :mod:`hai_slurm.priority.daemon.urgent`), and the most priorities one cycle writes (0: no
+    limit; the top of the queue first, :func:`~hai_slurm.priority.policy.scoring.budget_writes`):
+    each write is one slurmctld RPC, so a first cycle at 10,000 pending jobs otherwise spends
+    10-40 s writing, and every cycle is bounded however many jobs arrive at once."""
 
     cycle: float = 30.0
     lock_ttl: float = 90.0
     backoff_max: float = 300.0
     urgent_poll: float = 1.0
+    writes_per_cycle: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,8 @@ def parse_config(text: str, *, source: str = "<string>",
         backoff_max=iv.get("backoff_max", 300.0, _positive_duration, _DURATION_FORMS + ", > 0"),
         urgent_poll=iv.get("urgent_poll", 1.0, _duration,
                            _DURATION_FORMS + " (0 turns the urgent path off)"),
+        writes_per_cycle=iv.get("writes_per_cycle", 1000, integer(0, 10_000_000),
+                                "a whole number of priority writes, 0 for no limit"),
     )
     iv.finish()
     if intervals.lock_ttl <= intervals.cycle:

@@ -17,7 +17,7 @@ from operator import attrgetter
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.daemon import job_values
 from hai_slurm.priority.policy.priorities import compute_priorities
-from hai_slurm.priority.policy.scoring import diff_priorities
+from hai_slurm.priority.policy.scoring import budget_writes, diff_priorities
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
     AUTO,
@@ -194,6 +194,8 @@ class Decision:
     state: PolicyState
     state_changed: bool
     changes: Changes
+    #: Writes left for later cycles by the write budget (``max_writes``).
+    deferred: int = 0
 
 
 def _origin(source: ClassOrigin) -> ClassOrigin:
@@ -308,16 +310,19 @@ def catch_up(tracked: Mapping[int, TrackedJob], snap: ClusterSnapshot,
 def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
            events: Iterable[FairnessEvent], state: PolicyState,
            protections: Mapping[str, Protection], config: PolicyConfig,
-           now: float, memo: PendingMemo | None = None) -> Decision:
+           now: float, memo: PendingMemo | None = None, max_writes: int = 0) -> Decision:
     """Run the policy on one snapshot and work out every write (see the module docstring;
-    ``memo``: :func:`build_inputs`)."""
+    ``memo``: :func:`build_inputs`). ``max_writes`` > 0 bounds the writes
+    (:func:`~hai_slurm.priority.policy.scoring.budget_writes`: the top of the queue first); the
+    records of the jobs left over keep Slurm's value, so the next cycle writes them."""
     inputs = build_inputs(snap, tracked, events, config, now, memo)
     result = compute_priorities(inputs.pending, inputs.running, config=config,
                                 cluster=inputs.cluster, events=inputs.events, state=state,
                                 now=now)
     current = {j.job_id: inputs.jobs[j.job_id].priority for j in inputs.pending}
     wanted = {j: p for j, p in result.priorities.items() if j not in inputs.held}
-    writes = diff_priorities(current, wanted)
+    needed = diff_priorities(current, wanted)
+    writes = budget_writes(current, needed, max_writes)
 
     records: list[TrackedJob] = []
     for pjob in inputs.pending:
@@ -361,4 +366,5 @@ def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
     )
     return Decision(inputs=inputs, result=result, writes=writes, jobs=tuple(records),
                     forget=forget, protections=tuple(granted), state=result.state,
-                    state_changed=result.state != state, changes=changes)
+                    state_changed=result.state != state, changes=changes,
+                    deferred=len(needed) - len(writes))

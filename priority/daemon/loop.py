@@ -288,7 +288,8 @@ class Daemon:
         decision = decide(
             snap, tracked=tracked, events=repo.events_since(now - policy.fairness.window),
             state=state_from_json(stored_state), protections=repo.active_protections(now),
-            config=policy, now=now, memo=self._pending_memo)
+            config=policy, now=now, memo=self._pending_memo,
+            max_writes=self.config.intervals.writes_per_cycle)
         return decision, tracked, stored_state
 
     def _cycle(self, snap: ClusterSnapshot, now: float, started: float) -> CycleReport:
@@ -356,8 +357,11 @@ class Daemon:
         self.metrics.cycles.labels("ok").inc()
         seconds = time.monotonic() - started
         self.metrics.cycle_seconds.observe(seconds)
-        log.info("cycle: %d pending, %d running, %d priorities written, %.3f s",
-                 len(decision.inputs.pending), len(decision.inputs.running), len(done), seconds)
+        later = (f" ({decision.deferred} left for later cycles, writes_per_cycle "
+                 f"{self.config.intervals.writes_per_cycle})" if decision.deferred else "")
+        log.info("cycle: %d pending, %d running, %d priorities written%s, %.3f s",
+                 len(decision.inputs.pending), len(decision.inputs.running), len(done), later,
+                 seconds)
         return CycleReport(Outcome.OK, self.interval, len(done), "", seconds, decision)
 
     def _write(self, writes: Mapping[int, int]) -> tuple[set[int], str]:

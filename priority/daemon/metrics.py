@@ -88,6 +88,9 @@ class DaemonMetrics:
                                         "Failed Slurm queries or writes", registry=r)
         self.slurm_writes = PromCounter("hai_priority_slurm_writes",
                                         "Priority changes written to Slurm", registry=r)
+        self.writes_deferred = Gauge(
+            "hai_priority_writes_deferred", "Priority changes the last cycle left for later "
+            "cycles (intervals.writes_per_cycle)", registry=r)
         self.leader = Gauge("hai_priority_leader", "1 while this daemon holds the leader lease",
                             registry=r)
         self.verdicts = Gauge("hai_planner_verdicts",
@@ -191,6 +194,7 @@ class DaemonMetrics:
             self.bound_ratio.labels(cls.value).set(max(ratios[cls], default=0.0))
             self.past_half_bound.labels(cls.value).set(sum(1 for x in ratios[cls] if x > 0.5))
         self.last_cycle.set(now)
+        self.writes_deferred.set(decision.deferred)
         ch = decision.changes
         self.promotions.inc(len(ch.promotions))
         self.demotions.inc(len(ch.demotions))

@@ -39,6 +39,7 @@ rewrites every pending job once.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 
 #: Lowest priority we write (far from 0, which Slurm reads as "held").
@@ -106,3 +107,27 @@ def diff_priorities(previous: Mapping[int, int], new: Mapping[int, int]) -> dict
     """
     get = previous.get
     return {job: prio for job, prio in new.items() if get(job) != prio}
+
+
+def budget_writes(current: Mapping[int, int | None], writes: Mapping[int, int],
+                  limit: int) -> dict[int, int]:
+    """At most ``limit`` of ``writes`` (0: all of them), chosen so that Slurm's queue above a
+    line is exactly the policy's order.
+
+    A write is ranked by the higher of the job's value in Slurm now (``current``; None, a job
+    Slurm has no value for, counts as 0) and its new value; the ``limit`` highest are kept
+    (ties: lower job id first, as Slurm orders equal priorities). With ``T`` the lowest rank
+    kept, every job whose new value is above ``T`` is written or already right, and every job
+    left unwritten sits at or below ``T`` in Slurm: the top of the queue, where the scheduler
+    starts jobs, is right after the first cycle, and the rest follows in the next ones. A job
+    whose old value is high (one being demoted, say) is written before it can stay above a job
+    just written.
+    """
+    if limit <= 0 or len(writes) <= limit:
+        return dict(writes)
+    get = current.get
+
+    def rank(job: int) -> tuple[int, int]:
+        return max(get(job) or 0, writes[job]), -job
+
+    return {job: writes[job] for job in heapq.nlargest(limit, writes, key=rank)}

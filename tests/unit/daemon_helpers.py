@@ -27,11 +27,13 @@ def record(cls: PriorityClass | str, team: str = "vision", *, preemptible: bool 
 
 
 def config(tmp: Path, policy: PolicyConfig | None = None, *, cycle: float = 10.0,
-           lock_ttl: float = 30.0, backoff_max: float = 60.0) -> DaemonConfig:
+           lock_ttl: float = 30.0, backoff_max: float = 60.0,
+           writes_per_cycle: int = 1000) -> DaemonConfig:
     """A daemon configuration with its SQLite database under ``tmp``."""
     return DaemonConfig(policy=policy or PolicyConfig(),
                         intervals=Intervals(cycle=cycle, lock_ttl=lock_ttl,
-                                            backoff_max=backoff_max),
+                                            backoff_max=backoff_max,
+                                            writes_per_cycle=writes_per_cycle),
                         state_dir=str(tmp), database_url=f"sqlite:///{tmp}/hai-slurm.db",
                         metrics_port=0)
 
@@ -62,9 +64,11 @@ class Rig:
                                  account=team, gpus_per_node=gpus, **kw)  # type: ignore[arg-type]
 
 
-def rig(tmp: Path, policy: PolicyConfig | None = None, **intervals: float) -> Rig:
+def rig(tmp: Path, policy: PolicyConfig | None = None, *, writes_per_cycle: int = 1000,
+        **intervals: float) -> Rig:
     """A rig at ``T0`` with 4 nodes x 8 GPUs."""
-    return Rig(FakeSlurm(now=T0), FakeClock(float(T0)), config(tmp, policy, **intervals))
+    return Rig(FakeSlurm(now=T0), FakeClock(float(T0)),
+               config(tmp, policy, writes_per_cycle=writes_per_cycle, **intervals))
 
 
 class Broken:
