@@ -154,7 +154,8 @@ def cycle(d: Daemon, timed: Timed) -> tuple[CycleReport, str]:
     rest = total - timed.snapshot_s - timed.write_s
     json_before = timed.json_snapshots
     timed.json_snapshots = int(getattr(timed.inner, "json_snapshots", 0))
-    how = "squeue --json" if timed.json_snapshots > json_before else "squeue -O"
+    how = ("pyslurm" if not hasattr(timed.inner, "json_snapshots") else
+           "squeue --json" if timed.json_snapshots > json_before else "squeue -O")
     return rep, (f"{total * 1000:8.0f} ms  (snapshot {timed.snapshot_s * 1000:.0f} ms by {how}, "
                  f"writes {timed.write_s * 1000:.0f} ms in {timed.commands} commands, policy+store "
                  f"{rest * 1000:.0f} ms; {rep.writes} priorities written; CPU: bench "
