@@ -24,17 +24,14 @@ from typing import Any
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
+from hai_slurm.slurm_plugins.compact_listing import CompactListing, fresh
 from hai_slurm.slurm_plugins.parse import (
     BRIEF_FORMAT,
     COMPACT_JOBS_FORMAT,
-    DETAIL_KEYS,
     JOB_FACTS_FORMAT,
     STEPS_FORMAT,
     SWITCHES_FORMAT,
-    compact_job_record,
-    detail_signature,
     job_messages,
-    parse_job,
     parse_job_facts,
     parse_jobs,
     parse_nodes,
@@ -82,9 +79,6 @@ CHUNK = 200
 """Job ids per command: keeps argument lists far below the kernel's limit."""
 WRITERS = 4
 """``scontrol`` processes that write priorities side by side (see ``_priorities_stdin``)."""
-DETAIL_REFRESH = 600.0
-"""Seconds after which a compact snapshot reads ``squeue --json`` again anyway, so an admin's
-hand edit of a job's AdminComment is seen within this long."""
 QOS_REFRESH = 300.0
 """Seconds a client keeps the QOS it read with ``sacctmgr show qos`` (0.2-0.3 s per read on
 the testbed, the largest fixed cost of a pyslurm snapshot). Nothing in a daemon cycle depends
@@ -114,12 +108,6 @@ TIMEOUT, "Reservation ended"; with FLEX it goes on and slurmctld clears its link
 _Harmless = tuple[str | tuple[str, ...], SkipReason]
 
 
-def fresh(at: float | None, now: float, ttl: float) -> bool:
-    """True when something read at ``at`` is younger than ``ttl`` seconds at ``now`` (never
-    when it was not read, nor when the clock went back past it)."""
-    return at is not None and 0 <= now - at < ttl
-
-
 def _classify(message: str, harmless: Sequence[_Harmless]) -> SkipReason | None:
     low = message.lower()
     for texts, reason in harmless:
@@ -144,12 +132,9 @@ class CliSlurmClient:
         self._clock = clock
         self._version: SlurmVersion | None = None
         self._plan: QueryPlan | None = None
-        self._details: dict[int, tuple[tuple[str, int], dict[str, Any]]] = {}
-        """Per job: (:func:`~.parse.detail_signature`, its :data:`~.parse.DETAIL_KEYS`) from the
-        last ``squeue --json``; lets a snapshot use the compact listing."""
-        self._details_at: float | None = None
-        self._parsed: dict[str, tuple[str, Job | None]] = {}
-        """The previous compact snapshot: job id -> (its line, the Job parsed from it)."""
+        self.listing = CompactListing()
+        """Details per job from the last ``squeue --json``; lets a snapshot use the compact
+        listing (:mod:`~.compact_listing`)."""
         self.json_snapshots = 0
         """Snapshots that read ``squeue --json`` (the others read the compact listing)."""
         self._qos: tuple[float, tuple[Qos, ...]] | None = None
@@ -228,12 +213,8 @@ class CliSlurmClient:
                                partitions=partitions, qos=qos)
 
     def _jobs(self, plan: QueryPlan, now: int) -> tuple[Job, ...]:
-        known = fresh(self._details_at, now, DETAIL_REFRESH)
-        if known and self._details and self._compact_ok():
-            assert isinstance(self._run, SubprocessRunner)
-            res = check(self._run(["squeue", "--noheader", f"--Format={COMPACT_JOBS_FORMAT}"],
-                                  env={"SLURM_TIME_FORMAT": "%s"}), "squeue -O")
-            jobs = self._compact_jobs(res.stdout)
+        if self.listing.usable(now) and self._compact_ok():
+            jobs = self.listing.jobs(self.compact_listing())
             if jobs is not None:
                 return jobs
         doc = self._json(plan.jobs)
@@ -241,38 +222,15 @@ class CliSlurmClient:
         records_json = doc.get("jobs") if isinstance(doc, dict) else None
         jobs = self._with_switches(parse_jobs(doc))
         if isinstance(records_json, list):
-            self._parsed = {}
-            self._details = {
-                int(r["job_id"]): (detail_signature(r), {k: r.get(k) for k in DETAIL_KEYS})
-                for r in records_json if isinstance(r, dict) and isinstance(r.get("job_id"), int)}
-            self._details_at = now
+            self.listing.reset((r for r in records_json if isinstance(r, dict)), now)
         return jobs
 
-    def _compact_jobs(self, output: str) -> tuple[Job, ...] | None:
-        """Jobs from the compact listing, or None when a job's kept details are missing or
-        no longer hold. A line identical to the job's line of the previous compact snapshot
-        gives the same Job again without parsing (most lines, in a queue that waits)."""
-        details, before = self._details, self._parsed
-        parsed: dict[str, tuple[str, Job | None]] = {}
-        out: list[Job] = []
-        for lineno, line in enumerate(output.splitlines(), 1):
-            if not line.strip():
-                continue
-            key = line[:line.find("|")].strip()
-            hit = before.get(key)
-            if hit is not None and hit[0] == line:
-                job = hit[1]
-            else:
-                rec = compact_job_record(line, lineno)
-                kept = details.get(rec["job_id"])
-                if kept is None or kept[0] != detail_signature(rec):
-                    return None
-                job = parse_job({**rec, **kept[1]})
-            parsed[key] = (line, job)
-            if job is not None:
-                out.append(job)
-        self._parsed = parsed
-        return tuple(out)
+    def compact_listing(self) -> str:
+        """The compact ``squeue -O`` of every active job (:data:`~.parse.COMPACT_JOBS_FORMAT`;
+        times as POSIX seconds)."""
+        assert isinstance(self._run, SubprocessRunner)
+        return check(self._run(["squeue", "--noheader", f"--Format={COMPACT_JOBS_FORMAT}"],
+                               env={"SLURM_TIME_FORMAT": "%s"}), "squeue -O").stdout
 
     def _compact_ok(self) -> bool:
         """The compact listing needs the subprocess runner (it sets ``SLURM_TIME_FORMAT`` for
@@ -517,8 +475,7 @@ class CliSlurmClient:
         """``scontrol update JobId=ID AdminComment=TEXT`` (one argv element, spaces allowed)."""
         if "\n" in text or "\0" in text:
             raise ValueError("admin_comment must be a single line without NUL bytes")
-        self._details.pop(job_id, None)  # the next snapshot reads it again (squeue --json)
-        self._parsed.pop(str(job_id), None)
+        self.listing.forget(job_id)  # the next snapshot reads it again (squeue --json)
         return self._scontrol_ids(["update"], job_id, "scontrol update AdminComment",
                                   (_GONE, _DONE), suffix=[f"AdminComment={text}"])
 

@@ -62,13 +62,12 @@ from hai_slurm.slurm_plugins.cli_backend import (
     _PENDING,
     _SIGNAL_RE,
     CHUNK,
-    DETAIL_REFRESH,
     CliSlurmClient,
     _classify,
     _Harmless,
-    fresh,
     running_only,
 )
+from hai_slurm.slurm_plugins.compact_listing import DETAIL_REFRESH, CompactListing, fresh
 from hai_slurm.slurm_plugins.parse import job_state, parse_job
 from hai_slurm.slurm_plugins.runner import check
 from hai_slurm.slurm_plugins.types import (
@@ -370,6 +369,8 @@ class PyslurmClient:
         self._parsed: dict[int, tuple[dict[str, Any], Job | None]] = {}
         """The previous snapshot's jobs: id -> (its record, the Job parsed from it); an equal
         record gives the same Job (:func:`~.parse.parse_job` depends on the record alone)."""
+        self.listing = CompactListing()
+        """Details per job from pyslurm's records, for the compact listing (see :meth:`jobs`)."""
 
     @property
     def pyslurm_version(self) -> str:
@@ -410,7 +411,37 @@ class PyslurmClient:
         return [pj for cluster in jobs.data.values() for pj in cluster.values()]
 
     def jobs(self) -> tuple[Job, ...]:
-        """The active jobs (pyslurm's listing through :func:`~.parse.parse_job`)."""
+        """The active jobs.
+
+        Where the compact listing is checked (22.05, the CLI's :meth:`~.cli_backend.
+        CliSlurmClient.compact_listing`): that listing, with the details it lacks kept from
+        pyslurm's record of each job, read with ``Job.load`` only for jobs new or changed since
+        (:mod:`~.compact_listing`). At 12,000 jobs, ``Jobs.load()`` and reading its records
+        took 0.4-0.6 s of CPU a cycle, the compact listing about 0.2 s. Else, and every
+        :data:`~.compact_listing.DETAIL_REFRESH` seconds: every record from ``Jobs.load()``."""
+        now = self._clock()
+        if self.listing.usable(now) and self._cli._compact_ok():
+            jobs = self.listing.jobs(self._cli.compact_listing(), fetch=self._records_of)
+            if jobs is not None:
+                return jobs
+        return self._all_jobs(now)
+
+    def _records_of(self, job_ids: Sequence[int]) -> list[dict[str, Any]]:
+        """Full records of ``job_ids`` (``Job.load`` each, or one ``Jobs.load()`` for more
+        than :data:`~.cli_backend.CHUNK`); a job that ended meanwhile is left out."""
+        users: dict[int, str] = {}
+        if len(job_ids) > CHUNK:
+            wanted = set(job_ids)
+            return [job_record(pj, None, users) for pj in self._load_jobs() if pj.id in wanted]
+        out = []
+        for job_id in job_ids:
+            pj = self._load_one(job_id)
+            if pj is not None:
+                out.append(job_record(pj, None, users))
+        return out
+
+    def _all_jobs(self, now: float) -> tuple[Job, ...]:
+        """Every active job from ``Jobs.load()`` (see :meth:`jobs`); keeps their details."""
         is_active: dict[str, bool] = {}     # one job_state() per distinct state word
         active = []
         for pj in self._load_jobs():
@@ -421,16 +452,18 @@ class PyslurmClient:
                 active.append(pj)
         extra = self._gpu_requests([pj.id for pj in active if not pj.gres_per_node])
         users: dict[int, str] = {}
-        before, now = self._parsed, {}
+        before: dict[int, tuple[dict[str, Any], Job | None]] = self._parsed
+        current: dict[int, tuple[dict[str, Any], Job | None]] = {}
         out = []
         for pj in active:
             record = job_record(pj, extra.get(pj.id), users)
             seen = before.get(pj.id)
             job = seen[1] if seen is not None and seen[0] == record else parse_job(record)
-            now[pj.id] = (record, job)
+            current[pj.id] = (record, job)
             if job is not None:
                 out.append(job)
-        self._parsed = now
+        self._parsed = current
+        self.listing.reset((record for record, _ in current.values()), now)
         return tuple(out)
 
     def _gpu_requests(self, ids: Sequence[int]) -> dict[int, dict[str, str]]:
@@ -681,6 +714,7 @@ class PyslurmClient:
         mine, aliased = self._split(job_id)
         if aliased:
             return self._via_cli(aliased).set_admin_comment(job_id, text)
+        self.listing.forget(job_id)  # its kept admin_comment is stale: read its record again
         desc = self._ps.JobSubmitDescription(admin_comment=text)
         return self._each(mine, lambda job: job.modify(desc), "pyslurm Job.modify(admin_comment)",
                           (_GONE, _DONE))

@@ -238,16 +238,39 @@ def test_workload_signal_reaches_the_step_and_spares_the_batch_shell(
         h.cleanup()
 
 
-def test_compact_snapshot_reads_the_same_jobs_as_json(adapter_slurm_conf: str,
-                                                      tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compact_snapshot_reads_the_same_jobs_as_full_records(
+        backend: str, adapter_slurm_conf: str, tmp_path: Path) -> None:
     """Once every job's details are known, a snapshot lists jobs with the compact ``squeue -O``
-    and gets the same Job values as ``squeue --json``: running and held jobs, an array's pending
-    record and a multi-node GPU job, with their admin_comment and per-node GPUs, and a held job's
-    --nodelist and --exclude."""
+    and gets the same Job values as from full records (``squeue --json``, or pyslurm's
+    ``Jobs.load()``): running and held jobs, an array's pending record and a multi-node GPU
+    job, with their admin_comment and per-node GPUs, and a held job's --nodelist and --exclude.
+    A job whose details are not known (new, or its admin_comment rewritten) sends the CLI back
+    to ``squeue --json``; pyslurm reads that job's record alone."""
     tmp_path.chmod(0o777)
+    client = backend_client(backend, adapter_slurm_conf)
     h = CliHarness(adapter_slurm_conf, tmp_path)
     script = tmp_path / "job.sh"
     script.write_text(_JOB_SCRIPT)
+    full_reads: list[str] = []
+    if isinstance(client, PyslurmClient):
+        real_load = client._load_jobs
+        real_one = client._load_one
+
+        def load_all() -> list[Any]:
+            full_reads.append("Jobs.load")
+            return real_load()
+
+        def load_one(job_id: int) -> Any:
+            full_reads.append(f"Job.load {job_id}")
+            return real_one(job_id)
+
+        client._load_jobs = load_all  # type: ignore[method-assign]
+        client._load_one = load_one  # type: ignore[method-assign]
+
+    def json_reads() -> int:
+        return client.json_snapshots if isinstance(client, CliSlurmClient) else 0
+
     try:
         running = h.submit(name="compact-run", gpus=2)
         names = sorted(n.name for n in h.client.snapshot().nodes)
@@ -261,26 +284,37 @@ def test_compact_snapshot_reads_the_same_jobs_as_json(adapter_slurm_conf: str,
         array_id = int(res.stdout.strip().split(";")[0])
         h.submitted.append(array_id)
         h.wait_for(running, "running", lambda j: j is not None and j.state.value == "RUNNING")
-        client = CliSlurmClient(slurm_conf=adapter_slurm_conf)
-        by_json = client.snapshot()
+        by_full = client.snapshot()
+        reads, json_before = len(full_reads), json_reads()
         by_compact = client.snapshot()
         reused = client.snapshot()  # unchanged lines: the Jobs of the previous compact read
-        assert client.json_snapshots == 1, "a compact snapshot read squeue --json again"
+        assert json_reads() == json_before and len(full_reads) == reads, (
+            f"a compact snapshot read full records again: {full_reads[reads:]}")
         for jid in (running, held, array_id):
-            a, b, c = by_json.job(jid), by_compact.job(jid), reused.job(jid)
+            a, b, c = by_full.job(jid), by_compact.job(jid), reused.job(jid)
             assert a is not None and b is not None, jid
-            assert b == a, f"job {jid}: compact {b} != json {a}"
-            assert c == a, f"job {jid}: reused {c} != json {a}"
+            assert b == a, f"job {jid}: compact {b} != full {a}"
+            assert c == a, f"job {jid}: reused {c} != full {a}"
         run = by_compact.job(running)
         assert run is not None and sum(run.gpus_per_node.values()) == 2
         assert run.admin_comment.startswith("hai:v1:")
         pend = by_compact.job(array_id)
         assert pend is not None and pend.array_tasks and pend.time_limit == 90
         client.set_admin_comment(held, "hai:v1:priority=LOW;team=x")
-        again = client.snapshot()  # its kept details of `held` were dropped: JSON again
-        assert client.json_snapshots == 2
+        newer = h.submit(name="compact-new", gpus=1, hold=True)
+        reads, json_before = len(full_reads), json_reads()
+        again = client.snapshot()  # `held`'s kept details were dropped, `newer` has none
         job = again.job(held)
         assert job is not None and job.admin_comment == "hai:v1:priority=LOW;team=x"
+        fresh_job = again.job(newer)
+        assert fresh_job is not None and fresh_job.admin_comment.startswith("hai:v1:")
+        if isinstance(client, CliSlurmClient):
+            assert json_reads() == json_before + 1
+        else:
+            assert sorted(full_reads[reads:]) == sorted(
+                [f"Job.load {held}", f"Job.load {newer}"]), full_reads[reads:]
+            truth = client._all_jobs(time.time())
+            assert {j.job_id: j for j in truth}[newer] == fresh_job
     finally:
         h.cleanup()
 

@@ -299,7 +299,7 @@ def test_gpu_requests_are_read_for_new_jobs_only_and_all_again_after_detail_refr
     snapshot, then only a job not seen before (``--jobs``), all again after DETAIL_REFRESH;
     a job with gres_per_node needs no read. A record equal to the last one gives the same Job
     object (not parsed again); a changed one is parsed again."""
-    from hai_slurm.slurm_plugins.cli_backend import DETAIL_REFRESH
+    from hai_slurm.slurm_plugins.compact_listing import DETAIL_REFRESH
 
     now = [1_000.0]
     cli = GpuRequestCli({2: 2})
