@@ -273,6 +273,10 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=0,
                         help="at the end, sbatch this many more jobs (4 at a time) while the "
                              "daemon cycles back to back, and count refusals")
+    parser.add_argument("--site-scheduling", action="store_true",
+                        help="the generated slurm.conf's SchedulerParameters (Slurm's 60-s main "
+                        "pass, backfill every 10 s) instead of the testbed's 1-s passes; needs "
+                        "its own --state-dir")
     parser.add_argument("--keep", action="store_true",
                         help="leave the jobs (and the testbed) for the next run")
     args = parser.parse_args()
@@ -282,7 +286,8 @@ def main() -> None:
     cores = 8
     while cores * 8 < args.running + 8:
         cores *= 2
-    started = local.up(ClusterShape(cores_per_socket=cores), state_dir=state_dir,
+    shape = ClusterShape(cores_per_socket=cores, site_scheduling=args.site_scheduling)
+    started = local.up(shape, state_dir=state_dir,
                        ports=Ports(b + 17, b + 19, b + 6, b - 421, b + 101), echo=print)
     state = local.load_state(state_dir)
     assert state is not None

@@ -103,7 +103,8 @@ def deployment(shape: ClusterShape, layout: Layout) -> Deployment:
         config_overrides=True,
         job_submit_lua=True,
         munge_socket=layout.munge_socket,
-        scheduler_parameters=SCHEDULER_PARAMETERS,
+        scheduler_parameters=(Deployment().scheduler_parameters if shape.site_scheduling
+                              else SCHEDULER_PARAMETERS),
         extra_settings=EXTRA_SETTINGS,
         endpoints={n.name: NodeEndpoint(n.addr, n.port, n.hostname) for n in layout.nodes},
     )

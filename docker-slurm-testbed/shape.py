@@ -37,7 +37,11 @@ class ClusterShape:
     ``grace_times`` gives the native-mode ``GraceTime`` (seconds) of each class's QOS: the time a
     preempted job of that class gets between SIGTERM and being requeued. ``cred_expire`` is how
     long a requeued job must wait before it may start again (Slurm's default 121 s is too slow
-    for tests).
+    for tests). ``site_scheduling``: the generated slurm.conf's own ``SchedulerParameters`` (what
+    a site runs: Slurm's 60-s main scheduling pass, backfill every 10 s) instead of the
+    testbed's, which schedule every second so tests need not wait (at 10,000 pending jobs that
+    keeps slurmctld's job lock busy, and every query waits for it: ``bench/priority_cycle_slurm.py
+    --site-scheduling`` measures both).
     """
 
     nodes: int = 4
@@ -53,6 +57,7 @@ class ClusterShape:
     cred_expire: int = 10
     cluster_name: str = "hai"
     partition: str = "main"
+    site_scheduling: bool = False
 
     def __post_init__(self) -> None:
         _check_range("nodes", self.nodes, 1, 256)
