@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hai_slurm.priority.config.loader import DaemonConfig, Intervals
+from hai_slurm.priority.daemon.factory import tune_gc
 from hai_slurm.priority.daemon.loop import CycleReport, Daemon, Outcome, open_store
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient, make_client
 from hai_slurm.slurm_plugins.parse import parse_jobs
@@ -280,6 +281,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true",
                         help="leave the jobs (and the testbed) for the next run")
     args = parser.parse_args()
+    tune_gc()  # as ``hai-slurm daemon`` does
     state_dir = args.state_dir.resolve()
     b = args.port_base
     # Cores for the running jobs beside the blocker's one CPU per node (4 nodes, 2 sockets).
