@@ -28,14 +28,16 @@ from hai_slurm.slurm_plugins.types import Job
 
 DETAIL_REFRESH = 600.0
 """Seconds kept details stay trusted: after that, every job's full record is read again (a job's
-owner may change its name, comment, excluded nodes or constraint while it waits)."""
+owner may change its name, comment, excluded nodes or constraint while it waits, and an admin
+its AdminComment by hand)."""
 
 Fetch = Callable[[Sequence[int]], Iterable[Mapping[str, Any]]]
 """Full records of the given job ids (a job that ended meanwhile is left out)."""
 
 
 def fresh(at: float | None, now: float, ttl: float) -> bool:
-    """True when something read at ``at`` is less than ``ttl`` seconds old at ``now``."""
+    """True when something read at ``at`` is younger than ``ttl`` seconds at ``now`` (never
+    when it was not read, nor when the clock went back past it)."""
     return at is not None and 0 <= now - at < ttl
 
 
