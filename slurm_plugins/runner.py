@@ -45,6 +45,10 @@ class SubprocessRunner:
         if conf:
             base["SLURM_CONF"] = conf
         base.setdefault("LC_ALL", "C")
+        # The zone /etc/localtime gives, as with TZ unset, but read once per command: unset,
+        # glibc checks the file again for every time it formats (squeue prints two per job,
+        # 0.05 s of a 0.19 s listing of 12,000 jobs).
+        base.setdefault("TZ", ":/etc/localtime")
         self.env = base
         self.timeout = timeout
         self.bin_dir = bin_dir

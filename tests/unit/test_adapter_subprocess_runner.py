@@ -1,0 +1,23 @@
+"""The subprocess runner's environment: the locale and time zone Slurm's commands print in."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from hai_slurm.slurm_plugins.runner import SubprocessRunner
+
+
+def test_commands_get_the_local_zone_read_once_unless_tz_is_set() -> None:
+    """TZ=:/etc/localtime is the zone an unset TZ gives (so local times print the same) while
+    glibc reads the file once instead of checking it for every time it formats; a TZ the
+    daemon was started with is kept."""
+    runner = SubprocessRunner(env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    assert runner.env["TZ"] == ":/etc/localtime" and runner.env["LC_ALL"] == "C"
+    stamp = ["date", "-d", "@1796172925", "+%F %T %z"]
+    unset = subprocess.run(stamp, capture_output=True, text=True, check=True,
+                           env={"PATH": runner.env["PATH"]}).stdout
+    assert runner(stamp).stdout == unset
+    kept = SubprocessRunner(env={"TZ": "Asia/Tokyo", "PATH": runner.env["PATH"]})
+    assert kept.env["TZ"] == "Asia/Tokyo"
+    assert kept(stamp).stdout.strip().endswith("+0900")
