@@ -6,7 +6,8 @@ classes from 50 teams wait behind them. The daemon is built like ``hai-slurm dae
 (:func:`~hai_slurm.priority.daemon.factory.build_daemon`: planner and executor on, unless
 ``--no-preempt``), with a SQLite file store, a fake clock and a 30 s interval. It prints, for
 
-* the first cycle (every pending job written, every job stored),
+* the first cycle (every job stored; ``writes_per_cycle`` of the pending jobs' priorities
+  written), then the catch-up cycles that write the rest,
 * steady cycles (30 s apart, nothing new), their median,
 * a cycle after one new job arrives (its write),
 
@@ -135,6 +136,7 @@ class Figures:
         self.planner_cpu = planner_cpu
         self.writes = report.writes
         self.rows = len(report.decision.jobs) if report.decision else 0
+        self.deferred = report.decision.deferred if report.decision else 0
 
     def line(self) -> str:
         rest = self.cpu - self.snap_cpu - self.write_cpu - self.planner_cpu
@@ -194,6 +196,8 @@ def main() -> None:
         print(f"{args.jobs} pending, {running} running, {len(fake.nodes)} nodes x 8 GPUs; "
               f"planner {'off' if args.no_preempt else 'on'}")
         rows = [run(daemon, timed, clock, fake, "first")]
+        while rows[-1].deferred:  # the writes the budget left (writes_per_cycle)
+            rows.append(run(daemon, timed, clock, fake, f"catch-up {len(rows)}"))
         steady = [run(daemon, timed, clock, fake, f"steady {i + 1}")
                   for i in range(args.steady)]
         rows += steady
