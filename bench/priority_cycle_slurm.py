@@ -312,6 +312,10 @@ def main() -> None:
                                               ("team-a", "team-b")[i % 2], 36000,
                                               kind="running", shape=("-n1", "--mem=100")),
                              range(more_run))
+            # Before the queue: with a site's scheduling (a 60-s main pass looking at the
+            # first 100 jobs, backfill at 500), one-CPU jobs queued behind 10,000 GPU jobs
+            # of higher priority may never start.
+            wait_running(conf, args.running)
             jobs += pool.map(lambda i: sbatch(conf, CLASSES[i % len(CLASSES)],
                                               ("team-a", "team-b")[i % 2]), range(more_pend))
         print(f"submitted {more_run} running and {more_pend} pending jobs in "
