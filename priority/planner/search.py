@@ -260,8 +260,6 @@ class _Pass:
                                     "inconsistent")
                     return
                 view.occupy(node, mask)
-            if masks and not closed.isdisjoint(masks):
-                continue   # on a guarded node: its GPUs stay busy, and it is no victim
             if masks:
                 jid, rank = h.job_id, RANK[h.effective]
                 lost = lost_seconds(h, config, now, len(masks)) * len(h.gpus)

@@ -203,9 +203,13 @@ class PlanSnapshot:
     pending: tuple[Waiting, ...]
     taken_at: float
     closed: frozenset[str] = frozenset()
-    """Nodes closed to every job of this pass: another plan's guard (a Slurm reservation for
-    its beneficiary) stands on them. Their free GPUs fit nobody, and the jobs running there
-    are no victims (freeing their GPUs would help nobody before the guard ends). Names the
+    """Nodes another plan's guard (a Slurm reservation for its beneficiary) stands on: their
+    free GPUs fit nobody in this pass. The jobs running there may still give way to a new plan:
+    its beneficiary starts there once that guard ends (when the other beneficiary runs), its
+    victims' saves overlapping the wait. Slurm refuses a second reservation on the node, so the
+    daemon guards such a plan with holds (:mod:`hai_slurm.priority.executor.guard`). Leaving
+    those jobs out served a burst of small urgent jobs one save at a time per node (alibaba-b:
+    34 top-class jobs past their bound instead of 7, ``priority/sim/README.md``). Names the
     topology does not have are ignored."""
 
 

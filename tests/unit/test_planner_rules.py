@@ -195,10 +195,11 @@ def test_victims_only_on_nodes_the_job_may_use() -> None:
     assert "that it may use" in lone.decisions[9].reason
 
 
-def test_nodes_closed_by_a_guard_fit_nobody_and_free_nothing() -> None:
-    """n2 is free and n1's LOW job is the cheapest victim, but another plan's guard stands on
-    both (``PlanSnapshot.closed``): the HIGH job neither "fits" on n2 nor takes n1's victim; it
-    takes n3's, and with n3 closed too there is nothing left."""
+def test_nodes_closed_by_a_guard_fit_nobody_yet_their_jobs_may_give_way() -> None:
+    """n2 is free, but another plan's guard stands on it (``PlanSnapshot.closed``): the HIGH
+    job does not "fit" there. The jobs on guarded nodes may still give way (the beneficiary
+    starts there once that guard ends): n1's LOW job, the cheapest, is taken even with n1
+    guarded too."""
     topo = gpu_cluster(2, 2)
     jobs = [holder(1, LOW, gpus("n1", *ALL8), checkpoint=NOW - 60),
             holder(3, LOW, gpus("n3", *ALL8), checkpoint=NOW - 3000),
@@ -206,11 +207,10 @@ def test_nodes_closed_by_a_guard_fit_nobody_and_free_nothing() -> None:
     ben = waiting(9, HIGH, 8, wait=86400)
     snap = snapshot(topo, jobs, [ben])
     assert _plan(snap).decisions[9].outcome is Outcome.FITS
-    closed = _plan(replace(snap, closed=frozenset({"n1", "n2"})))
-    plan = closed.plan_for(9)
-    assert plan is not None and plan.nodes == ("n3",) and plan.victim_ids == (3,)
-    none = _plan(replace(snap, closed=frozenset({"n1", "n2", "n3"})))
-    assert none.decisions[9].outcome is Outcome.NO_VICTIMS
+    for closed in ({"n2"}, {"n1", "n2"}, {"n1", "n2", "n3"}):
+        result = _plan(replace(snap, closed=frozenset(closed)))
+        plan = result.plan_for(9)
+        assert plan is not None and plan.nodes == ("n1",) and plan.victim_ids == (1,), closed
 
 
 def test_a_two_node_victim_is_paid_for_once() -> None:
