@@ -44,7 +44,9 @@ def summary(cfg: DaemonConfig) -> list[str]:
         f"teams and class facts (grace caps, preemptible-optional): {_origin(cfg)}",
         f"database {mask_password(cfg.database_url)}; redis "
         f"{mask_password(cfg.redis_url) if cfg.redis_url else 'off'}; metrics port "
-        f"{cfg.metrics_port or 'off'}; cycle every {format_duration(cfg.intervals.cycle)}",
+        f"{cfg.metrics_port or 'off'}; cycle every {format_duration(cfg.intervals.cycle)}, "
+        + (f"at most {cfg.intervals.writes_per_cycle:,} priority writes each (the top of the "
+           "queue first)" if cfg.intervals.writes_per_cycle else "every priority written each"),
         *_preempt_summary(cfg),
     ]
     return lines

@@ -106,3 +106,11 @@ def test_the_budget_is_read_from_intervals_and_checked() -> None:
         parse_config("[intervals]\nwrites_per_cycle = -5\n", source="d.toml")
     assert "intervals.writes_per_cycle" in str(err.value)
     assert "0 for no limit" in str(err.value)
+
+
+def test_config_check_names_the_budget() -> None:
+    from hai_slurm.priority.cli.admin import summary
+    assert any("at most 1,000 priority writes each (the top of the queue first)" in line
+               for line in summary(parse_config("")))
+    assert any("every priority written each" in line
+               for line in summary(parse_config("[intervals]\nwrites_per_cycle = 0\n")))
