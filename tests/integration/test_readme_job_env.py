@@ -53,7 +53,11 @@ def batch_shell_env():
         env = dict(kv.split("=", 1) for kv in raw if "=" in kv)
         batch = (any(a.endswith(b"/slurm_script") for a in argv)
                  or os.path.basename(argv[0]) == b"srun")  # the batch shell after `exec srun`
-        if batch and env.get("SLURM_JOB_ID") == me:
+        # The same job id may run on another testbed of this host (each numbers its jobs from
+        # 1; a bench's 2,000 sleeping jobs made this test read another job's shell): the
+        # submit directory and slurm.conf tell this job's own shell apart.
+        if batch and all(env.get(k) == os.environ.get(k)
+                         for k in ("SLURM_JOB_ID", "SLURM_SUBMIT_DIR", "SLURM_CONF")):
             return {k: env.get(k) for k in KEYS}
     return "not found"
 
