@@ -55,9 +55,10 @@ def batch_shell_env():
                  or os.path.basename(argv[0]) == b"srun")  # the batch shell after `exec srun`
         # The same job id may run on another testbed of this host (each numbers its jobs from
         # 1; a bench's 2,000 sleeping jobs made this test read another job's shell): the
-        # submit directory and slurm.conf tell this job's own shell apart.
-        if batch and all(env.get(k) == os.environ.get(k)
-                         for k in ("SLURM_JOB_ID", "SLURM_SUBMIT_DIR", "SLURM_CONF")):
+        # submit directory and slurm.conf, where the step has them, tell this job's shell apart.
+        if batch and env.get("SLURM_JOB_ID") == me and all(
+                env.get(k) == os.environ[k] for k in ("SLURM_SUBMIT_DIR", "SLURM_CONF")
+                if k in os.environ):
             return {k: env.get(k) for k in KEYS}
     return "not found"
 
