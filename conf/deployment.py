@@ -45,6 +45,11 @@ def target_version(text: str) -> SlurmVersion:
 DEFAULT_SLURM_VERSION = SlurmVersion(22, 5)
 
 
+SCHEDULER_PARAMETERS: tuple[str, ...] = ("bf_interval=10",)
+"""The generated ``SchedulerParameters`` items (besides the preemption ones): what a site runs;
+the rest are Slurm's defaults (conf/README.md, "Size limits")."""
+
+
 @dataclass(frozen=True)
 class NodeEndpoint:
     """Where slurmctld reaches one node's slurmd (overrides of the defaults)."""
@@ -98,7 +103,7 @@ class Deployment:
     munge_socket: str | None = None
     slurmctld_debug: str = "info"
     slurmd_debug: str = "info"
-    scheduler_parameters: tuple[str, ...] = ("bf_interval=10",)
+    scheduler_parameters: tuple[str, ...] = SCHEDULER_PARAMETERS
     extra_settings: tuple[tuple[str, str], ...] = ()
     endpoints: dict[str, NodeEndpoint] = field(default_factory=dict, hash=False)
 

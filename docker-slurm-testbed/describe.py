@@ -11,6 +11,7 @@ scheduling). conf's generators then write every file, so the testbed has no Slur
 from __future__ import annotations
 
 from hai_slurm.classes import PriorityClass
+from hai_slurm.conf.deployment import SCHEDULER_PARAMETERS as SITE_SCHEDULER_PARAMETERS
 from hai_slurm.conf.deployment import Deployment, NodeEndpoint
 from hai_slurm.conf.hostlist import compress
 from hai_slurm.conf.model import (
@@ -103,7 +104,7 @@ def deployment(shape: ClusterShape, layout: Layout) -> Deployment:
         config_overrides=True,
         job_submit_lua=True,
         munge_socket=layout.munge_socket,
-        scheduler_parameters=(Deployment().scheduler_parameters if shape.site_scheduling
+        scheduler_parameters=(SITE_SCHEDULER_PARAMETERS if shape.site_scheduling
                               else SCHEDULER_PARAMETERS),
         extra_settings=EXTRA_SETTINGS,
         endpoints={n.name: NodeEndpoint(n.addr, n.port, n.hostname) for n in layout.nodes},

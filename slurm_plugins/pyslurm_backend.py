@@ -418,11 +418,12 @@ class PyslurmClient:
     def jobs(self) -> tuple[Job, ...]:
         """The active jobs.
 
-        Where the compact listing is checked (22.05, the CLI's :meth:`~.cli_backend.
-        CliSlurmClient.compact_listing`): that listing, with the details it lacks kept from
-        pyslurm's record of each job, read with ``Job.load`` only for jobs new or changed since
-        (:mod:`~.compact_listing`). At 12,000 jobs, ``Jobs.load()`` and reading its records
-        took 0.4-0.6 s of CPU a cycle, the compact listing about 0.2 s. Else, and every
+        Where the compact listing is checked (22.05,
+        :meth:`~.cli_backend.CliSlurmClient.compact_listing`): that listing, with the details
+        it lacks kept from pyslurm's record of each job, read with ``Job.load`` only for jobs
+        new or changed since (:mod:`~.compact_listing`). At 12,000 jobs, ``Jobs.load()`` and
+        reading its records took 0.4-0.6 s of CPU a cycle, the compact listing about 0.2 s.
+        Else, and every
         :data:`~.compact_listing.DETAIL_REFRESH` seconds: every record from ``Jobs.load()``."""
         now = self._clock()
         if self.listing.usable(now) and self._cli._compact_ok():
@@ -432,18 +433,10 @@ class PyslurmClient:
         return self._all_jobs(now)
 
     def _records_of(self, job_ids: Sequence[int]) -> list[dict[str, Any]]:
-        """Full records of ``job_ids`` (``Job.load`` each, or one ``Jobs.load()`` for more
-        than :data:`~.cli_backend.CHUNK`); a job that ended meanwhile is left out."""
+        """Full records of ``job_ids`` (:meth:`_load_some`); a job that ended meanwhile is
+        left out."""
         users: dict[int, str] = {}
-        if len(job_ids) > CHUNK:
-            wanted = set(job_ids)
-            return [job_record(pj, None, users) for pj in self._load_jobs() if pj.id in wanted]
-        out = []
-        for job_id in job_ids:
-            pj = self._load_one(job_id)
-            if pj is not None:
-                out.append(job_record(pj, None, users))
-        return out
+        return [job_record(pj, None, users) for pj in self._load_some(job_ids)]
 
     def _all_jobs(self, now: float) -> tuple[Job, ...]:
         """Every active job from ``Jobs.load()`` (see :meth:`jobs`); keeps their details."""
@@ -545,16 +538,15 @@ class PyslurmClient:
     def job_facts(self, job_ids: JobIds) -> dict[int, JobFacts]:
         """``Job.load`` per id (few ids) or one ``Jobs.load()`` (more than :data:`CHUNK`);
         finished jobs slurmctld still knows are included, forgotten ones absent."""
-        ids = job_id_tuple(job_ids)
-        if len(ids) > CHUNK:
-            wanted = set(ids)
-            return {pj.id: job_facts_of(pj) for pj in self._load_jobs() if pj.id in wanted}
-        out: dict[int, JobFacts] = {}
-        for jid in ids:
-            pj = self._load_one(jid)
-            if pj is not None:
-                out[jid] = job_facts_of(pj)
-        return out
+        return {pj.id: job_facts_of(pj) for pj in self._load_some(job_id_tuple(job_ids))}
+
+    def _load_some(self, job_ids: Sequence[int]) -> list[Any]:
+        """pyslurm's jobs of ``job_ids``: ``Job.load`` per id, or one ``Jobs.load()`` for more
+        than :data:`~.cli_backend.CHUNK`; ids slurmctld no longer knows are left out."""
+        if len(job_ids) > CHUNK:
+            wanted = set(job_ids)
+            return [pj for pj in self._load_jobs() if pj.id in wanted]
+        return [pj for pj in map(self._load_one, job_ids) if pj is not None]
 
     def _load_one(self, job_id: int) -> Any:
         """``Job.load(id)``; None when slurmctld no longer knows the id."""

@@ -52,3 +52,18 @@ def test_rendered_files_match_golden(case: str) -> None:
         assert text == (folder / name).read_text(encoding="utf-8"), (
             f"{case}/{name} differs from the golden copy; if intended, rerun with "
             "HAI_UPDATE_GOLDEN=1")
+
+
+def test_site_scheduling_swaps_only_the_scheduler_parameters() -> None:
+    """``site_scheduling``: the generated SchedulerParameters (Slurm's own pass intervals)
+    replace the testbed's 1-s passes; nothing else in slurm.conf changes."""
+    from hai_slurm.conf.deployment import SCHEDULER_PARAMETERS
+
+    fast = _files(ClusterShape())["slurm.conf"].splitlines()
+    site = _files(ClusterShape(site_scheduling=True))["slurm.conf"].splitlines()
+    changed = [(a, b) for a, b in zip(fast, site, strict=True) if a != b]
+    assert len(changed) == 1, changed
+    before, after = changed[0]
+    assert "sched_interval=1" in before
+    assert after.startswith(f"SchedulerParameters={','.join(SCHEDULER_PARAMETERS)}")
+    assert "sched_interval" not in after
