@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from dataclasses import field as dataclass_field
 from operator import attrgetter
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
@@ -82,44 +83,85 @@ PendingMemo = dict[int, tuple[Job, TrackedJob | None, PriorityClass, PendingJob]
 """The pending jobs' policy values of the previous cycle, by job id, with the Slurm job, the
 tracked job and the default class each was made from (see :func:`build_inputs`)."""
 
+KeptMemo = dict[int, tuple[PendingJob, TrackedJob, PriorityClass, ClassOrigin, int | None]]
+"""The pending jobs whose record needed no write in the previous cycle, by job id, with what
+that was decided from: the job's policy value, its tracked job, and the effective class, origin
+and priority compared (see :func:`decide`)."""
+
+RunningMemo = dict[int, tuple[Job, TrackedJob | None, PriorityClass, RunningJob, float, float,
+                              bool | None]]
+"""The running jobs' policy values of the previous cycle, by job id: the Slurm job, tracked job
+and default class each was made from, the value, the run time it had before its current stretch
+and when that stretch began (its ``run_time`` is the first plus the time since the second), and
+the ``decayed`` of the decision its record was last found unchanged with (None: not found so)."""
+
+
+@dataclass
+class CycleMemo:
+    """What :func:`decide` keeps from one cycle to the next so that a job nothing happened to
+    costs little: at 10,000 pending jobs most of a steady cycle was rebuilding and comparing
+    values that had not changed. Owned by the caller (the daemon keeps one); every entry is
+    reused only for the very same (frozen) Slurm job and tracked job objects it was made from,
+    so what it gives is what computing afresh gives."""
+
+    pending: PendingMemo = dataclass_field(default_factory=dict)
+    kept: KeptMemo = dataclass_field(default_factory=dict)
+    running: RunningMemo = dataclass_field(default_factory=dict)
+
 
 def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
                  events: Iterable[FairnessEvent], config: PolicyConfig,
-                 now: float, memo: PendingMemo | None = None) -> PolicyInputs:
+                 now: float, memo: CycleMemo | None = None) -> PolicyInputs:
     """Pending and running jobs (others are left out), cluster totals and fairness events.
 
     ``memo`` (kept by the caller from cycle to cycle, updated here): a pending job whose Slurm
     job and tracked job are the very objects its last value was made from (the backends give
     the same ``Job`` for an unchanged job, the store the same ``TrackedJob`` for an unchanged
-    record; both are frozen) gets that value again. A job without a submit time is made anew
-    (its value depends on ``now``)."""
+    record; both are frozen) gets that value again, and a running one that value with its run
+    time brought up to ``now``. A job without a submit time (pending) or start time (running)
+    is made anew: its value depends on ``now`` otherwise."""
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     jobs: dict[int, Job] = {}
     held: set[int] = set()
     default = config.default_class
     last: PendingMemo = {}
+    last_run: RunningMemo = {}
     if memo is not None:
-        last = dict(memo)
-        memo.clear()
+        last, memo.pending = memo.pending, {}
+        last_run, memo.running = memo.running, {}
     for job in snap.jobs:
-        t = tracked.get(job.job_id)
+        job_id = job.job_id
+        t = tracked.get(job_id)
         if job.state is JobState.PENDING:
-            m = last.get(job.job_id)
+            m = last.get(job_id)
             if m is not None and m[0] is job and m[1] is t and m[2] is default:
                 pjob = m[3]
             else:
                 pjob = job_values.pending_job(job, t, default, now)
             if memo is not None and job.submit_time is not None:
-                memo[job.job_id] = (job, t, default, pjob)
+                memo.pending[job_id] = (job, t, default, pjob)
             pending.append(pjob)
             if job.held or job.priority == 0:
-                held.add(job.job_id)
+                held.add(job_id)
         elif job.state is JobState.RUNNING:
-            running.append(job_values.running_job(job, t, default, now))
+            r = last_run.get(job_id)
+            if r is not None and r[0] is job and r[1] is t and r[2] is default:
+                before, since = r[4], r[5]
+                run_time = before + (now - since if now > since else 0.0)
+                rjob = r[3] if run_time == r[3].run_time else job_values.with_run_time(
+                    r[3], run_time)
+                kept_decay = r[6]
+            else:
+                rjob = job_values.running_job(job, t, default, now)
+                before, since = job_values.run_stretch(job, t)
+                kept_decay = None
+            if memo is not None and job.start_time is not None and job.submit_time is not None:
+                memo.running[job_id] = (job, t, default, rjob, before, since, kept_decay)
+            running.append(rjob)
         else:
             continue
-        jobs[job.job_id] = job
+        jobs[job_id] = job
     cluster = Resources(sum(n.gpus for n in snap.nodes), sum(n.cpus for n in snap.nodes),
                         sum(n.memory_mb for n in snap.nodes))
     return PolicyInputs(tuple(pending), tuple(running), cluster, tuple(events), jobs,
@@ -228,7 +270,7 @@ def _pending_kept(job: PendingJob, d: PendingDecision, t: TrackedJob,
     """What :func:`_pending_record` would give for a job tracked as ``t``, as the tuple of
     :data:`_KEPT` fields (in their order), without building the record: a pending job's record
     keeps ``t``'s ``run_seconds``, so it needs writing exactly when this differs from
-    ``_kept(t)`` (see :func:`_same`)."""
+    ``_kept(t)``."""
     return (job.job_id, job.team, job.user, _requested_name(job), d.effective.value,
             _pending_origin(job, d), t.original_submit_at, t.first_seen_at, t.wait_seconds,
             _PENDING, t.preemptions, t.checkpoint_at, t.checkpoint_step,
@@ -279,21 +321,22 @@ _KEPT = [f.name for f in fields(TrackedJob) if f.name not in ("updated_at", "run
 _kept = attrgetter(*_KEPT)  # a C-level tuple of the fields: 12,000 records a cycle
 
 
-def _same(a: TrackedJob, b: TrackedJob | None, now: float) -> bool:
-    """Equal apart from ``updated_at`` (such records need no database write), and for a job that
-    was and is running, apart from the run time it added since (until :data:`RUN_FLUSH`)."""
-    if b is None or _kept(a) != _kept(b):
-        return False
-    return a.run_seconds == b.run_seconds or (
-        a.last_state == b.last_state == JobState.RUNNING.value
-        and now - b.updated_at < RUN_FLUSH)
+def _ran_on(run_seconds: float, t: TrackedJob, now: float) -> bool:
+    """Whether a running job's new record, equal to ``t`` in every :data:`_KEPT` field, needs
+    no database write: it differs from ``t`` at most by ``updated_at`` and by the run time the
+    job added since ``t`` was written, while ``t`` is younger than :data:`RUN_FLUSH`."""
+    return run_seconds == t.run_seconds or (
+        t.last_state == _RUNNING and now - t.updated_at < RUN_FLUSH)
+
+
+_RUNNING = JobState.RUNNING.value
 
 
 def catch_up(tracked: Mapping[int, TrackedJob], snap: ClusterSnapshot,
              previous: float | None) -> dict[int, TrackedJob]:
     """``tracked`` with the run time of each job that ran until the previous cycle (at
     ``previous``) and no longer runs added to its ``run_seconds``: the write that
-    :func:`_same` left out, so the job's total is what writing every cycle would have kept."""
+    :func:`_ran_on` left out, so the job's total is what writing every cycle would have kept."""
     out = dict(tracked)
     if previous is None:
         return out
@@ -310,9 +353,9 @@ def catch_up(tracked: Mapping[int, TrackedJob], snap: ClusterSnapshot,
 def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
            events: Iterable[FairnessEvent], state: PolicyState,
            protections: Mapping[str, Protection], config: PolicyConfig,
-           now: float, memo: PendingMemo | None = None, max_writes: int = 0) -> Decision:
+           now: float, memo: CycleMemo | None = None, max_writes: int = 0) -> Decision:
     """Run the policy on one snapshot and work out every write (see the module docstring;
-    ``memo``: :func:`build_inputs`). ``max_writes`` > 0 bounds the writes
+    ``memo``: :class:`CycleMemo`). ``max_writes`` > 0 bounds the writes
     (:func:`~hai_slurm.priority.policy.scoring.budget_writes`: the top of the queue first); the
     records of the jobs left over keep Slurm's value, so the next cycle writes them."""
     inputs = build_inputs(snap, tracked, events, config, now, memo)
@@ -325,19 +368,47 @@ def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
     writes = budget_writes(current, needed, max_writes)
 
     records: list[TrackedJob] = []
+    last_kept: KeptMemo = {}
+    kept: KeptMemo | None = None
+    if memo is not None:
+        last_kept, kept = memo.kept, {}
+        memo.kept = kept
     for pjob in inputs.pending:
-        t = tracked.get(pjob.job_id)
-        written = writes.get(pjob.job_id, current[pjob.job_id] if pjob.job_id in wanted else None)
-        d = result.pending[pjob.job_id]
-        if t is not None and _pending_kept(pjob, d, t, written) == _kept(t):
-            continue  # the record would equal t apart from updated_at: no write
-        records.append(_pending_record(pjob, inputs.jobs[pjob.job_id], d, t, written, now))
+        job_id = pjob.job_id
+        t = tracked.get(job_id)
+        written = writes.get(job_id, current[job_id] if job_id in wanted else None)
+        d = result.pending[job_id]
+        if t is not None:
+            # The record would equal t apart from updated_at: no write. _pending_kept is a pure
+            # function of these five, so the same five as last cycle give the same answer.
+            eff, origin = d.effective, _pending_origin(pjob, d)
+            k = last_kept.get(job_id)
+            if not (k is not None and k[0] is pjob and k[1] is t and k[2] is eff
+                    and k[3] is origin and k[4] == written):
+                k = (pjob, t, eff, origin, written)
+                if _pending_kept(pjob, d, t, written) != _kept(t):
+                    k = None
+            if k is not None:
+                if kept is not None:
+                    kept[job_id] = k
+                continue
+        records.append(_pending_record(pjob, inputs.jobs[job_id], d, t, written, now))
     for rjob in inputs.running:
-        t = tracked.get(rjob.job_id)
-        rec = _running_record(rjob, inputs.jobs[rjob.job_id], result.running[rjob.job_id], t,
-                              config.default_class, now)
-        if not _same(rec, t, now):
-            records.append(rec)
+        job_id = rjob.job_id
+        t = tracked.get(job_id)
+        d_run = result.running[job_id]
+        r = memo.running.get(job_id) if memo is not None else None
+        if t is not None and r is not None and r[6] is d_run.decayed:
+            same = True  # as a cycle with the same job, record, default and decay found
+        else:
+            rec = _running_record(rjob, inputs.jobs[job_id], d_run, t, config.default_class, now)
+            same = t is not None and _kept(rec) == _kept(t)
+            if same and memo is not None and r is not None:
+                memo.running[job_id] = (*r[:6], d_run.decayed)
+        if same and t is not None and _ran_on(rjob.run_time, t, now):
+            continue  # the record would equal t apart from the run time: no write yet
+        records.append(_running_record(rjob, inputs.jobs[job_id], d_run, t,
+                                       config.default_class, now))
     active = {j.job_id for j in snap.jobs}
     forget = tuple(sorted(j for j in tracked if j not in active))
 

@@ -21,6 +21,7 @@ requested while pending): the fair-share classes rank teams by their dominant sh
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -67,15 +68,26 @@ def _job_class(admin_comment: str, account: str, requeue: bool,
     return JobClass(requested, source, record.team, record.preemptible)
 
 
-def run_seconds(job: Job, tracked: TrackedJob | None, now: float) -> float:
-    """Seconds the job has run in total, across requeues, as of ``now``."""
+def run_stretch(job: Job, tracked: TrackedJob | None) -> tuple[float, float]:
+    """(seconds run before the current stretch, when the stretch began): the job has run
+    ``before + max(0, now - since)`` seconds in total, across requeues (``since`` is infinite
+    for a job that does not run now or has no start time: no stretch)."""
     base = tracked.run_seconds if tracked is not None else 0.0
     if job.state is not JobState.RUNNING or job.start_time is None:
-        return base
+        return base, math.inf
     since = float(job.start_time)
-    if tracked is not None and tracked.last_state == JobState.RUNNING.value:
+    if tracked is not None and tracked.last_state == _RUNNING:
         since = max(since, tracked.updated_at)  # counted up to the last cycle already
-    return base + max(0.0, now - since)
+    return base, since
+
+
+_RUNNING = JobState.RUNNING.value
+
+
+def run_seconds(job: Job, tracked: TrackedJob | None, now: float) -> float:
+    """Seconds the job has run in total, across requeues, as of ``now``."""
+    base, since = run_stretch(job, tracked)
+    return base + (now - since if now > since else 0.0)
 
 
 def wait_seconds(job: Job, tracked: TrackedJob | None) -> float:
@@ -129,6 +141,17 @@ def start_class(tracked: TrackedJob | None) -> PriorityClass | None:
         return PriorityClass(tracked.effective_class)
     except ValueError:
         return None
+
+
+def with_run_time(job: RunningJob, run_time: float) -> RunningJob:
+    """``job`` with another ``run_time`` (the one field of a running job's value that moves
+    with ``now``; :func:`dataclasses.replace` costs several times this)."""
+    return RunningJob(
+        job_id=job.job_id, user=job.user, team=job.team, requested=job.requested,
+        submit_time=job.submit_time, start_time=job.start_time, resources=job.resources,
+        source=job.source, run_time=run_time, restarts=job.restarts,
+        preemptible=job.preemptible, start_class=job.start_class,
+        last_checkpoint=job.last_checkpoint, nodes=job.nodes)
 
 
 def running_job(job: Job, tracked: TrackedJob | None, default_class: PriorityClass,

@@ -63,8 +63,8 @@ from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import (
     POLICY_STATE_KEY,
+    CycleMemo,
     Decision,
-    PendingMemo,
     catch_up,
     decide,
     requeue_candidates,
@@ -151,8 +151,8 @@ class Daemon:
         self.disarm_exit: Callable[[], None] = faulthandler.cancel_dump_traceback_later
         self._last_snapshot: float | None = None
         self._last_cycle: float | None = None  # ``now`` of the last committed cycle
-        self._pending_memo: PendingMemo = {}
-        """The pending jobs' policy values of the last cycle (:func:`~.cycle.build_inputs`)."""
+        self._memo = CycleMemo()
+        """What :func:`~.cycle.decide` keeps from cycle to cycle (:class:`~.cycle.CycleMemo`)."""
         self._standby_logged = False
         self._last_renew = 0.0
         self.urgent = UrgentState()
@@ -288,7 +288,7 @@ class Daemon:
         decision = decide(
             snap, tracked=tracked, events=repo.events_since(now - policy.fairness.window),
             state=state_from_json(stored_state), protections=repo.active_protections(now),
-            config=policy, now=now, memo=self._pending_memo,
+            config=policy, now=now, memo=self._memo,
             max_writes=self.config.intervals.writes_per_cycle)
         return decision, tracked, stored_state
 

@@ -45,7 +45,7 @@ from dataclasses import replace
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
-from hai_slurm.priority.daemon.cycle import decide
+from hai_slurm.priority.daemon.cycle import CycleMemo, decide
 from hai_slurm.priority.daemon.urgent import (
     LOOK_MARGIN,
     URGENT_LOOKS,
@@ -54,7 +54,7 @@ from hai_slurm.priority.daemon.urgent import (
 )
 from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
 from hai_slurm.priority.planner.search import plan_preemptions
-from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
+from hai_slurm.priority.planner.types import Holder, PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy.state import (
     EventKind,
     FairnessEvent,
@@ -92,6 +92,8 @@ class HaiSlurm:
         self.events: deque[FairnessEvent] = deque()
         self.protections: dict[str, Protection] = {}
         self.state = PolicyState()
+        self._memo = CycleMemo()
+        """What :func:`decide` keeps from one call to the next, as the daemon keeps it."""
         self.inflight: dict[int, int] = {}
         self.counts: Counter[str] = Counter()
 
@@ -160,7 +162,8 @@ class HaiSlurm:
         events = tuple(e for e in self.events if e.time >= window)
         protections = {t: p for t, p in self.protections.items() if p.until > now}
         d = decide(snap, tracked=self.tracked, events=events, state=self.state,
-                   protections=protections, config=self.config.policy, now=float(now))
+                   protections=protections, config=self.config.policy, now=float(now),
+                   memo=self._memo)
         self._plan(d.inputs.pending, d.inputs.running, d.result, float(snap.time), now,
                    focus=with_jobs_ahead(focus, d.result.priorities))
 
@@ -175,7 +178,7 @@ class HaiSlurm:
             self.events.popleft()
         protections = {t: p for t, p in self.protections.items() if p.until > now}
         d = decide(snap, tracked=self.tracked, events=tuple(self.events), state=self.state,
-                   protections=protections, config=policy, now=float(now))
+                   protections=protections, config=policy, now=float(now), memo=self._memo)
         if d.writes:
             slurm.set_priorities(d.writes)
         for rec in d.jobs:
@@ -213,12 +216,19 @@ class HaiSlurm:
         if not pending:
             return
         gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
+        by_slurm, costs = eng.by_slurm, eng.costs
+        saves = {r.job_id: float(costs.checkpoint_time(by_slurm[r.job_id].gpus))
+                 for r in running}
+        # Every job saves on request; its checkpoints are the engine's, and a job already
+        # asked to save is no victim again (Holder built again: replace() costs 3x).
         holders = tuple(
-            replace(h, last_checkpoint=eng.periodic_checkpoint(job, now),
-                    preemptible=h.preemptible and job.signalled is None,
-                    can_ack=True, save_cost=float(eng.costs.checkpoint_time(job.gpus)))
-            for h in holders_from_policy(running, result.running, gpus)
-            for job in (eng.by_slurm[h.job_id],))
+            Holder(h.job_id, h.team, h.effective, h.gpus, h.start_time,
+                   last_checkpoint=eng.periodic_checkpoint(job, now),
+                   restart_cost=h.restart_cost, borrowed=h.borrowed, protected=h.protected,
+                   preemptible=h.preemptible and job.signalled is None, user=h.user,
+                   can_ack=h.can_ack, save_cost=h.save_cost)
+            for h in holders_from_policy(running, result.running, gpus, saves=saves)
+            for job in (by_slurm[h.job_id],))
         waiting_jobs = [p for p in pending if p.job_id not in self.inflight
                         and (focus is None or p.job_id in focus)]
         nodes = {p.job_id: eng.by_slurm[p.job_id].nodes for p in waiting_jobs

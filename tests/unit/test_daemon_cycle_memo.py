@@ -5,12 +5,13 @@ fake's unchanged Job values."""
 from __future__ import annotations
 
 import dataclasses
+import random
 
 from daemon_helpers import T0, record
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
-from hai_slurm.priority.daemon import cycle
-from hai_slurm.priority.daemon.cycle import PendingMemo, build_inputs
+from hai_slurm.priority.daemon import cycle, job_values
+from hai_slurm.priority.daemon.cycle import CycleMemo, build_inputs
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.slurm_topology import DerivedTopology
@@ -20,10 +21,13 @@ from hai_slurm.priority.policy.state import (
     PendingJob,
     PendingReason,
     PolicyState,
+    Resources,
     Rule,
+    RunningJob,
 )
 from hai_slurm.priority.store import TrackedJob
-from hai_slurm.slurm_plugins.fake import FakeSlurm
+from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
+from hai_slurm.slurm_plugins.types import JobState
 
 CONFIG = PolicyConfig()
 
@@ -45,7 +49,7 @@ def test_memo_gives_fresh_values_when_the_job_or_its_record_changes() -> None:
     requeued it: preemptions) or another default class gives the value computed afresh."""
     fake = FakeSlurm(now=T0)
     jid = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision", now=T0 - 900)
-    memo: PendingMemo = {}
+    memo = CycleMemo()
     t = {jid: tracked(jid)}
 
     def check(tr: dict[int, TrackedJob], config: PolicyConfig = CONFIG) -> PendingJob:
@@ -69,19 +73,19 @@ def test_memo_gives_fresh_values_when_the_job_or_its_record_changes() -> None:
     assert low == third  # its record names its class; the default does not apply
     fake.advance(T0 + 30)
     assert check(t).preemptions == 1
-    assert set(memo) == {jid}
+    assert set(memo.pending) == {jid}
 
 
 def test_memo_drops_ended_jobs() -> None:
     fake = FakeSlurm(now=T0)
     a = fake.submit(admin_comment=record(PriorityClass.HIGH), account="vision")
     b = fake.submit(admin_comment=record(PriorityClass.LOW), account="vision")
-    memo: PendingMemo = {}
+    memo = CycleMemo()
     build_inputs(fake.snapshot(), {}, (), CONFIG, float(T0), memo)
-    assert set(memo) == {a, b}
+    assert set(memo.pending) == {a, b}
     fake.cancel([a])
     build_inputs(fake.snapshot(), {}, (), CONFIG, float(T0), memo)
-    assert set(memo) == {b}
+    assert set(memo.pending) == {b}
 
 
 def test_fake_gives_the_same_job_until_a_field_changes() -> None:
@@ -162,3 +166,65 @@ def test_planner_gpus_follow_the_running_jobs() -> None:
     assert set(after) == {b, c} and len(after[c]) == 4
     fake.jobs[c].gpus_per_node = 3  # other counts on the same node
     assert len(holders()[c]) == 3
+
+
+def test_decisions_with_the_memo_equal_decisions_without_it() -> None:
+    """Cycle after cycle of a changing queue (jobs submitted, started, ended and requeued, the
+    records the cycles write stored, running ABOVE_NORMAL jobs decaying, records older than
+    RUN_FLUSH), decide with a CycleMemo gives what decide without one gives: the same inputs,
+    priorities, writes, records and forgotten jobs."""
+    rnd = random.Random(7)
+    fake = FakeSlurm([FakeNode(f"n{i}", gpus=8, cpus=64, memory_mb=256_000) for i in range(3)],
+                     now=T0)
+    classes = [PriorityClass.HIGH, PriorityClass.ABOVE_NORMAL, PriorityClass.NORMAL,
+               PriorityClass.LOW, "AUTO"]
+    memo = cycle.CycleMemo()
+    store: dict[int, TrackedJob] = {}
+    state = PolicyState()
+    hits = decays = 0
+    for step in range(120):
+        for _ in range(rnd.randrange(3)):
+            fake.submit(admin_comment=record(rnd.choice(classes), rnd.choice(("a", "b"))),
+                        account="a", gpus_per_node=rnd.choice((1, 2, 4, 8)))
+        if step % 3 == 0:
+            fake.schedule()
+        running = [j for j in fake.jobs.values() if j.state is JobState.RUNNING]
+        if running and rnd.random() < 0.3:
+            fake.finish(rnd.choice(running).job_id)
+        if running and rnd.random() < 0.1:
+            fake.requeue([rnd.choice(running).job_id])
+        fake.advance(fake.now + rnd.choice((10, 30, 30, 30, 60, 400)))
+        snap = fake.snapshot()
+        args = dict(tracked=dict(store), events=(), state=state, protections={}, config=CONFIG,
+                    now=float(fake.now), max_writes=5)
+        before = (dict(memo.pending), dict(memo.running))
+        got = cycle.decide(snap, memo=memo, **args)  # type: ignore[arg-type]
+        fresh = cycle.decide(snap, **args)  # type: ignore[arg-type]
+        hits += sum(1 for j, m in before[1].items() if j in memo.running
+                    and memo.running[j][0] is m[0])
+        assert got.inputs == fresh.inputs
+        assert got.result.priorities == fresh.result.priorities
+        assert (got.writes, got.forget, got.deferred) == (fresh.writes, fresh.forget,
+                                                         fresh.deferred)
+        assert got.jobs == fresh.jobs
+        decays += sum(1 for r in got.jobs if r.class_origin is ClassOrigin.DECAY)
+        fake.set_priorities(got.writes)
+        for rec in got.jobs:
+            store[rec.job_id] = rec
+        for job_id in got.forget:
+            del store[job_id]
+        state = got.state
+    assert hits > 50  # the memo was used for running jobs, not only filled
+    assert decays  # running jobs decayed: the memo's decay check was exercised
+
+
+def test_with_run_time_keeps_every_other_field() -> None:
+    """job_values.with_run_time equals dataclasses.replace on a job whose every field differs
+    from its default (a field added to RunningJob and not copied fails here)."""
+    job = RunningJob(job_id=4, user="bob", team="nlp", requested=PriorityClass.HIGH,
+                     submit_time=1.0, start_time=2.0, resources=Resources(2, 3, 4),
+                     source=ClassOrigin.DEFAULT, run_time=5.0, restarts=6, preemptible=False,
+                     start_class=PriorityClass.LOW, last_checkpoint=7.0, nodes=("n1",))
+    defaults = {f.name: f.default for f in dataclasses.fields(RunningJob)}
+    assert all(getattr(job, name) != value for name, value in defaults.items())
+    assert job_values.with_run_time(job, 9.0) == dataclasses.replace(job, run_time=9.0)
