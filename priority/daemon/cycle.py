@@ -137,10 +137,12 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
             m = last.get(job_id)
             if m is not None and m[0] is job and m[1] is t and m[2] is default:
                 pjob = m[3]
+                if memo is not None:
+                    memo.pending[job_id] = m
             else:
                 pjob = job_values.pending_job(job, t, default, now)
-            if memo is not None and job.submit_time is not None:
-                memo.pending[job_id] = (job, t, default, pjob)
+                if memo is not None and job.submit_time is not None:
+                    memo.pending[job_id] = (job, t, default, pjob)
             pending.append(pjob)
             if job.held or job.priority == 0:
                 held.add(job_id)

@@ -196,9 +196,9 @@ class PendingDecision(NamedTuple):
     reason: PendingReason
 
 
-@dataclass(frozen=True, slots=True)
-class RunningDecision:
-    """The policy's verdict on one running job (for the preemption planner)."""
+class RunningDecision(NamedTuple):
+    """The policy's verdict on one running job (for the preemption planner; a NamedTuple for
+    the reason :class:`PendingReason` is one)."""
 
     job_id: int
     team: str
