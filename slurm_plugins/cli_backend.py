@@ -562,10 +562,10 @@ class CliSlurmClient:
                              f"{name!r}")
         return name
 
-    def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
-                           minutes: int) -> None:
-        """``scontrol create reservation ReservationName=NAME Nodes=... Users=...
-        StartTime=now Duration=MINUTES Flags=IGNORE_JOBS,FLEX`` (:data:`RESV_FLAGS`)."""
+    @staticmethod
+    def _resv_lists(nodes: Iterable[str], users: Iterable[str], minutes: int
+                    ) -> tuple[str, str]:
+        """The node and user lists of a reservation as scontrol takes them, checked."""
         node_list, user_list = ",".join(nodes), ",".join(users)
         for what, value in (("node list", node_list), ("user list", user_list)):
             if not value or any(c.isspace() or c in "=\0" for c in value):
@@ -573,10 +573,27 @@ class CliSlurmClient:
                                  f"got {value!r}")
         if minutes < 1:
             raise ValueError(f"a reservation lasts at least 1 minute, got {minutes!r}")
+        return node_list, user_list
+
+    def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """``scontrol create reservation ReservationName=NAME Nodes=... Users=...
+        StartTime=now Duration=MINUTES Flags=IGNORE_JOBS,FLEX`` (:data:`RESV_FLAGS`)."""
+        node_list, user_list = self._resv_lists(nodes, users, minutes)
         argv = ["scontrol", "create", "reservation", f"ReservationName={self._resv_name(name)}",
                 f"Nodes={node_list}", f"Users={user_list}", "StartTime=now",
                 f"Duration={minutes}", f"Flags={','.join(RESV_FLAGS)}"]
         check(self._run(argv), "scontrol create reservation")
+
+    def update_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """``scontrol update ReservationName=NAME Nodes=... Users=... Duration=MINUTES``
+        (22.05 accepts nodes whose jobs run, under the reservation's IGNORE_JOBS, and a
+        linked job running on a node taken out goes on: FLEX)."""
+        node_list, user_list = self._resv_lists(nodes, users, minutes)
+        argv = ["scontrol", "update", f"ReservationName={self._resv_name(name)}",
+                f"Nodes={node_list}", f"Users={user_list}", f"Duration={minutes}"]
+        check(self._run(argv), "scontrol update reservation")
 
     def end_reservation(self, name: str) -> bool:
         """``scontrol delete ReservationName=NAME``. Slurm refuses the delete while a job runs

@@ -547,6 +547,31 @@ class FakeSlurm:
                                        self.now + 60 * minutes, ("IGNORE_JOBS", "FLEX"),
                                        "ACTIVE")
 
+    def update_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """Its nodes, users and length from its start, refused as Slurm refuses (no such
+        reservation, unknown node, no user, an overlap with another one)."""
+        node_list, user_list = tuple(nodes), tuple(users)
+        self.writes.append(("scontrol", "update", "reservation", name, ",".join(node_list),
+                            ",".join(user_list), str(minutes)))
+        self._purge_reservations()
+        old = self.resvs.get(name)
+        why = (self.refuse_reservations
+               or ("Reservation request invalid" if old is None else None)
+               or ("Invalid node name specified"
+                   if not node_list or any(n not in self.nodes for n in node_list) else None)
+               or ("Invalid user id" if not user_list else None)
+               or ("Requested reservation overlaps with another reservation"
+                   if any(set(node_list) & set(r.nodes) for r in self.resvs.values()
+                          if r.name != name) else None))
+        if why or old is None:
+            raise SlurmError(f"scontrol update reservation failed: Error updating the "
+                             f"reservation: {why}", command=["scontrol", "update",
+                                                             f"ReservationName={name}"])
+        start = old.start_time if old.start_time is not None else self.now
+        self.resvs[name] = replace(old, nodes=node_list, users=user_list,
+                                   end_time=start + 60 * minutes)
+
     def end_reservation(self, name: str) -> bool:
         """Delete it, or end it now when a job runs in it or waits for it."""
         self.writes.append(("scontrol", "delete", "reservation", name))

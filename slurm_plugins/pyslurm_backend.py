@@ -773,6 +773,11 @@ class PyslurmClient:
         and its refusals are read from scontrol's messages."""
         self._cli.create_reservation(name, nodes, users, minutes)
 
+    def update_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """Delegated to the CLI backend (``scontrol update ReservationName=``)."""
+        self._cli.update_reservation(name, nodes, users, minutes)
+
     def end_reservation(self, name: str) -> bool:
         """Delegated to the CLI backend (``scontrol delete``, else ``update EndTime=now``)."""
         return self._cli.end_reservation(name)

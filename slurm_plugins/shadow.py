@@ -40,7 +40,8 @@ READS = frozenset({"version", "snapshot", "job_facts", "switches", "pending_brie
 """Protocol methods passed through to the real backend."""
 WRITES = frozenset({"set_priority", "set_priorities", "signal", "requeue", "requeue_hold", "hold",
                     "release", "set_admin_comment", "cancel", "requeue_any", "set_req_nodes",
-                    "create_reservation", "end_reservation", "set_job_reservation"})
+                    "create_reservation", "update_reservation", "end_reservation",
+                    "set_job_reservation"})
 """Protocol methods that are recorded and logged instead of done."""
 
 
@@ -178,6 +179,12 @@ class ShadowSlurm:
         """Logged, not done."""
         self._record("create_reservation", (), f"reservation {name} on {','.join(nodes)} for "
                      f"{','.join(users)}, {minutes} min")
+
+    def update_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """Logged, not done."""
+        self._record("update_reservation", (), f"reservation {name} now on {','.join(nodes)} "
+                     f"for {','.join(users)}, {minutes} min")
 
     def end_reservation(self, name: str) -> bool:
         """Logged, not done (nothing was removed)."""

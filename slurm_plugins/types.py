@@ -458,6 +458,14 @@ class SlurmClient(Protocol):
         reservation, an unknown node or user, the name taken)."""
         ...
 
+    def update_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
+                           minutes: int) -> None:
+        """Make reservation ``name`` cover exactly ``nodes`` and ``users`` and last ``minutes``
+        from its start, over the jobs that run there (another plan joins it, or leaves it).
+        Raises SlurmError when Slurm refuses (an overlap with another reservation, an unknown
+        node or user, no such reservation)."""
+        ...
+
     def end_reservation(self, name: str) -> bool:
         """Remove reservation ``name``: delete it, or, when Slurm refuses because a job still
         runs in it, end it now (``EndTime=now``; its ``FLEX`` jobs go on running). False when

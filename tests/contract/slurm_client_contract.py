@@ -381,6 +381,52 @@ class SlurmClientContract:
             harness.client.end_reservation(name)
         assert harness.client.end_reservation("hai-plan-contract-none") is False
 
+    def test_reservation_takes_in_a_node_and_lets_it_go(self, harness: Harness) -> None:
+        """A second plan joins a reservation: a node whose job runs and more minutes are added
+        (IGNORE_JOBS), a job linked to it starts on that node once its job ends, and the node
+        is taken out again while the linked job runs there, which goes on (FLEX); an unknown
+        node is refused and changes nothing."""
+        name = f"hai-plan-contract5-{time.time_ns()}"
+        whole = min(n.gpus for n in harness.client.snapshot().nodes)
+        first = harness.submit(name="contract-resv-first", gpus=whole)
+        second = harness.submit(name="contract-resv-second", gpus=whole)
+        harness.wait_for(first, "RUNNING", running)
+        harness.wait_for(second, "RUNNING", running)
+        snap = harness.client.snapshot()
+        j1, j2 = snap.job(first), snap.job(second)
+        assert j1 is not None and j2 is not None
+        (n1,), (n2,), user = j1.nodes, j2.nodes, j1.user
+        harness.client.create_reservation(name, [n1], [user], 10)
+        try:
+            harness.client.update_reservation(name, [n1, n2], [user], 20)
+            (resv,) = harness.client.reservations(name)
+            assert set(resv.nodes) == {n1, n2} and resv.users == (user,)
+            assert resv.start_time is not None and resv.end_time is not None
+            assert 19 * 60 <= resv.end_time - resv.start_time <= 21 * 60
+            with pytest.raises(SlurmError):
+                harness.client.update_reservation(name, [n1, "no-such-node"], [user], 20)
+            (same,) = harness.client.reservations(name)
+            assert set(same.nodes) == {n1, n2}
+            inside = harness.submit(name="contract-resv-joined", gpus=whole, hold=True)
+            harness.client.set_job_reservation(inside, name)
+            harness.client.set_req_nodes(inside, n2)
+            harness.client.cancel(second)
+            harness.client.release(inside)
+            job = harness.wait_for(inside, "RUNNING", running)
+            assert job is not None and job.nodes == (n2,)
+            harness.client.update_reservation(name, [n1], [user], 20)
+            (left,) = harness.client.reservations(name)
+            assert left.nodes == (n1,)
+            looks: list[Job | None] = []
+
+            def stopped_or_looked_12_times(job: Job | None) -> bool:
+                looks.append(job)
+                return len(looks) >= 12 or not running(job)
+
+            assert running(harness.wait_for(inside, "looked at", stopped_or_looked_12_times))
+        finally:
+            harness.client.end_reservation(name)
+
     def test_reservation_keeps_other_jobs_off_a_free_node(self, harness: Harness) -> None:
         """No job that is not linked to a reservation starts on its nodes, whatever its
         priority; deleting the reservation (no job in it) lets it start."""

@@ -169,6 +169,23 @@ def test_reservation_is_made_with_the_guard_flags_and_read_back() -> None:
         client.create_reservation("hai-plan-4", ["n1"], [], 8)
 
 
+def test_reservation_is_updated_in_one_command() -> None:
+    """Another plan joining (or leaving) a reservation: its nodes, users and length in one
+    ``scontrol update``; bad lists are refused before Slurm is asked."""
+    run = Runner({})
+    client = CliSlurmClient(run)
+    client.update_reservation("hai-plan-3", ["n1", "n2"], ["alice", "bob"], 12)
+    assert run.calls == [("scontrol", "update", "ReservationName=hai-plan-3", "Nodes=n1,n2",
+                          "Users=alice,bob", "Duration=12")]
+    for nodes, users, minutes in ((["n1"], [], 5), ([], ["alice"], 5), (["n1"], ["a b"], 5),
+                                  (["n1"], ["alice"], 0)):
+        with pytest.raises(ValueError):
+            client.update_reservation("hai-plan-3", nodes, users, minutes)
+    with pytest.raises(ValueError):
+        client.update_reservation("bad name", ["n1"], ["alice"], 5)
+    assert len(run.calls) == 1
+
+
 def test_reservation_in_use_is_ended_now_instead_of_deleted() -> None:
     """Delete refused (a job runs in it): EndTime=now; an unknown name is False; a refusal of
     both for a name Slurm no longer lists is False, for a listed one an error."""

@@ -52,6 +52,7 @@ def test_writes_through_the_wrapper_reach_nothing(tmp_path: Path) -> None:
     assert all(r.done == () and r.commands == 0 for r in results)
     assert s.requeue_any(victims, hold=True) == ()
     s.create_reservation("hai-plan-1", ["n1"], ["alice"], 5)
+    s.update_reservation("hai-plan-1", ["n1", "n2"], ["alice", "bob"], 9)
     assert s.end_reservation("hai-plan-1") is False
     assert s.reservations("hai-plan-") == () == world.fake.reservations()
     assert world.fake.writes == []
