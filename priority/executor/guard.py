@@ -181,6 +181,19 @@ def reservation_name(plan_id: int, at: float) -> str:
     return f"{RESERVATION_PREFIX}{plan_id}-{int(at)}"
 
 
+def open_contexts(repo: Repository) -> list[PlanContext]:
+    """The guard contexts of the open plans (not finished, guard not released), oldest
+    first."""
+    out = []
+    for plan in repo.unfinished_plans():
+        raw = repo.get_value(context_key(plan.plan_id))
+        if isinstance(raw, dict):
+            ctx = PlanContext.from_json(raw)
+            if not ctx.released:
+                out.append(ctx)
+    return out
+
+
 def reservation_plan(name: str) -> int | None:
     """The plan id in a guard reservation's name (None for any other name)."""
     tail = name[len(RESERVATION_PREFIX):] if name.startswith(RESERVATION_PREFIX) else ""
@@ -350,9 +363,10 @@ class Guard:
         ctx = self.context = context
         bene = snap.job(context.beneficiary)
         if context.nodes and bene is not None and bene.user:
-            ctx = self.save(replace(context, reservation=reservation_name(context.plan_id, at),
-                                    resv_user=bene.user, resv_minutes=max(1, minutes)), at)
-            ctx = self._reserve(ctx, at)
+            joined = self._joinable(context)
+            ctx = self.save(replace(context, reservation=joined or reservation_name(
+                context.plan_id, at), resv_user=bene.user, resv_minutes=max(1, minutes)), at)
+            ctx = self._reserve(ctx, at, exists=joined is not None)
         if ctx.reservation is None:
             ctx = self._hold_competitors(ctx, snap, at, exclude)
         if ctx.nodes:
@@ -367,12 +381,58 @@ class Guard:
                         err)
         return ctx
 
+    def _joinable(self, ctx: PlanContext) -> str | None:
+        """The reservation of another open plan on ``ctx``'s nodes, when exactly one stands
+        there: ``ctx`` joins it (Slurm refuses a second reservation on a node, and
+        ``Flags=OVERLAP`` would strand the first plan's pinned beneficiary: PREEMPTION.md
+        §3b). None: make one of its own (refused where another reservation overlaps: the
+        holds fallback)."""
+        wanted = set(ctx.nodes)
+        names = {c.reservation for c in open_contexts(self.repo)
+                 if c.plan_id != ctx.plan_id and c.reservation is not None
+                 and wanted & set(c.nodes)}
+        return names.pop() if len(names) == 1 else None
+
+    def _peers(self, ctx: PlanContext) -> list[PlanContext]:
+        """The other open plans whose guard stands on ``ctx``'s reservation."""
+        if ctx.reservation is None:
+            return []
+        return [c for c in open_contexts(self.repo)
+                if c.plan_id != ctx.plan_id and c.reservation == ctx.reservation]
+
+    def _cover(self, name: str, plans: Sequence[PlanContext], at: float | None) -> None:
+        """Make reservation ``name`` cover the nodes and users of every plan in ``plans``: made
+        when ``at`` is given and Slurm does not list it, else changed. With ``at`` it lasts
+        as long as the longest of them needs it from then (never shorter than it already
+        does); without (a plan leaves) its end stays."""
+        nodes = sorted({n for c in plans for n in c.nodes})
+        users = sorted({c.resv_user for c in plans if c.resv_user})
+        minutes = max(c.resv_minutes for c in plans)
+        listed = [r for r in self.slurm.reservations(name) if r.name == name]
+        if not listed:
+            if at is not None:
+                self.slurm.create_reservation(name, nodes, users, minutes)
+            return
+        start, end = listed[0].start_time, listed[0].end_time
+        if start is None or end is None:   # Slurm printed no times: the plans' own length
+            length = minutes
+        else:
+            if at is not None:
+                end = max(end, int(at) + 60 * minutes)
+            length = max(1, -(-(end - start) // 60))
+        self.slurm.update_reservation(name, nodes, users, length)
+
     def _reserve(self, ctx: PlanContext, at: float, *, exists: bool = False) -> PlanContext:
         """Make the stored reservation (unless ``exists``) and link the beneficiary to it;
-        when Slurm refuses either, forget it (stored) so the holds take over."""
+        when Slurm refuses either, forget it (stored) so the holds take over. A reservation
+        other open plans stand on too (:meth:`_joinable`) is made, or changed, to cover
+        them all."""
         assert ctx.reservation is not None
+        peers = self._peers(ctx)
         try:
-            if not exists:
+            if peers:
+                self._cover(ctx.reservation, [ctx, *peers], at)
+            elif not exists:
                 self.slurm.create_reservation(ctx.reservation, ctx.nodes, [ctx.resv_user],
                                               ctx.resv_minutes)
             self.slurm.set_job_reservation(ctx.beneficiary, ctx.reservation)
@@ -386,16 +446,18 @@ class Guard:
                 log.warning("plan %d: could not remove %s: %s (recover removes it)",
                             ctx.plan_id, ctx.reservation, again)
             return self.save(replace(ctx, reservation=None), at)
-        log.info("plan %d: reservation %s on %s for job %d (user %s, %d min)", ctx.plan_id,
+        log.info("plan %d: reservation %s on %s for job %d (user %s, %d min)%s", ctx.plan_id,
                  ctx.reservation, ",".join(ctx.nodes), ctx.beneficiary, ctx.resv_user,
-                 ctx.resv_minutes)
+                 ctx.resv_minutes, f", shared with plan(s) {[c.plan_id for c in peers]}"
+                 if peers else "")
         return ctx
 
     def _end_reservation(self, ctx: PlanContext, *, unlink: bool = True,
                          facts: Mapping[int, JobFacts] | None = None) -> None:
         """Unlink a beneficiary that still waits (``unlink``; its state from ``facts`` when
         given, else asked), then end the reservation (deleted, or ended now when the
-        beneficiary runs in it: FLEX keeps it running)."""
+        beneficiary runs in it: FLEX keeps it running). When other open plans stand on it
+        too, it stays and covers just their nodes and users (the last plan ends it)."""
         if ctx.reservation is None:
             return
         if unlink:
@@ -408,7 +470,13 @@ class Guard:
             except SlurmError as err:
                 log.warning("plan %d: could not unlink job %d from %s: %s", ctx.plan_id,
                             ctx.beneficiary, ctx.reservation, err)
-        self.slurm.end_reservation(ctx.reservation)
+        peers = self._peers(ctx)
+        if not peers:
+            self.slurm.end_reservation(ctx.reservation)
+            return
+        self._cover(ctx.reservation, peers, None)
+        log.info("plan %d: reservation %s left to plan(s) %s", ctx.plan_id, ctx.reservation,
+                 [c.plan_id for c in peers])
 
     def _hold_competitors(self, ctx: PlanContext, snap: ClusterSnapshot, at: float,
                           exclude: Sequence[int]) -> PlanContext:

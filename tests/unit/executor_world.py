@@ -93,11 +93,13 @@ class World:
         return jid
 
     def pending(self, name: str, *, gpus: int = 8, nodes: int = 1, team: str = "team-b",
-                qos: str = "high", priority: int = 10, cls: str = "HIGH") -> int:
+                qos: str = "high", priority: int = 10, cls: str = "HIGH",
+                user: str = "alice") -> int:
         """Submit a job of class ``cls`` that has to wait."""
         info = HaiJobInfo(priority=cls, job_class=cls, team=team, preemptible=True,
                           grace=30, source=ClassOrigin.DIRECTIVE)
-        return self.fake.submit(name=name, uid=os.getuid(), account=team, qos=qos, nodes=nodes,
+        return self.fake.submit(name=name, user=user, uid=os.getuid(), account=team, qos=qos,
+                                nodes=nodes,
                                 gpus_per_node=gpus, priority=priority,
                                 admin_comment=format_admin_comment(info))
 

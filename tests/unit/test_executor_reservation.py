@@ -257,3 +257,103 @@ def test_reservation_lasts_the_whole_plan_and_no_more(world: World) -> None:
     (resv,) = world.fake.reservations()
     assert resv.start_time is not None and resv.end_time is not None
     assert resv.end_time - resv.start_time == 60 * (-(-(300 + 60 + 10 + 60) // 60) + 5)
+
+
+def shared_node_plans(world: World) -> tuple[int, int, int, int]:
+    """Plan 1: alice's 4-GPU job on n1 for v0 (saves in 1 s). Plan 2: bob's 2 x 4-GPU job on
+    n1 and n2 for v1 (n1, 3 s) and w (n2, 2 s). The other GPUs run jobs that never answer.
+    Returns the two beneficiaries and the two plan ids."""
+    world.fake.backfill = True
+    v0 = world.victim("v0", Behaviour(ack_after=1.0), gpus=4)
+    v1 = world.victim("v1", Behaviour(ack_after=3.0), gpus=4)
+    w = world.victim("w", Behaviour(ack_after=2.0), gpus=4)
+    world.victim("f2", Behaviour(ack_after=None), gpus=4)
+    for name in ("f3", "f4"):
+        world.victim(name, Behaviour(ack_after=None))
+    assert [world.fake.jobs[j].nodes for j in (v0, v1, w)] == [("n1",), ("n1",), ("n2",)]
+    b1 = world.pending("b1", gpus=4)
+    b2 = world.pending("b2", gpus=4, nodes=2, user="bob")
+    ex = world.executor()
+    world.ex = ex  # type: ignore[attr-defined]
+    p1 = ex.start(ExecutionRequest(b1, (v0,), nodes=("n1",)), world.fake.snapshot())
+    p2 = ex.start(ExecutionRequest(b2, (v1, w), nodes=("n1", "n2")), world.fake.snapshot())
+    return b1, b2, p1, p2
+
+
+def test_a_second_plan_on_a_reserved_node_joins_its_reservation(world: World) -> None:
+    """Slurm refuses a second reservation on a node: a plan whose target nodes another plan's
+    reservation stands on joins it (its nodes and user added, its beneficiary linked), holds
+    nobody, and a newcomer stays off both plans' nodes. When the first plan ends the
+    reservation stays for the second, covering only its nodes and user; the last plan ends
+    it."""
+    b1, b2, p1, p2 = shared_node_plans(world)
+    ex = world.ex  # type: ignore[attr-defined]
+    name = context(world, p1).reservation
+    assert name is not None and context(world, p2).reservation == name
+    (resv,) = world.fake.reservations()
+    assert (resv.name, set(resv.nodes), set(resv.users)) == (name, {"n1", "n2"},
+                                                            {"alice", "bob"})
+    assert world.fake.jobs[b1].reservation == world.fake.jobs[b2].reservation == name
+    late = world.pending("late", gpus=4, priority=10**6, cls="NORMAL")
+    seen_alone = False
+    for _ in range(400):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+        if world.repo.get_plan(p1).state is PlanState.DONE and ex.has_open_plans():
+            (left,) = world.fake.reservations()
+            assert (left.name, set(left.nodes), left.users) == (name, {"n1", "n2"}, ("bob",))
+            seen_alone = True
+        if not ex.has_open_plans():
+            break
+    assert seen_alone
+    assert world.repo.get_plan(p1).state is world.repo.get_plan(p2).state is PlanState.DONE
+    assert world.fake.jobs[b1].nodes == ("n1",)
+    assert set(world.fake.jobs[b2].nodes) == {"n1", "n2"}
+    assert world.fake.jobs[late].state is JobState.PENDING
+    assert not [w for w in world.fake.writes if w[:2] == ("scontrol", "hold")]
+    assert world.fake.reservations() == ()
+    nothing_held(world)
+
+
+def test_a_shared_reservation_lost_is_made_again_for_both_plans(world: World) -> None:
+    """slurmctld lost the shared reservation and both links: the next step makes it again
+    covering both plans' nodes and users, and links both beneficiaries."""
+    b1, b2, p1, _ = shared_node_plans(world)
+    ex = world.ex  # type: ignore[attr-defined]
+    name = context(world, p1).reservation
+    world.fake.resvs.clear()
+    world.fake.jobs[b1].reservation = world.fake.jobs[b2].reservation = ""
+    world.clock.wait(ex.stop, 0.1)
+    ex.reconcile()
+    (resv,) = world.fake.reservations()
+    assert (resv.name, set(resv.nodes), set(resv.users)) == (name, {"n1", "n2"},
+                                                            {"alice", "bob"})
+    assert world.fake.jobs[b1].reservation == world.fake.jobs[b2].reservation == name
+    step_until_closed(world, ex)
+    assert world.fake.reservations() == ()
+    nothing_held(world)
+
+
+def test_a_refused_join_holds_and_leaves_the_first_reservation_alone(world: World) -> None:
+    """Slurm refuses to change the first plan's reservation: the second plan falls back to
+    holds, and the first plan keeps its reservation as it was."""
+    world.fake.backfill = True
+    v0 = world.victim("v0", Behaviour(ack_after=1.0), gpus=4)
+    v1 = world.victim("v1", Behaviour(ack_after=3.0), gpus=4)
+    for name in ("f2", "f3", "f4"):
+        world.victim(name, Behaviour(ack_after=None))
+    b1 = world.pending("b1", gpus=4)
+    b2 = world.pending("b2", gpus=4, user="bob")
+    other = world.pending("other", gpus=4, priority=50, cls="NORMAL")
+    ex = world.executor()
+    p1 = ex.start(ExecutionRequest(b1, (v0,), nodes=("n1",)), world.fake.snapshot())
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
+    p2 = ex.start(ExecutionRequest(b2, (v1,), nodes=("n1",)), world.fake.snapshot())
+    name = context(world, p1).reservation
+    assert context(world, p2).reservation is None and other in context(world, p2).held
+    (resv,) = world.fake.reservations()
+    assert (resv.name, resv.nodes, resv.users) == (name, ("n1",), ("alice",))
+    assert world.fake.jobs[b1].reservation == name and world.fake.jobs[b2].reservation == ""
+    step_until_closed(world, ex)
+    assert world.fake.jobs[b1].nodes == world.fake.jobs[b2].nodes == ("n1",)
+    nothing_held(world)
