@@ -57,6 +57,8 @@ from hai_slurm.slurm_plugins.types import (
     JobFacts,
     JobIds,
     JobState,
+    Node,
+    Partition,
     PendingBrief,
     Qos,
     Reservation,
@@ -200,20 +202,36 @@ class CliSlurmClient:
         plan = self.plan
         now = int(self._clock())
         jobs = self._jobs(plan, now)
+        nodes, partitions, qos = self.cluster_parts()
+        self._aliases = {j.job_id: f"{j.job_id}_{j.array_task_id}" for j in jobs
+                         if j.array_job_id == j.job_id and j.array_task_id is not None}
+        return ClusterSnapshot(time=now, version=plan.version, jobs=jobs, nodes=nodes,
+                               partitions=partitions, qos=qos)
+
+    def cluster_parts(self) -> tuple[tuple[Node, ...], tuple[Partition, ...], tuple[Qos, ...]]:
+        """The snapshot's nodes, partitions and QOS (the pyslurm backend reads them here
+        too, beside its job listing)."""
+        plan = self.plan
         nodes = parse_nodes(self._json(plan.nodes), " ".join(plan.nodes))
         if plan.partition_source is PartitionSource.SCONTROL_TEXT:
             out = check(self._run(plan.partitions), " ".join(plan.partitions)).stdout
             partitions = parse_partitions_text(out)
         else:
             partitions = parse_partitions_json(self._json(plan.partitions))
-        qos = self.qos()
-        self._aliases = {j.job_id: f"{j.job_id}_{j.array_task_id}" for j in jobs
-                         if j.array_job_id == j.job_id and j.array_task_id is not None}
-        return ClusterSnapshot(time=now, version=plan.version, jobs=jobs, nodes=nodes,
-                               partitions=partitions, qos=qos)
+        return nodes, partitions, self.qos()
+
+    def read(self, argv: Sequence[str]) -> str:
+        """The output of a read-only Slurm command (``squeue``, ``sinfo``...) run as this
+        backend runs them; SlurmError when it fails."""
+        return check(self._run(list(argv)), " ".join(argv[:2])).stdout
+
+    def is_array_alias(self, job_id: int) -> bool:
+        """Whether the last snapshot showed ``job_id`` as a running array task whose own id
+        is its array's (written ``ARRAY_TASK`` then)."""
+        return job_id in self._aliases
 
     def _jobs(self, plan: QueryPlan, now: int) -> tuple[Job, ...]:
-        if self.listing.usable(now) and self._compact_ok():
+        if self.listing.usable(now) and self.has_compact_listing():
             jobs = self.listing.jobs(self.compact_listing())
             if jobs is not None:
                 return jobs
@@ -232,7 +250,7 @@ class CliSlurmClient:
         return check(self._run(["squeue", "--noheader", f"--Format={COMPACT_JOBS_FORMAT}"],
                                env={"SLURM_TIME_FORMAT": "%s"}), "squeue -O").stdout
 
-    def _compact_ok(self) -> bool:
+    def has_compact_listing(self) -> bool:
         """The compact listing needs the subprocess runner (it sets ``SLURM_TIME_FORMAT`` for
         the one command) and 22.05, whose listing was checked against its JSON field by field
         (ReqSwitch/Wait4Switch there match what :meth:`_with_switches` reads)."""

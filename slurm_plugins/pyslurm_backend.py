@@ -74,7 +74,6 @@ from hai_slurm.slurm_plugins.cli_backend import (
 )
 from hai_slurm.slurm_plugins.compact_listing import DETAIL_REFRESH, CompactListing, fresh
 from hai_slurm.slurm_plugins.parse import job_state, parse_job
-from hai_slurm.slurm_plugins.runner import check
 from hai_slurm.slurm_plugins.types import (
     ActionResult,
     ClusterSnapshot,
@@ -426,7 +425,7 @@ class PyslurmClient:
         Else, and every
         :data:`~.compact_listing.DETAIL_REFRESH` seconds: every record from ``Jobs.load()``."""
         now = self._clock()
-        if self.listing.usable(now) and self._cli._compact_ok():
+        if self.listing.usable(now) and self._cli.has_compact_listing():
             jobs = self.listing.jobs(self._cli.compact_listing(), fetch=self._records_of)
             if jobs is not None:
                 return jobs
@@ -489,7 +488,7 @@ class PyslurmClient:
     def _read_requests(self, select: list[str]) -> dict[int, dict[str, str]]:
         """One ``squeue -O`` of the GPU requests (all active jobs, or those ``select`` names)."""
         argv = ["squeue", "--noheader", *select, f"--Format={_GPU_FORMAT}"]
-        out = check(self._cli._run(argv), "squeue -O tres-per-job").stdout
+        out = self._cli.read(argv)
         found: dict[int, dict[str, str]] = {}
         for line in out.splitlines():
             parts = [p.strip() for p in line.split("|")]
@@ -503,37 +502,18 @@ class PyslurmClient:
         from the CLI backend's reads, run beside the job listing where that is a command too
         (``sinfo`` and ``scontrol`` then cost no wall time of their own: 13 ms a cycle)."""
         now = int(self._clock())
-        if self._cli._compact_ok():
+        if self._cli.has_compact_listing():
             with ThreadPoolExecutor(1) as pool:
-                rest = pool.submit(self._cli_rest)
+                rest = pool.submit(self._cli.cluster_parts)
                 jobs = self.jobs()
                 nodes, partitions, qos = rest.result()
         else:
             jobs = self.jobs()
-            nodes, partitions, qos = self._cli_rest()
+            nodes, partitions, qos = self._cli.cluster_parts()
         self._aliases = frozenset(j.job_id for j in jobs if j.array_job_id == j.job_id
                                   and j.array_task_id is not None)
         return ClusterSnapshot(time=now, version=self.version(), jobs=jobs, nodes=nodes,
                                partitions=partitions, qos=qos)
-
-    def _cli_rest(self) -> tuple[Any, Any, Any]:
-        """Nodes, partitions and QOS read with the CLI backend's commands and parsers."""
-        from hai_slurm.slurm_plugins.parse import (
-            parse_nodes,
-            parse_partitions_json,
-            parse_partitions_text,
-        )
-        from hai_slurm.slurm_plugins.version import PartitionSource
-
-        cli = self._cli
-        plan = cli.plan
-        nodes = parse_nodes(cli._json(plan.nodes), " ".join(plan.nodes))
-        if plan.partition_source is PartitionSource.SCONTROL_TEXT:
-            partitions = parse_partitions_text(
-                check(cli._run(plan.partitions), " ".join(plan.partitions)).stdout)
-        else:
-            partitions = parse_partitions_json(cli._json(plan.partitions))
-        return nodes, partitions, cli.qos()
 
     def job_facts(self, job_ids: JobIds) -> dict[int, JobFacts]:
         """``Job.load`` per id (few ids) or one ``Jobs.load()`` (more than :data:`CHUNK`);
@@ -603,7 +583,7 @@ class PyslurmClient:
     def _via_cli(self, aliased: tuple[int, ...]) -> CliSlurmClient:
         """The CLI backend, told which ids are array aliases (it writes them ``ARRAY_TASK``)."""
         for jid in aliased:
-            if jid not in self._cli._aliases:
+            if not self._cli.is_array_alias(jid):
                 self._cli.snapshot()   # refreshes its alias table; rare (array id == task id)
                 break
         return self._cli
