@@ -88,7 +88,8 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
 
 def _urgent_summary(cfg: DaemonConfig) -> str:
     """The urgent path's line of :func:`summary`."""
-    from hai_slurm.priority.daemon.urgent import URGENT_FROM, URGENT_LOOKS
+    from hai_slurm.priority.daemon.urgent import URGENT_LOOKS
+    from hai_slurm.priority.policy.ladder import URGENT_FROM
 
     poll = cfg.intervals.urgent_poll
     if poll <= 0:

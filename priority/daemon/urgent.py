@@ -29,7 +29,7 @@ from types import MappingProxyType
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.daemon.job_values import class_of
-from hai_slurm.priority.policy.ladder import RANK
+from hai_slurm.priority.policy.ladder import RANK, URGENT_FROM
 from hai_slurm.priority.policy.state import AUTO, Requested
 from hai_slurm.slurm_plugins.types import Job, PendingBrief
 
@@ -42,12 +42,6 @@ passes at ``loss / (weight x GPUs)`` of waiting: a 4-GPU HIGH job displacing an 
 after ~13 s, a VERY_HIGH 8-GPU job displacing a 16-GPU one after ~12 s), so the looks go on
 until 20 s: with a last look at 10 s such jobs waited for the next cycle (up to 30 s more;
 ``priority/sim/README.md``, "Tuning on the matrix, second pass")."""
-
-URGENT_FROM = PriorityClass.HIGH
-"""The lowest class whose new jobs get looks: the top classes (HIGH, VERY_HIGH, EXTREME_HIGH),
-the urgent work the issue's targets and the simulator's metrics name. Lower classes wait for
-the cycle: their benefit weight cannot outweigh a victim's save + restart within the looks'
-10 s anyway, and looking at every NORMAL job would read the whole queue every poll."""
 
 NEW_WITHIN = 60.0
 """A job first seen more than this long after its submission is not new: the daemon was down,

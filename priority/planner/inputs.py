@@ -30,7 +30,7 @@ from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Topology
 from hai_slurm.priority.planner.placement import ClusterView
 from hai_slurm.priority.planner.types import Holder, Waiting
-from hai_slurm.priority.policy.ladder import LADDER, RANK
+from hai_slurm.priority.policy.ladder import LADDER, RANK, URGENT_FROM
 from hai_slurm.priority.policy.state import PendingDecision, PendingJob, RunningDecision, RunningJob
 
 
@@ -147,6 +147,19 @@ def allowed_nodes(partition: str, partitions: Mapping[str, frozenset[str]],
     return None if out == cluster else out
 
 
+def overrides_protection(decision: PendingDecision) -> bool:
+    """Whether a protected team's jobs give way to this pending job too
+    (:attr:`Waiting.overrides_protection`): it is urgent (a class of
+    :data:`~hai_slurm.priority.policy.ladder.URGENT_FROM` or above), or it has waited its
+    class's bound; either in the class it asked for (after demotion and decay), not one aging
+    lifted it to (aging is the remedy of the jobs it lifts; they preempt as the class they
+    asked for)."""
+    r = decision.reason
+    if r.aging_steps:
+        return False
+    return RANK[decision.effective] >= RANK[URGENT_FROM] or 0 < r.bound <= r.wait
+
+
 def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, PendingDecision],
                         *, nodes: Mapping[int, int] | None = None,
                         switches: Mapping[int, tuple[int, float]] | None = None,
@@ -168,4 +181,5 @@ def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, P
         effective=preempt_class(j, d, aged_preempt=aged_preempt), gpus=j.resources.gpus,
         nodes=wanted.get(j.job_id), wait=d.reason.wait, user=j.user,
         max_leaves=max_leaves(*asked.get(j.job_id, (0, 0.0)), d.reason.wait),
-        allowed=where.get(j.job_id)) for d, j in rows)
+        allowed=where.get(j.job_id), overrides_protection=overrides_protection(d))
+        for d, j in rows)

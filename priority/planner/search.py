@@ -115,15 +115,16 @@ def shape(job: Waiting, max_node_gpus: int) -> tuple[int, int]:
 
 
 def _why_not(h: Holder, rank: int, claimed: Mapping[int, int], config: PlannerConfig,
-             now: float) -> tuple[str, str] | None:
-    """(category, details) of why ``h`` may not give way to a job of ``rank``; None: it may."""
+             now: float, overdue: bool = False) -> tuple[str, str] | None:
+    """(category, details) of why ``h`` may not give way to a job of ``rank`` (``overdue``:
+    one that :attr:`Waiting.overrides_protection`); None: it may."""
     if h.job_id in claimed:
         return "given to other plans", f"already gives way to job {claimed[h.job_id]}"
     if RANK[h.effective] >= rank:
         return "not of a lower class", f"class {_NAME[h.effective]} is not lower"
     if not h.preemptible:
         return "not preemptible", "not preemptible"
-    if h.protected:
+    if h.protected and not overdue:
         return "protected", f"team {h.team} is protected"
     ran = now - h.start_time
     least = config.min_run_for(h.effective)
@@ -164,10 +165,16 @@ def _victim_text(h: Holder, lost_work: float, secs: float, now: float) -> str:
             f"ran {_dur(now - h.start_time)}, {ckpt}): loses {_dur(secs)} = {_gs(lost_work)}")
 
 
+_PROTECTED_YOUNG = "protected, too young"
+"""The category of a running job that is both (:meth:`_Pass.excluded` counts it as protected,
+or as too young for a job that overrides protection)."""
+
+
 def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
-              rank: int) -> dict[str, int]:
-    """Running jobs that may not give way to a job of ``rank``, per reason, from the counts
-    per (class, reason) of those not given yet and the number given."""
+              rank: int, overdue: bool = False) -> dict[str, int]:
+    """Running jobs that may not give way to a job of ``rank`` (``overdue``: protection
+    waived), per reason, from the counts per (class, reason) of those not given yet and the
+    number given."""
     out: dict[str, int] = {}
     if claims:
         out["given to other plans"] = claims
@@ -175,6 +182,10 @@ def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
         if n <= 0:
             continue
         cat = "not of a lower class" if r >= rank else why
+        if cat == _PROTECTED_YOUNG:
+            cat = "too young" if overdue else "protected"
+        elif overdue and cat == "protected":
+            cat = None
         if cat is not None:
             out[cat] = out.get(cat, 0) + n
     return out
@@ -187,9 +198,9 @@ class _Excluded(Mapping[str, int]):
     __slots__ = ("_args", "_counts")
 
     def __init__(self, left: Mapping[tuple[int, str | None], int], claims: int,
-                 rank: int) -> None:
-        self._args: tuple[Mapping[tuple[int, str | None], int], int, int] | None = (
-            left, claims, rank)
+                 rank: int, overdue: bool = False) -> None:
+        self._args: tuple[Mapping[tuple[int, str | None], int], int, int, bool] | None = (
+            left, claims, rank, overdue)
         self._counts: dict[str, int] | None = None
 
     def counts(self) -> dict[str, int]:
@@ -267,8 +278,10 @@ class _Pass:
                                        config.borrowed_discount)
                 for node in masks:
                     self.on_node.setdefault(node, []).append(jid)
-                cat = ("not preemptible" if not h.preemptible else "protected" if h.protected
-                       else "too young" if now - h.start_time < min_run(h.effective) else None)
+                young = now - h.start_time < min_run(h.effective)
+                cat = ("not preemptible" if not h.preemptible
+                       else (_PROTECTED_YOUNG if young else "protected") if h.protected
+                       else "too young" if young else None)
                 self.base[jid] = cat
                 self.left_out[rank, cat] = self.left_out.get((rank, cat), 0) + 1
         for node in sorted(closed):   # a guard's free GPUs: nobody else's in this pass
@@ -277,11 +290,28 @@ class _Pass:
         self.index = VictimIndex(self.view, self.cands,
                                  [j for j, cat in self.base.items() if cat is None],
                                  config.max_candidates_per_node)
+        self._overdue_index: VictimIndex | None = None
+        """The index a job that overrides protection searches (protected jobs too), made when
+        first needed."""
+
+    def _index_for(self, overdue: bool) -> VictimIndex:
+        """The victim index of a job that overrides protection (``overdue``) or not (the same
+        one when no running job is protected)."""
+        if not overdue or "protected" not in self.base.values():
+            return self.index
+        if self._overdue_index is None:
+            self._overdue_index = VictimIndex(
+                self.view, self.cands, [j for j, cat in self.base.items()
+                                        if cat in (None, "protected") and j not in self.claimed],
+                self.config.max_candidates_per_node)
+        return self._overdue_index
 
     def occupy(self, node: str, mask: int) -> None:
         """Take ``mask`` on ``node`` for the rest of the pass."""
         self.view.occupy(node, mask)
         self.index.touch(node)
+        if self._overdue_index is not None:
+            self._overdue_index.touch(node)
 
     def claim(self, victim: int, beneficiary: int) -> None:
         """``victim`` gives way to ``beneficiary``: later plans may not count it."""
@@ -292,6 +322,8 @@ class _Pass:
         key = (self.cands[victim].rank, self.base[victim])
         self.left_out[key] -= 1
         self.index.claim(victim)
+        if self._overdue_index is not None:
+            self._overdue_index.claim(victim)
 
     def excluded(self, rank: int) -> dict[str, int]:
         """How many running jobs may not give way to a job of ``rank``, per reason (what
@@ -303,26 +335,30 @@ class _Pass:
         return out
 
     def options(self, nodes: int, per: int, rank: int, *, cross: bool,
-                allowed: frozenset[str] | None = None
+                allowed: frozenset[str] | None = None, overdue: bool = False
                 ) -> tuple[list[Option], Mapping[str, int]]:
-        """Victim sets for a job of ``rank`` needing ``nodes`` x ``per`` GPUs on the ``allowed``
-        nodes (None: any), best first (at most 4), and the running jobs left out per reason
-        (counted when first read: a plan reads them only in its ``not_chosen`` texts)."""
+        """Victim sets for a job of ``rank`` (``overdue``: one that
+        :attr:`Waiting.overrides_protection`) needing
+        ``nodes`` x ``per`` GPUs on the ``allowed`` nodes (None: any), best first (at most 4),
+        and the running jobs left out per reason (counted when first read: a plan reads them
+        only in its ``not_chosen`` texts)."""
         left = self.frozen_left
         if left is None:   # a copy per claim (a few dozen counts), shared until the next
             left = self.frozen_left = dict(self.left_out)
-        return (self.index.search(nodes, per, rank, cross_leaf=cross, allowed=allowed),
-                _Excluded(left, len(self.claimed), rank))
+        return (self._index_for(overdue).search(nodes, per, rank, cross_leaf=cross,
+                                                allowed=allowed),
+                _Excluded(left, len(self.claimed), rank, overdue))
 
-    def eligible(self, rank: int) -> tuple[dict[str, list[Candidate]], dict[int, Candidate],
-                                           dict[str, int]]:
-        """Candidates that may give way to a job of ``rank`` per node and by id, and how many
-        running jobs were left out for each reason."""
+    def eligible(self, rank: int, overdue: bool = False
+                 ) -> tuple[dict[str, list[Candidate]], dict[int, Candidate], dict[str, int]]:
+        """Candidates that may give way to a job of ``rank`` (``overdue``: protection waived)
+        per node and by id, and how many running jobs were left out for each reason."""
         by_node: dict[str, list[Candidate]] = {}
         by_id: dict[int, Candidate] = {}
         excluded: dict[str, int] = {}
         for jid, c in self.cands.items():
-            why = _why_not(self.holders[jid], rank, self.claimed, self.config, self.now)
+            why = _why_not(self.holders[jid], rank, self.claimed, self.config, self.now,
+                           overdue)
             if why is not None:
                 excluded[why[0]] = excluded.get(why[0], 0) + 1
                 continue
@@ -494,7 +530,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     max_plans, max_searches = config.limits(len(snapshot.pending))
     shapes: dict[_Asked, _Shape] = {}  # per asked shape
     # per asked shape and class: what the walk derives from them (_Kind), once per pass
-    kinds: dict[tuple[int, int | None, int | None, frozenset[str] | None, PriorityClass],
+    kinds: dict[tuple[int, int | None, int | None, frozenset[str] | None, PriorityClass, bool],
                 _Kind] = {}
     pending = snapshot.pending
     limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
@@ -503,8 +539,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     for i in order:
         job = pending[i]
         jid, cls = job.job_id, job.effective
-        leaves, allowed = job.max_leaves, job.allowed
-        asked = (job.gpus, job.nodes, leaves, allowed, cls)
+        leaves, allowed, overdue = job.max_leaves, job.allowed, job.overrides_protection
+        asked = (job.gpus, job.nodes, leaves, allowed, cls, overdue)
         derived = kinds.get(asked)
         if derived is None:
             derived = kinds[asked] = _kind(job, view, config, shapes)
@@ -548,12 +584,13 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         searches += 1
         limited = searches >= max_searches
         limit = 1
-        found, excluded = st.options(nodes, per, rank, cross=cross, allowed=allowed)
+        found, excluded = st.options(nodes, per, rank, cross=cross, allowed=allowed,
+                                     overdue=overdue)
         options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
             decisions[jid] = Decision(jid, _NO_VICTIMS, (
-                f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
+                f"{lead}; no set of lower-class, {_victim_kind(overdue)} older than "
                 f"{_dur(config.min_run_time)} frees such a placement (running jobs left out: "
                 f"{_summary(excluded)})"))
             continue
@@ -612,9 +649,9 @@ _Asked = tuple[int, int | None, int | None, frozenset[str] | None]
 """A job's asked shape: GPUs, nodes, --switches limit, allowed nodes."""
 _Key = tuple[int, int, frozenset[str] | None]
 """A shape's cache key: nodes, --switches limit or 0, allowed nodes."""
-_VKey = tuple[int, int, frozenset[str] | None, int]
-"""_Key + (GPUs per node,): the cache key of victim verdicts."""
-_NWKey = tuple[int, int, int, frozenset[str] | None, int]
+_VKey = tuple[int, int, frozenset[str] | None, int, bool]
+"""_Key + (GPUs per node, overdue): the cache key of victim verdicts."""
+_NWKey = tuple[int, int, int, frozenset[str] | None, int, bool]
 """(rank,) + _VKey: the cache key of not-worth verdicts."""
 
 
@@ -628,7 +665,7 @@ class _Shape(NamedTuple):
     cross: bool
     key: _Key
     impossible: str | None
-    vkey: _VKey                    # key + (per,): the cache key of victim verdicts
+    vkey: tuple[int, int, frozenset[str] | None, int]   # key + (per,)
     lead: str                      # "needs <what>, none free"
 
     @classmethod
@@ -671,18 +708,26 @@ def _kind(job: Waiting, view: ClusterView, config: PlannerConfig,
     weight = config.class_weights.get(cls, 0.0)
     if job.gpus <= 0:
         return ((_NO_GPUS, "needs no GPUs: not planned"), 0, 0, "", False, (0, 0, None),
-                (0, 0, None, 0), "", rank, "", (0, 0, 0, None, 0), weight, [None, None])
+                (0, 0, None, 0, False), "", rank, "", (0, 0, 0, None, 0, False), weight,
+                [None, None])
     asked = (job.gpus, job.nodes, job.max_leaves, job.allowed)
     known = shapes.get(asked)
     if known is None:
         known = shapes[asked] = _Shape.of(job, view, config)
-    nodes, per, what, cross, shape_key, impossible, vkey, lead = known
+    nodes, per, what, cross, shape_key, impossible, shape_vkey, lead = known
     fixed = None if impossible is None else (_IMPOSSIBLE, impossible)
+    vkey: _VKey = (*shape_vkey, job.overrides_protection)
     none_text = (f"{lead}; no class is lower than {_NAME[cls]}" if rank == 0 else
-                 f"{lead}; no set of lower-class, preemptible, unprotected jobs older than "
-                 f"{_dur(config.min_run_time)} frees such a placement")
+                 f"{lead}; no set of lower-class, {_victim_kind(job.overrides_protection)} "
+                 f"older than {_dur(config.min_run_time)} frees such a placement")
     return (fixed, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text,
             (rank, *vkey), weight, [None, None])
+
+
+def _victim_kind(overrides_protection: bool) -> str:
+    """The running jobs a job may take, in its NO_VICTIMS verdict."""
+    return ("preemptible jobs (protected teams' too: it is urgent or past its bound)"
+            if overrides_protection else "preemptible, unprotected jobs")
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:

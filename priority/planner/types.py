@@ -78,6 +78,11 @@ class Waiting:
     A plan frees GPUs only there (freeing GPUs elsewhere would help nobody: Slurm would not
     start the job on them). Give jobs with the same restriction the same set object: the pass
     keys its caches by it."""
+    overrides_protection: bool = False
+    """A protected team's jobs may give way to this job too: it is urgent (HIGH and above:
+    the work preemption exists for), or it has waited past its class bound (a guarantee).
+    Protection still shields a team that was preempted too often from every other job
+    (:func:`~hai_slurm.priority.planner.inputs.overrides_protection`)."""
 
 
 @dataclass(frozen=True, slots=True)

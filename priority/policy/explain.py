@@ -10,7 +10,7 @@ import time
 from enum import Enum
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
-from hai_slurm.priority.policy.ladder import LADDER, RANK
+from hai_slurm.priority.policy.ladder import LADDER, RANK, URGENT_FROM
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
     AUTO,
@@ -78,7 +78,8 @@ def _team_lines(team: TeamState | None, config: PolicyConfig,
     if team.protected_until is not None:
         fair += (f" It is protected until {_clock(team.protected_until)}: its running jobs are "
                  f"not preemption victims (more than {config.fairness.protect_after} "
-                 f"preemptions in the window{_protect_excess(config)}).")
+                 f"preemptions in the window{_protect_excess(config)}), except for urgent "
+                 f"jobs ({_name(URGENT_FROM)} and above) and jobs past their class bound.")
     if team.demoting:
         fair += (f" It preempted more than {config.fairness.demote_after} times"
                  f"{_excess(config)}, so its new "
@@ -188,7 +189,9 @@ def explain_running(job: RunningJob, decision: RunningDecision, team: TeamState 
     if not decision.preemptible:
         lines.append("It is not preemptible (#HAI --preemptible=no).")
     elif decision.protected:
-        lines.append(f"It is protected: team {job.team} was preempted often recently.")
+        lines.append(f"It is protected: team {job.team} was preempted often recently. Of the "
+                     f"jobs above its class, only urgent ones ({_name(URGENT_FROM)} and above) "
+                     "and ones past their class bound may preempt it.")
     else:
         lines.append(f"Jobs of a class above {_name(decision.effective)} may preempt it.")
     asked = job.requested

@@ -18,6 +18,13 @@ LADDER: tuple[PriorityClass, ...] = tuple(sorted(PriorityClass, key=lambda c: c.
 #: Rank of each class on the ladder (LOW = 0).
 RANK: dict[PriorityClass, int] = {c: i for i, c in enumerate(LADDER)}
 TOP: int = len(LADDER) - 1
+URGENT_FROM = PriorityClass.HIGH
+"""The lowest urgent class: the top classes (HIGH, VERY_HIGH, EXTREME_HIGH), the urgent work
+the issue's targets and the simulator's metrics name. Their new jobs get the daemon's looks
+between cycles (lower classes wait for the cycle: their benefit weight cannot outweigh a
+victim's save + restart within the looks anyway, and looking at every NORMAL job would read
+the whole queue every poll), and a protected team's jobs give way to them too (the planner:
+protection shields a team from ordinary work, not from the work preemption exists for)."""
 
 
 def rank(cls: PriorityClass) -> int:

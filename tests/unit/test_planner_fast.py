@@ -66,7 +66,8 @@ waitings = st.lists(st.builds(
     nodes=st.sampled_from((None, None, 1, 2, 3)), wait=st.sampled_from((0.0, 600.0, 1e7)),
     max_leaves=st.sampled_from((None, None, 1, 2)),
     # shared set objects, as the daemon gives them (one per partition): None most often
-    allowed=st.sampled_from((None, None, None, PART_A, PART_B, ONE_NODE))),
+    allowed=st.sampled_from((None, None, None, PART_A, PART_B, ONE_NODE)),
+    overrides_protection=st.booleans()),
     min_size=1, max_size=14, unique_by=lambda w: w.job_id)
 
 configs = st.builds(

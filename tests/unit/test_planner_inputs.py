@@ -63,6 +63,8 @@ def test_policy_flags_reach_the_planner_and_borrowed_jobs_give_way() -> None:
                         waiting_from_policy(pending, policy.pending), NOW)
     assert [w.job_id for w in snap.pending] == [10, 11]  # HIGH first, whatever the wait
     assert snap.pending[0].wait == policy.pending[10].reason.wait
+    # HIGH is urgent: a protected team's jobs give way to it too; NORMAL within its bound not
+    assert [w.overrides_protection for w in snap.pending] == [True, False]
     result = plan_preemptions(snap, config=PlannerConfig(), now=NOW)
     plan = result.plan_for(10)
     assert plan is not None and plan.victim_ids == (2,) and plan.nodes == ("n2",)

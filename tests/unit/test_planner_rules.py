@@ -6,12 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from hai_slurm.classes import PriorityClass
+from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.conf.topology import GpuRef
 from hai_slurm.errors import ConfigError
+from hai_slurm.priority.planner.inputs import overrides_protection
 from hai_slurm.priority.planner.search import lost_seconds, plan_preemptions
 from hai_slurm.priority.planner.testing import NOW, gpu_cluster, gpus, holder, snapshot, waiting
 from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
+from hai_slurm.priority.policy.ladder import step
+from hai_slurm.priority.policy.state import PendingDecision, PendingReason, Rule
 
 HIGH, NORMAL, LOW = PriorityClass.HIGH, PriorityClass.NORMAL, PriorityClass.LOW
 ALL8 = tuple(range(8))
@@ -52,6 +55,39 @@ def test_protected_non_preemptible_and_young_jobs_are_never_chosen() -> None:
     assert result.plans == ()
     assert result.decisions[9].outcome is Outcome.NO_VICTIMS
     assert "preemptible, unprotected jobs older than 2m00s" in result.decisions[9].reason
+
+
+def test_urgent_or_overdue_jobs_may_take_a_protected_teams_jobs() -> None:
+    """A job that overrides protection (urgent, or past its bound) may take a protected team's
+    job, and its verdict says so; one that does not may not. Two jobs of the same shape in one
+    pass, one of each: the verdict cached for one is not reused for the other."""
+    topo = gpu_cluster(1, 2)
+    jobs = [holder(1, NORMAL, gpus("n1", *ALL8), protected=True, checkpoint=NOW - 5),
+            holder(2, HIGH, gpus("n2", *ALL8))]
+    plain = waiting(9, HIGH, 8, wait=86400)
+    urgent = replace(plain, job_id=10, overrides_protection=True)
+    result = _plan(snapshot(topo, jobs, [plain, urgent]))
+    assert result.decisions[9].outcome is Outcome.NO_VICTIMS
+    assert "preemptible, unprotected jobs" in result.decisions[9].reason
+    plan = result.plan_for(10)
+    assert plan is not None and plan.victim_ids == (1,)
+    alone = _plan(snapshot(topo, jobs[1:], [replace(urgent, gpus=16, nodes=2)]))
+    assert alone.decisions[10].outcome is Outcome.NO_VICTIMS
+    assert "protected teams' too: it is urgent or past its bound" in alone.decisions[10].reason
+
+
+def test_overrides_protection_for_urgent_classes_and_past_the_bound() -> None:
+    """HIGH and above asked for (not reached by aging), or any class past its bound."""
+    def decision(cls: PriorityClass, wait: float, bound: float, aged: int = 0) -> PendingDecision:
+        reason = PendingReason(cls, ClassOrigin.DIRECTIVE, cls, None, False, False, wait, bound,
+                               aged, None, 1, Rule.FCFS, None, None, 0, 0.0)
+        return PendingDecision(1, step(cls, aged), 10, reason)
+
+    assert overrides_protection(decision(HIGH, 0.0, 600.0))
+    assert overrides_protection(decision(PriorityClass.EXTREME_HIGH, 0.0, 120.0))
+    assert not overrides_protection(decision(NORMAL, 10.0, 7200.0))
+    assert overrides_protection(decision(NORMAL, 7200.0, 7200.0))
+    assert not overrides_protection(decision(PriorityClass.ABOVE_NORMAL, 1900.0, 1800.0, 1))
 
 
 def test_borrowed_jobs_give_way_first_within_the_discount() -> None:

@@ -63,6 +63,7 @@ def test_explain_running_job_tells_decay_borrowed_and_protection() -> None:
     assert "running in class NORMAL" in text
     assert "ABOVE_NORMAL counts as NORMAL after 30m" in text
     assert "It is protected" in text
+    assert "except for urgent jobs (HIGH and above) and jobs past their class bound" in text
     assert "borrowed GPUs" in text
 
 

@@ -169,25 +169,39 @@ def test_hai_slurm_preempts_the_same_team_again_when_unprotected() -> None:
     assert runs(engine)[3] == (2077, 2177, 0)
 
 
+PROTECT_ORDINARY = [*PROTECT[:2], job(3, 2000, 100, 8, "t2", P.ABOVE_NORMAL)]
+PROTECTED = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
+
+
 def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
     """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1007 (job 2's
-    urgent look after its wait passed 6.33 s), so job 3 waits until the first cycle after
-    4607, 4620, then preempts: job 3 runs 4690-4790; job 1 kept its progress (1007 s, then
-    3373 s of this run, 620 s left) and ends 4790 + 70 + 620.
+    urgent look after its wait passed 6.33 s), so job 3, ABOVE_NORMAL (not urgent), waits until
+    the first cycle after 4607, 4620, then preempts: job 3 runs 4690-4790; job 1 kept its
+    progress (1007 s, then 3373 s of this run, 620 s left) and ends 4790 + 70 + 620.
 
     Job 1 holds all 8 GPUs, so 4 of them are borrowed (quota 4 per team): protection covers it
-    only with protect_borrowed; by default (second run) the borrowed job is reclaimed at 2007
-    exactly as when unprotected."""
-    toml = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
-    engine = run("hai-slurm", PROTECT, toml + "protect_borrowed = true\n")
+    only with protect_borrowed; by default (second run) the borrowed job is reclaimed at the
+    cycle of 2010 exactly as when unprotected."""
+    engine = run("hai-slurm", PROTECT_ORDINARY, PROTECTED + "protect_borrowed = true\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
         (1007, 1, 2), (4620, 1, 3)]
     assert runs(engine) == {1: (0, 5480, 2), 2: (1077, 1177, 0), 3: (4690, 4790, 0)}
     assert engine.policy.counts["protections"] >= 1
-    default = run("hai-slurm", PROTECT, toml)
+    default = run("hai-slurm", PROTECT_ORDINARY, PROTECTED)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
-        (1007, 1, 2), (2007, 1, 3)]
+        (1007, 1, 2), (2010, 1, 3)]
     assert default.policy.counts["protections"] >= 1
+
+
+def test_hai_slurm_protection_does_not_hold_off_urgent_work() -> None:
+    """The same protection, job 3 HIGH: urgent work is what preemption is for, so the
+    protected team's job gives way to it as if unprotected, at the look of 2007 (job 3 runs
+    2077-2177), not at 4620."""
+    engine = run("hai-slurm", PROTECT, PROTECTED + "protect_borrowed = true\n")
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1007, 1, 2), (2007, 1, 3)]
+    assert runs(engine)[3] == (2077, 2177, 0)
+    assert engine.policy.counts["protections"] >= 1
 
 
 BORROWED = [job(1, 0, 5000, 6, "t1", P.LOW), job(2, 0, 5000, 1, "t2", P.LOW),
