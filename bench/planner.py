@@ -2,8 +2,10 @@
 
 500 nodes x 8 GPUs (25 leaf switches of 20 nodes), 2,000 running and 10,000 pending jobs of every
 class. Prints the median time of one planning pass with the default limits (4 plans, 64 victim
-searches a cycle) and with the limits lifted (up to 64 plans, unlimited searches), what the
-passes decided, and the peak memory of one pass. Wall and CPU times are both printed: on a
+searches a cycle), with the limits lifted (up to 64 plans, unlimited searches), and with the
+default limits and the pending jobs of HIGH and above marked as overriding protection (as the
+daemon marks them: ``Waiting.overrides_protection``, a second victim index), what the passes
+decided, and the peak memory of one pass. Wall and CPU times are both printed: on a
 shared machine the wall time includes waiting for a CPU; the calibration line at the end is a
 fixed loop timed the same way, to compare runs made under different loads.
 
@@ -33,6 +35,7 @@ from hai_slurm.conf.topology import Level
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.testing import NOW, synthetic_snapshot
 from hai_slurm.priority.planner.types import PlannerConfig, PlanningResult, PlanSnapshot
+from hai_slurm.priority.policy.ladder import RANK, URGENT_FROM
 
 
 def _timed(snap: PlanSnapshot, config: PlannerConfig, runs: int
@@ -95,9 +98,15 @@ def main() -> None:
           f"{build:.0f} ms")
     default = PlannerConfig()
     lifted = replace(default, max_plans=64, max_searches=1_000_000)
-    for name, config in (("default limits (4 plans, 64 searches)", default),
-                         ("lifted limits (64 plans, no search limit)", lifted)):
-        times, cpu, result = _timed(snap, config, args.runs)
+    urgent = replace(snap, pending=tuple(
+        replace(w, overrides_protection=RANK[w.effective] >= RANK[URGENT_FROM])
+        for w in snap.pending))
+    for name, config, s in (
+            ("default limits (4 plans, 64 searches)", default, snap),
+            ("lifted limits (64 plans, no search limit)", lifted, snap),
+            ("default limits, urgent jobs overriding protection as the daemon sets them",
+             default, urgent)):
+        times, cpu, result = _timed(s, config, args.runs)
         outcomes = Counter(d.outcome.name for d in result.decisions.values())
         victims = sum(len(p.victims) for p in result.plans)
         print(f"{name}: median {statistics.median(times):.0f} ms, min {min(times):.0f} ms, "
