@@ -115,16 +115,16 @@ def shape(job: Waiting, max_node_gpus: int) -> tuple[int, int]:
 
 
 def _why_not(h: Holder, rank: int, claimed: Mapping[int, int], config: PlannerConfig,
-             now: float, overdue: bool = False) -> tuple[str, str] | None:
-    """(category, details) of why ``h`` may not give way to a job of ``rank`` (``overdue``:
-    one that :attr:`Waiting.overrides_protection`); None: it may."""
+             now: float, waive_protection: bool = False) -> tuple[str, str] | None:
+    """(category, details) of why ``h`` may not give way to a job of ``rank``
+    (``waive_protection``: one that :attr:`Waiting.overrides_protection`); None: it may."""
     if h.job_id in claimed:
         return "given to other plans", f"already gives way to job {claimed[h.job_id]}"
     if RANK[h.effective] >= rank:
         return "not of a lower class", f"class {_NAME[h.effective]} is not lower"
     if not h.preemptible:
         return "not preemptible", "not preemptible"
-    if h.protected and not overdue:
+    if h.protected and not waive_protection:
         return "protected", f"team {h.team} is protected"
     ran = now - h.start_time
     least = config.min_run_for(h.effective)
@@ -171,10 +171,10 @@ or as too young for a job that overrides protection)."""
 
 
 def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
-              rank: int, overdue: bool = False) -> dict[str, int]:
-    """Running jobs that may not give way to a job of ``rank`` (``overdue``: protection
-    waived), per reason, from the counts per (class, reason) of those not given yet and the
-    number given."""
+              rank: int, waive_protection: bool = False) -> dict[str, int]:
+    """Running jobs that may not give way to a job of ``rank`` (``waive_protection``: one that
+    overrides protection), per reason, from the counts per (class, reason) of those not given
+    yet and the number given."""
     out: dict[str, int] = {}
     if claims:
         out["given to other plans"] = claims
@@ -183,8 +183,8 @@ def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
             continue
         cat = "not of a lower class" if r >= rank else why
         if cat == _PROTECTED_YOUNG:
-            cat = "too young" if overdue else "protected"
-        elif overdue and cat == "protected":
+            cat = "too young" if waive_protection else "protected"
+        elif waive_protection and cat == "protected":
             cat = None
         if cat is not None:
             out[cat] = out.get(cat, 0) + n
@@ -198,9 +198,9 @@ class _Excluded(Mapping[str, int]):
     __slots__ = ("_args", "_counts")
 
     def __init__(self, left: Mapping[tuple[int, str | None], int], claims: int,
-                 rank: int, overdue: bool = False) -> None:
+                 rank: int, waive_protection: bool = False) -> None:
         self._args: tuple[Mapping[tuple[int, str | None], int], int, int, bool] | None = (
-            left, claims, rank, overdue)
+            left, claims, rank, waive_protection)
         self._counts: dict[str, int] | None = None
 
     def counts(self) -> dict[str, int]:
@@ -290,28 +290,28 @@ class _Pass:
         self.index = VictimIndex(self.view, self.cands,
                                  [j for j, cat in self.base.items() if cat is None],
                                  config.max_candidates_per_node)
-        self._overdue_index: VictimIndex | None = None
+        self._waived_index: VictimIndex | None = None
         """The index a job that overrides protection searches (protected jobs too), made when
         first needed."""
 
-    def _index_for(self, overdue: bool) -> VictimIndex:
-        """The victim index of a job that overrides protection (``overdue``) or not (the same
-        one when no running job is protected)."""
-        if not overdue or "protected" not in self.base.values():
+    def _index_for(self, waive_protection: bool) -> VictimIndex:
+        """The victim index of a job that overrides protection (``waive_protection``) or not
+        (the same one when no running job is protected)."""
+        if not waive_protection or "protected" not in self.base.values():
             return self.index
-        if self._overdue_index is None:
-            self._overdue_index = VictimIndex(
+        if self._waived_index is None:
+            self._waived_index = VictimIndex(
                 self.view, self.cands, [j for j, cat in self.base.items()
                                         if cat in (None, "protected") and j not in self.claimed],
                 self.config.max_candidates_per_node)
-        return self._overdue_index
+        return self._waived_index
 
     def occupy(self, node: str, mask: int) -> None:
         """Take ``mask`` on ``node`` for the rest of the pass."""
         self.view.occupy(node, mask)
         self.index.touch(node)
-        if self._overdue_index is not None:
-            self._overdue_index.touch(node)
+        if self._waived_index is not None:
+            self._waived_index.touch(node)
 
     def claim(self, victim: int, beneficiary: int) -> None:
         """``victim`` gives way to ``beneficiary``: later plans may not count it."""
@@ -322,8 +322,8 @@ class _Pass:
         key = (self.cands[victim].rank, self.base[victim])
         self.left_out[key] -= 1
         self.index.claim(victim)
-        if self._overdue_index is not None:
-            self._overdue_index.claim(victim)
+        if self._waived_index is not None:
+            self._waived_index.claim(victim)
 
     def excluded(self, rank: int) -> dict[str, int]:
         """How many running jobs may not give way to a job of ``rank``, per reason (what
@@ -335,9 +335,9 @@ class _Pass:
         return out
 
     def options(self, nodes: int, per: int, rank: int, *, cross: bool,
-                allowed: frozenset[str] | None = None, overdue: bool = False
+                allowed: frozenset[str] | None = None, waive_protection: bool = False
                 ) -> tuple[list[Option], Mapping[str, int]]:
-        """Victim sets for a job of ``rank`` (``overdue``: one that
+        """Victim sets for a job of ``rank`` (``waive_protection``: one that
         :attr:`Waiting.overrides_protection`) needing
         ``nodes`` x ``per`` GPUs on the ``allowed`` nodes (None: any), best first (at most 4),
         and the running jobs left out per reason (counted when first read: a plan reads them
@@ -345,20 +345,21 @@ class _Pass:
         left = self.frozen_left
         if left is None:   # a copy per claim (a few dozen counts), shared until the next
             left = self.frozen_left = dict(self.left_out)
-        return (self._index_for(overdue).search(nodes, per, rank, cross_leaf=cross,
+        return (self._index_for(waive_protection).search(nodes, per, rank, cross_leaf=cross,
                                                 allowed=allowed),
-                _Excluded(left, len(self.claimed), rank, overdue))
+                _Excluded(left, len(self.claimed), rank, waive_protection))
 
-    def eligible(self, rank: int, overdue: bool = False
+    def eligible(self, rank: int, waive_protection: bool = False
                  ) -> tuple[dict[str, list[Candidate]], dict[int, Candidate], dict[str, int]]:
-        """Candidates that may give way to a job of ``rank`` (``overdue``: protection waived)
-        per node and by id, and how many running jobs were left out for each reason."""
+        """Candidates that may give way to a job of ``rank`` (``waive_protection``: one that
+        overrides protection) per node and by id, and how many running jobs were left out for
+        each reason."""
         by_node: dict[str, list[Candidate]] = {}
         by_id: dict[int, Candidate] = {}
         excluded: dict[str, int] = {}
         for jid, c in self.cands.items():
             why = _why_not(self.holders[jid], rank, self.claimed, self.config, self.now,
-                           overdue)
+                           waive_protection)
             if why is not None:
                 excluded[why[0]] = excluded.get(why[0], 0) + 1
                 continue
@@ -539,8 +540,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     for i in order:
         job = pending[i]
         jid, cls = job.job_id, job.effective
-        leaves, allowed, overdue = job.max_leaves, job.allowed, job.overrides_protection
-        asked = (job.gpus, job.nodes, leaves, allowed, cls, overdue)
+        leaves, allowed = job.max_leaves, job.allowed
+        waive_protection = job.overrides_protection
+        asked = (job.gpus, job.nodes, leaves, allowed, cls, waive_protection)
         derived = kinds.get(asked)
         if derived is None:
             derived = kinds[asked] = _kind(job, view, config, shapes)
@@ -585,12 +587,12 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         limited = searches >= max_searches
         limit = 1
         found, excluded = st.options(nodes, per, rank, cross=cross, allowed=allowed,
-                                     overdue=overdue)
+                                     waive_protection=waive_protection)
         options = [o for o in found if _within(view, o.placement, leaves)]
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
             decisions[jid] = Decision(jid, _NO_VICTIMS, (
-                f"{lead}; no set of lower-class, {_victim_kind(overdue)} older than "
+                f"{lead}; no set of lower-class, {_victim_kind(waive_protection)} older than "
                 f"{_dur(config.min_run_time)} frees such a placement (running jobs left out: "
                 f"{_summary(excluded)})"))
             continue
@@ -650,7 +652,7 @@ _Asked = tuple[int, int | None, int | None, frozenset[str] | None]
 _Key = tuple[int, int, frozenset[str] | None]
 """A shape's cache key: nodes, --switches limit or 0, allowed nodes."""
 _VKey = tuple[int, int, frozenset[str] | None, int, bool]
-"""_Key + (GPUs per node, overdue): the cache key of victim verdicts."""
+"""_Key + (GPUs per node, waive_protection): the cache key of victim verdicts."""
 _NWKey = tuple[int, int, int, frozenset[str] | None, int, bool]
 """(rank,) + _VKey: the cache key of not-worth verdicts."""
 

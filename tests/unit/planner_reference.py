@@ -12,9 +12,9 @@ class ReferencePass(_Pass):
     """A pass whose victim search walks every running job and every node each time."""
 
     def options(self, nodes: int, per: int, rank: int, *, cross: bool,
-                allowed: frozenset[str] | None = None, overdue: bool = False
+                allowed: frozenset[str] | None = None, waive_protection: bool = False
                 ) -> tuple[list[Option], dict[str, int]]:
-        by_node, by_id, excluded = self.eligible(rank, overdue)
+        by_node, by_id, excluded = self.eligible(rank, waive_protection)
         found = search(self.view, nodes, per, by_node, by_id,
                        self.config.max_candidates_per_node, cross_leaf=cross, allowed=allowed)
         return found, excluded
