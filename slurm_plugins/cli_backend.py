@@ -607,11 +607,23 @@ class CliSlurmClient:
                            minutes: int) -> None:
         """``scontrol update ReservationName=NAME Nodes=... Users=... Duration=MINUTES``
         (22.05 accepts nodes whose jobs run, under the reservation's IGNORE_JOBS, and a
-        linked job running on a node taken out goes on: FLEX)."""
+        linked job running on a node taken out goes on: FLEX), then read back: 24.11 and 26.05
+        answer "Reservation updated." and exit 0 for an unknown node, keeping the old node
+        list (and taking the rest), so a reservation that does not now cover exactly these
+        nodes and users raises SlurmError."""
         node_list, user_list = self._resv_lists(nodes, users, minutes)
         argv = ["scontrol", "update", f"ReservationName={self._resv_name(name)}",
                 f"Nodes={node_list}", f"Users={user_list}", f"Duration={minutes}"]
         check(self._run(argv), "scontrol update reservation")
+        listed = [r for r in self.reservations(name) if r.name == name]
+        got = (set(listed[0].nodes), set(listed[0].users)) if listed else None
+        if got != (set(node_list.split(",")), set(user_list.split(","))):
+            raise SlurmError(
+                f"scontrol update reservation {name}: Slurm answered success but the "
+                "reservation " + ("is gone" if got is None else
+                                  f"covers nodes {','.join(sorted(got[0]))} and users "
+                                  f"{','.join(sorted(got[1]))}, not {node_list} and "
+                                  f"{user_list}"), command=argv)
 
     def end_reservation(self, name: str) -> bool:
         """``scontrol delete ReservationName=NAME``. Slurm refuses the delete while a job runs

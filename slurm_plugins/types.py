@@ -463,7 +463,8 @@ class SlurmClient(Protocol):
         """Make reservation ``name`` cover exactly ``nodes`` and ``users`` and last ``minutes``
         from its start, over the jobs that run there (another plan joins it, or leaves it).
         Raises SlurmError when Slurm refuses (an overlap with another reservation, an unknown
-        node or user, no such reservation)."""
+        node or user, no such reservation), also when it answers success but does not then
+        cover exactly those nodes and users (24.11 keeps its old nodes for an unknown one)."""
         ...
 
     def end_reservation(self, name: str) -> bool:

@@ -385,7 +385,8 @@ class SlurmClientContract:
         """A second plan joins a reservation: a node whose job runs and more minutes are added
         (IGNORE_JOBS), a job linked to it starts on that node once its job ends, and the node
         is taken out again while the linked job runs there, which goes on (FLEX); an unknown
-        node is refused and changes nothing."""
+        node raises (24.11 and 26.05 answer success and keep the known nodes: the backend reads
+        the reservation back), and a correct update puts it right."""
         name = f"hai-plan-contract5-{time.time_ns()}"
         whole = min(n.gpus for n in harness.client.snapshot().nodes)
         first = harness.submit(name="contract-resv-first", gpus=whole)
@@ -405,6 +406,7 @@ class SlurmClientContract:
             assert 19 * 60 <= resv.end_time - resv.start_time <= 21 * 60
             with pytest.raises(SlurmError):
                 harness.client.update_reservation(name, [n1, "no-such-node"], [user], 20)
+            harness.client.update_reservation(name, [n1, n2], [user], 20)
             (same,) = harness.client.reservations(name)
             assert set(same.nodes) == {n1, n2}
             inside = harness.submit(name="contract-resv-joined", gpus=whole, hold=True)

@@ -169,21 +169,31 @@ def test_reservation_is_made_with_the_guard_flags_and_read_back() -> None:
         client.create_reservation("hai-plan-4", ["n1"], [], 8)
 
 
-def test_reservation_is_updated_in_one_command() -> None:
+def test_reservation_is_updated_in_one_command_and_read_back() -> None:
     """Another plan joining (or leaving) a reservation: its nodes, users and length in one
-    ``scontrol update``; bad lists are refused before Slurm is asked."""
-    run = Runner({})
+    ``scontrol update``, then the listing must show exactly those nodes and users (24.11 says
+    "Reservation updated." for an unknown node and keeps its old ones); bad lists are refused
+    before Slurm is asked."""
+    joined = RESV_LINE.replace("Users=alice", "Users=alice,bob")
+    run = Runner({SHOW: (0, joined, "")})
     client = CliSlurmClient(run)
     client.update_reservation("hai-plan-3", ["n1", "n2"], ["alice", "bob"], 12)
-    assert run.calls == [("scontrol", "update", "ReservationName=hai-plan-3", "Nodes=n1,n2",
-                          "Users=alice,bob", "Duration=12")]
+    assert run.calls[0] == ("scontrol", "update", "ReservationName=hai-plan-3", "Nodes=n1,n2",
+                            "Users=alice,bob", "Duration=12")
+    with pytest.raises(SlurmError, match="covers nodes n1,n2 and users alice,bob, not "
+                                         "n1,n2,n3 and alice,bob"):
+        client.update_reservation("hai-plan-3", ["n1", "n2", "n3"], ["alice", "bob"], 12)
+    gone = CliSlurmClient(Runner({SHOW: (0, "No reservations in the system\n", "")}))
+    with pytest.raises(SlurmError, match="is gone"):
+        gone.update_reservation("hai-plan-3", ["n1"], ["alice"], 12)
+    calls = len(run.calls)
     for nodes, users, minutes in ((["n1"], [], 5), ([], ["alice"], 5), (["n1"], ["a b"], 5),
                                   (["n1"], ["alice"], 0)):
         with pytest.raises(ValueError):
             client.update_reservation("hai-plan-3", nodes, users, minutes)
     with pytest.raises(ValueError):
         client.update_reservation("bad name", ["n1"], ["alice"], 5)
-    assert len(run.calls) == 1
+    assert len(run.calls) == calls
 
 
 def test_reservation_in_use_is_ended_now_instead_of_deleted() -> None:
