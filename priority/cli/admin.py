@@ -8,7 +8,7 @@ import click
 
 from hai_slurm.errors import ConfigError
 from hai_slurm.priority.config.loader import DaemonConfig, load_config
-from hai_slurm.priority.policy.ladder import LADDER
+from hai_slurm.priority.policy.ladder import LADDER, URGENT_FROM
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.snapshot_json import Snapshot, parse_snapshot
 from hai_slurm.priority.policy.units import format_duration
@@ -37,7 +37,8 @@ def summary(cfg: DaemonConfig) -> list[str]:
         f"decay: {p.decay.source.value} -> {p.decay.target.value} after "
         f"{format_duration(p.decay.after)} of running",
         f"fairness: window {format_duration(fair.window)}; protect for "
-        f"{format_duration(fair.protect_for)} after > {fair.protect_after} preemptions; demote "
+        f"{format_duration(fair.protect_for)} after > {fair.protect_after} preemptions (not "
+        f"from {URGENT_FROM.value}+ jobs or jobs past their bound); demote "
         f"{fair.demote_from.value}+ after > {fair.demote_after} preemptions caused",
         f"teams: {len(p.teams)} with quotas ({sum(t.gpus for t in p.teams.values())} GPUs); "
         f"others get {p.team_default.gpus} GPUs",
@@ -89,7 +90,6 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
 def _urgent_summary(cfg: DaemonConfig) -> str:
     """The urgent path's line of :func:`summary`."""
     from hai_slurm.priority.daemon.urgent import URGENT_LOOKS
-    from hai_slurm.priority.policy.ladder import URGENT_FROM
 
     poll = cfg.intervals.urgent_poll
     if poll <= 0:
