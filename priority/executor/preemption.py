@@ -42,6 +42,7 @@ from hai_slurm.priority.executor.guard import (
     Guard,
     PlanContext,
     context_key,
+    open_contexts,
     reservation_plan,
     sweep_releases,
     sweep_unpins,
@@ -366,11 +367,7 @@ class PreemptionExecutor:
         self._swept = True
         if not found:
             return []
-        kept = set()
-        for plan in self.repo.unfinished_plans():
-            ctx = self._context(plan.plan_id)
-            if ctx is not None and not ctx.released and ctx.reservation is not None:
-                kept.add(ctx.reservation)
+        kept = {c.reservation for c in open_contexts(self.repo) if c.reservation is not None}
         out = []
         for r in found:
             if reservation_plan(r.name) is None or r.name in kept:
