@@ -221,6 +221,8 @@ def test_config_check_says_how_the_urgent_path_runs() -> None:
                   "or above is planned 0, 2, 5, 10, 15, 20 s after it is first seen"]
     off = summary(parse_config('[intervals]\nurgent_poll = 0\n'))
     assert any(line.startswith("urgent path: off") for line in off)
+    (fair,) = [line for line in summary(parse_config("")) if line.startswith("fairness")]
+    assert "(not from HIGH+ jobs or jobs past their bound)" in fair
 
 
 def test_a_failed_poll_is_logged_and_the_next_poll_tries_again(
