@@ -84,6 +84,10 @@ class Checkpointer:
         self.resumed_from: CheckpointInfo | None = None
         self._saved_this_run = False
         self._last_save_time = clock()
+        self.save_seconds: float | None = None
+        """How long this run's newest durable save took (published in ``phase.json``: the
+        daemon's estimate of what saving on request costs this job)."""
+        self._sharded_started: float | None = None
         self._announced = False
         self._phase_lock = threading.Lock()
         self._phase_failed = False
@@ -146,6 +150,9 @@ class Checkpointer:
         self.last_sharded = info
         self._saved_this_run = True
         self._last_save_time = self._clock()
+        if self._sharded_started is not None:
+            self.save_seconds = max(0.0, self._last_save_time - self._sharded_started)
+            self._sharded_started = None
         self._publish(Phase.SAVED if self.listener.pending() else Phase.COMPUTING, info.step)
 
     def _publish(self, phase: Phase, step: int | None) -> None:
@@ -154,7 +161,8 @@ class Checkpointer:
         pending = self.listener.pending()
         record = protocol.make_phase(self.env.job_id, self.env.restart_count, phase, step,
                                      last=self._last(),
-                                     request_signal=pending.signal.name if pending else None)
+                                     request_signal=pending.signal.name if pending else None,
+                                     save_seconds=self.save_seconds)
         with self._phase_lock:
             try:
                 protocol.write_phase(self.env.control_dir, record)
@@ -266,12 +274,15 @@ class Checkpointer:
             return pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
         return json.dumps(envelope).encode()
 
-    def _write(self, fill: Callable[[HashingWriter], None], step: int) -> CheckpointInfo:
+    def _write(self, fill: Callable[[HashingWriter], None], step: int,
+               started: float) -> CheckpointInfo:
+        """Write the checkpoint (``started``: when its save began, by this clock)."""
         info = self.store.write(fill, step=step, serializer=self.serializer,
                                 job_id=self.env.job_id, restart_count=self.env.restart_count)
         self.last_checkpoint = info
         self._saved_this_run = True
         self._last_save_time = self._clock()
+        self.save_seconds = max(0.0, self._last_save_time - started)
         pending = self.listener.pending()
         self._publish(Phase.SAVED if pending else Phase.COMPUTING, step)
         return info
@@ -291,11 +302,13 @@ class Checkpointer:
         if not self.is_writer:
             return None
         self.wait()
+        started = self._clock()
         envelope = self._envelope(state, step)
         try:
             if not self.async_save:
                 self._publish(Phase.SAVING, step)
-                return self._write(lambda writer: self._encode_to(envelope, writer), step)
+                return self._write(lambda writer: self._encode_to(envelope, writer), step,
+                                   started)
             payload = self._encode(envelope)
         except (pickle.PicklingError, TypeError, AttributeError, ValueError) as err:
             self._publish(Phase.COMPUTING, step)
@@ -307,17 +320,17 @@ class Checkpointer:
             self._publish(Phase.COMPUTING, step)
             raise
         self._publish(Phase.SAVING, step)
-        self._thread = threading.Thread(target=self._background, args=(payload, step),
+        self._thread = threading.Thread(target=self._background, args=(payload, step, started),
                                         name=f"hai-checkpoint-save-{step}", daemon=False)
         self._thread.start()
         return None
 
-    def _background(self, payload: bytes, step: int) -> None:
+    def _background(self, payload: bytes, step: int, started: float) -> None:
         def fill(writer: HashingWriter) -> None:
             writer.write(payload)
 
         try:
-            self._thread_result = self._write(fill, step)
+            self._thread_result = self._write(fill, step, started)
         except BaseException as err:
             self._thread_error = err
             self._publish(Phase.COMPUTING, step)
@@ -335,6 +348,7 @@ class Checkpointer:
         durable within ``sync_timeout_s``: then nothing is committed.
         """
         self.wait()
+        self._sharded_started = self._clock()
         return self._sharded.save(fn, step, shared_files)
 
     def load_with(self, fn: Callable[[Part], object]) -> Part | None:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hai_slurm.checkpoint.protocol import control_dir_of
 from hai_slurm.errors import CheckpointError
 
 DEFAULT_SIGNAL = signal.SIGUSR2
@@ -132,7 +133,7 @@ def job_env_from(
     elif env_control:
         ctl = Path(env_control)
     else:
-        ctl = chosen / ".hai" / job_id
+        ctl = control_dir_of(chosen, job_id)
     if isinstance(request_signal, signal.Signals):
         sig = request_signal
     elif request_signal is not None:

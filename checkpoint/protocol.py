@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import socket
 import stat
@@ -64,6 +65,10 @@ class PhaseRecord:
     last_checkpoint: LastCheckpoint | None = None
     request_signal: str | None = None
     source: str = "library"
+    save_seconds: float | None = None
+    """How long this run's newest durable save took (wall seconds, from the start of the save to
+    the checkpoint being durable), as the job measured it: the daemon's estimate of what saving
+    on request costs this job (never above its grace). None: no save measured in this run."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,12 @@ class JobReport:
     @property
     def saving(self) -> bool:
         return self.phase is not None and self.phase.phase is Phase.SAVING
+
+
+def control_dir_of(checkpoint_dir: str | os.PathLike[str], job_id: int | str) -> Path:
+    """Where a job's control directory is under its checkpoint directory (unless the job sets
+    ``HAI_CONTROL_DIR``): the place the daemon reads its phase and acknowledgement."""
+    return Path(checkpoint_dir) / ".hai" / str(job_id)
 
 
 # -- job side ----------------------------------------------------------------------------------
@@ -208,11 +219,12 @@ def clear_ack(control_dir: Path) -> None:
 
 def make_phase(job_id: str, restart_count: int, phase: Phase, step: int | None, *,
                last: LastCheckpoint | None = None, request_signal: str | None = None,
-               source: str = "library") -> PhaseRecord:
+               source: str = "library", save_seconds: float | None = None) -> PhaseRecord:
     """A phase record stamped with the current time, pid and host."""
     return PhaseRecord(job_id=job_id, restart_count=restart_count, phase=phase, step=step,
                        time=time.time(), pid=os.getpid(), host=socket.gethostname(),
-                       last_checkpoint=last, request_signal=request_signal, source=source)
+                       last_checkpoint=last, request_signal=request_signal, source=source,
+                       save_seconds=save_seconds)
 
 
 # -- daemon side -------------------------------------------------------------------------------
@@ -267,6 +279,17 @@ def _opt(doc: dict[str, Any], key: str, kind: type) -> Any:
     return value
 
 
+def _opt_seconds(doc: dict[str, Any], key: str) -> float | None:
+    """An optional duration: a finite number >= 0, or None."""
+    value = doc.get(key)
+    if value is None:
+        return None
+    if (not isinstance(value, (int, float)) or isinstance(value, bool)
+            or not math.isfinite(value) or value < 0):
+        raise ValueError(f"field {key!r} is not a number of seconds >= 0: {value!r}")
+    return float(value)
+
+
 def _req(doc: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     value = doc.get(key)
     if not isinstance(value, kind) or isinstance(value, bool):
@@ -290,7 +313,8 @@ def _parse_phase(doc: dict[str, Any]) -> PhaseRecord:
         job_id=_req(doc, "job_id", str), restart_count=_req(doc, "restart_count", int),
         phase=phase, step=_opt(doc, "step", int), time=float(_req(doc, "time", (int, float))),
         pid=_req(doc, "pid", int), host=_req(doc, "host", str), last_checkpoint=last,
-        request_signal=_opt(doc, "request_signal", str), source=str(doc.get("source", "library")))
+        request_signal=_opt(doc, "request_signal", str), source=str(doc.get("source", "library")),
+        save_seconds=_opt_seconds(doc, "save_seconds"))
 
 
 def _parse_ack(doc: dict[str, Any]) -> Ack:

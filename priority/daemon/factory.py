@@ -39,6 +39,7 @@ from hai_slurm.priority.daemon.loop import Daemon, open_store
 from hai_slurm.priority.daemon.metrics import DaemonMetrics
 from hai_slurm.priority.daemon.plan_metrics import ObservedExecutor, PlanObserver
 from hai_slurm.priority.daemon.planning import SnapshotPlanner, TopologySource
+from hai_slurm.priority.daemon.save_times import SaveTimes
 from hai_slurm.priority.executor.notify import CheckpointNotifier, make_notifier
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.shadow import ShadowExecutor
@@ -117,7 +118,8 @@ def build_daemon(cfg: DaemonConfig, *, slurm: SlurmClient | None = None,
     if switches is None and cfg.description is None:
         switches = read_switches(client)
     source = topology_source(cfg, switches or ())
-    planner = SnapshotPlanner(source, cfg.preempt.planner, on_verdicts=metrics.observe_verdicts)
+    planner = SnapshotPlanner(source, cfg.preempt.planner, on_verdicts=metrics.observe_verdicts,
+                              save_times=SaveTimes())
     executor: ShadowExecutor | PreemptionExecutor
     if shadow:
         executor = ShadowExecutor(

@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
+from hai_slurm.priority.daemon.save_times import SaveSource, SaveTimes
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.inputs import (
     allowed_nodes,
@@ -45,8 +46,11 @@ class SnapshotPlanner:
     """Plans preemptions from each cycle's view (see the module docstring)."""
 
     def __init__(self, topology: TopologySource, config: PlannerConfig | None = None, *,
-                 on_verdicts: Callable[[VerdictCounts], None] | None = None) -> None:
+                 on_verdicts: Callable[[VerdictCounts], None] | None = None,
+                 save_times: SaveTimes | None = None) -> None:
         self.source = topology
+        self.save_times = save_times
+        """Reads the save times running jobs measured (None: their graces stand for them)."""
         self.topology = topology if isinstance(topology, Topology) else None
         self.config = config or PlannerConfig()
         self.last: PlanningResult | None = None
@@ -85,12 +89,16 @@ class SnapshotPlanner:
         counts = {j.job_id: dict(j.gpus_per_node) for j in snap.running
                   if j.job_id in running_ids and j.gpus_per_node}
         gpus = self._gpus_of(topology, counts)
-        records = {j.job_id: (r.checkpoint_dir, r.grace) for j in snap.running
+        records = {j.job_id: (r.checkpoint_dir, r.grace, j.uid) for j in snap.running
                    if j.job_id in running_ids for r in (job_record(j),)}
+        measured = None if self.save_times is None else self.save_times.update(
+            (SaveSource(jid, ckpt, uid) for jid, (ckpt, _, uid) in records.items() if ckpt),
+            view.now)
+        saves = save_estimates({jid: (ckpt, grace) for jid, (ckpt, grace, _) in records.items()},
+                               measured)
         holders = tuple(
             replace(h, preemptible=False) if h.job_id in claims.victims else h
-            for h in holders_from_policy(running, view.result.running, gpus,
-                                         saves=save_estimates(records)))
+            for h in holders_from_policy(running, view.result.running, gpus, saves=saves))
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}

@@ -11,8 +11,8 @@ checkpoint is lost on top and is not known here, so the credit is a lower bound.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
+from hai_slurm.checkpoint.protocol import control_dir_of
 from hai_slurm.priority.executor.types import ExecutionRequest, VictimContext
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.priority.store import AuditEntry, CreditEntry, CycleWrite, Plan, PlanJob, VictimState
@@ -58,7 +58,7 @@ def victim_contexts(request: ExecutionRequest, snap: ClusterSnapshot,
         if job is None or f is None or not f.running:
             return f"victim {jid} is not running any more ({f.state if f else 'gone'})"
         checkpoint_dir = job_record(job).checkpoint_dir
-        ctl = str(Path(checkpoint_dir) / ".hai" / str(jid)) if checkpoint_dir else None
+        ctl = str(control_dir_of(checkpoint_dir, jid)) if checkpoint_dir else None
         out.append(VictimContext(jid, job.uid, ctl, f.restart_count,
                                  request.deadline(jid, default_deadline)))
     return tuple(out)

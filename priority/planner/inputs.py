@@ -116,17 +116,25 @@ def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, R
     return tuple(out)
 
 
-def save_estimates(records: Mapping[int, tuple[str | None, int | None]]
-                   ) -> dict[int, float | None]:
+def save_estimates(records: Mapping[int, tuple[str | None, int | None]],
+                   measured: Mapping[int, float] | None = None) -> dict[int, float | None]:
     """Jobs that save on request and their save-time estimate, from each job's ``#HAI``
-    (checkpoint directory, grace) record.
+    (checkpoint directory, grace) record and the save times jobs ``measured`` themselves.
 
     A job with a checkpoint directory saves when asked (its ``hai-run`` acknowledges the
-    request). Its grace is what it said it needs to save, so it is the estimate (an upper
-    bound: a job done early stops early); None without a grace (the planner's ``save_cost``).
-    A job without a checkpoint directory is left out: it cannot acknowledge."""
-    return {jid: (float(grace) if grace is not None else None)
-            for jid, (ckpt, grace) in records.items() if ckpt}
+    request). Its estimate is the time its newest save took, as it measured it, never more than
+    its grace; without a measurement, its grace (what it said it may need to save: an upper
+    bound); without either, None (the planner's ``save_cost``). A job without a checkpoint
+    directory is left out: it cannot acknowledge."""
+    took = measured or {}
+    out: dict[int, float | None] = {}
+    for jid, (ckpt, grace) in records.items():
+        if not ckpt:
+            continue
+        bound = float(grace) if grace is not None else None
+        m = took.get(jid)
+        out[jid] = bound if m is None else m if bound is None else min(m, bound)
+    return out
 
 
 def max_leaves(switches: int, switch_wait: float, waited: float) -> int | None:

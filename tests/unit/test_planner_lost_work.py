@@ -10,10 +10,13 @@ from pathlib import Path
 
 from executor_world import Behaviour, World, make_world
 
+from hai_slurm.checkpoint import Phase
+from hai_slurm.checkpoint.protocol import make_phase, write_phase
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.daemon.save_times import SaveTimes
 from hai_slurm.priority.planner.inputs import save_estimates
 from hai_slurm.priority.planner.search import lost_seconds, plan_preemptions
 from hai_slurm.priority.planner.testing import (
@@ -102,8 +105,18 @@ def test_save_estimates_read_checkpoint_dir_and_grace() -> None:
     assert got == {1: 45.0, 2: None}
 
 
-def _plan_for_high_job(world: World, tmp: Path, partition: str = "") -> tuple[PlanningResult,
-                                                                             int]:
+def test_save_estimates_take_the_measured_save_up_to_the_grace() -> None:
+    """A save time the job measured replaces its grace when shorter, and is capped by it when
+    longer (a job cannot make itself look dearer than it declared); without a grace it stands
+    alone; a job without a checkpoint directory stays out whatever it measured."""
+    records = {1: ("/ck/a", 300), 2: ("/ck/b", 30), 3: ("/ck/c", None), 4: ("/ck/d", 45),
+               5: (None, 30)}
+    got = save_estimates(records, {1: 20.0, 2: 90.0, 3: 12.5, 5: 1.0})
+    assert got == {1: 20.0, 2: 30.0, 3: 12.5, 4: 45.0}
+
+
+def _plan_for_high_job(world: World, tmp: Path, partition: str = "", *,
+                       save_times: SaveTimes | None = None) -> tuple[PlanningResult, int]:
     """An hour on, a HIGH 8-GPU job (team-b, waited 10 min; in ``partition`` when given): one
     daemon cycle with the planner; its pass and the job's id."""
     world.fake.advance(world.fake.now + 3600)
@@ -114,7 +127,8 @@ def _plan_for_high_job(world: World, tmp: Path, partition: str = "") -> tuple[Pl
                              partition=partition, nodes=1, gpus_per_node=8,
                              admin_comment=format_admin_comment(info), now=world.fake.now - 600)
     cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp))
-    planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
+    planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0),
+                              save_times=save_times)
     lock = LeaderLock(upgrade(f"sqlite:///{tmp / 'state.db'}"))
     daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
                     planner=planner, executor=world.executor(), interval=1.0)
@@ -133,6 +147,28 @@ def test_daemon_reads_the_record_and_picks_the_checkpointing_victim(tmp_path: Pa
     (plan,) = _plan_for_high_job(world, tmp_path)[0].plans
     assert plan.victim_ids == (victims[3],)
     assert plan.victims[0].lost_seconds == 30 + PlannerConfig().restart_cost
+
+
+def test_daemon_charges_a_victim_the_save_time_it_measured(tmp_path: Path) -> None:
+    """The same cluster, but v3's phase.json says its last save took 7.5 s: the daemon's planner
+    (with the daemon's SaveTimes) charges 7.5 s + restart, not the 30-s grace. A phase.json in a
+    directory others may write is not trusted: the grace stands."""
+    for trusted in (True, False):
+        tmp = tmp_path / str(trusted)
+        tmp.mkdir()
+        world = make_world(tmp)
+        victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
+                   for i in range(4)]
+        ctl = world.control(victims[3])
+        write_phase(ctl, make_phase(str(victims[3]), 0, Phase.COMPUTING, 40, save_seconds=7.5))
+        if not trusted:
+            ctl.chmod(0o777)
+        times = SaveTimes()
+        (plan,) = _plan_for_high_job(world, tmp, save_times=times)[0].plans
+        assert plan.victim_ids == (victims[3],)
+        save = 7.5 if trusted else 30
+        assert plan.victims[0].lost_seconds == save + PlannerConfig().restart_cost
+        assert times.reads == 1
 
 
 def test_daemon_frees_gpus_only_in_the_partition_of_the_job(tmp_path: Path) -> None:
