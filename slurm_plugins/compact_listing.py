@@ -8,9 +8,11 @@ per-node GPUs, excluded nodes, constraint: :data:`~.parse.DETAIL_KEYS`) is kept 
 full record of each job, valid while the job's node list and restart count stay the same
 (:func:`~.parse.detail_signature`) and for at most :data:`DETAIL_REFRESH` seconds.
 
-The CLI backend has no per-job source of ``admin_comment`` that a job's owner cannot shape, so
-a job without kept details sends it back to ``squeue --json`` (``fetch`` None); the pyslurm
-backend reads just those jobs' records (``Job.load``).
+Jobs without kept details are read per job (``fetch``): the pyslurm backend reads their records
+(``Job.load``); the CLI backend reads pending ones with two ``squeue --jobs`` whose fields end in
+a fresh random delimiter (:meth:`~.cli_backend.CliSlurmClient.job_details`) and leaves out a job
+with nodes, whose per-node GPUs it has no safe per-job source of: the snapshot then reads
+``squeue --json``.
 """
 
 from __future__ import annotations

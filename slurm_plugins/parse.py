@@ -539,12 +539,96 @@ COMPACT_JOB_FIELDS = (
 #: ``squeue --noheader --Format`` of :func:`compact_job_records`; run with
 #: ``SLURM_TIME_FORMAT=%s`` so times are POSIX seconds.
 COMPACT_JOBS_FORMAT = ",".join(f"{f}:|" for f in COMPACT_JOB_FIELDS)
-#: The ``squeue --json`` keys a compact record lacks; the CLI backend keeps them per job.
+#: The ``squeue --json`` keys a compact record lacks; the CLI backend keeps them per job, and
+#: reads a new pending job's with :func:`detail_formats` (gres_detail then ``[]``).
 #: ``features`` (``--constraint``) may hold ``|`` (OR), so it cannot be a compact column;
 #: ``excluded_nodes`` has none in 22.05's ``squeue -O``. A job's owner may change either with
 #: ``scontrol update`` while it waits: the kept value is then at most the CLI backend's
 #: ``DETAIL_REFRESH`` old.
 DETAIL_KEYS = ("name", "admin_comment", "comment", "gres_detail", "excluded_nodes", "features")
+#: The :data:`DETAIL_KEYS` a per-job ``squeue -o`` gives (:func:`detail_formats`), with their
+#: format letters: ``%A`` the job's own id (an array task's too), ``%j`` name, ``%k`` comment,
+#: ``%f`` features (``--constraint``), ``%x`` excluded nodes. squeue prints the same strings of
+#: the same job records ``squeue --json`` reads (the name, comment and constraint as written, the
+#: excluded nodes as a compressed hostlist, ``n[1,3]``), except that an unset comment or
+#: constraint is ``(null)`` where the JSON has ``""``: :func:`text` reads both as ``""``.
+DETAIL_TEXT_FIELDS = (("job_id", "%A"), ("name", "%j"), ("comment", "%k"), ("features", "%f"),
+                      ("excluded_nodes", "%x"))
+#: The ``squeue -O`` columns of :func:`detail_formats`: ``admin_comment`` (no ``-o`` letter
+#: has it), and the node list and restart count the kept details are checked against
+#: (:func:`detail_signature`).
+DETAIL_FACT_FIELDS = (("job_id", "JobID"), ("restart_cnt", "RestartCnt"), ("nodes", "NodeList"),
+                      ("admin_comment", "admin_comment"))
+
+
+def detail_formats(delimiter: str) -> tuple[str, str]:
+    """The ``squeue -o`` and ``squeue -O`` formats of :func:`parse_job_details`: every field
+    followed by ``delimiter``. A field with a suffix and no size is printed whole (checked on
+    22.05.8: a 3,000-character admin_comment, a 1,000-character name, no padding). The
+    delimiter must be fresh for each call and unguessable (``"Q" + secrets.token_hex(16)``):
+    name, comment and constraint are the job owner's text, which may hold ``|``, newlines or
+    ``AdminComment=``, but not a string the owner cannot know when submitting."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{15,}", delimiter):
+        raise ValueError(f"delimiter must be a letter and 15+ letters or digits: {delimiter!r}")
+    return ("".join(f + delimiter for _, f in DETAIL_TEXT_FIELDS),
+            ",".join(f"{f}:{delimiter}" for _, f in DETAIL_FACT_FIELDS))
+
+
+def _delimited(output: str, delimiter: str, keys: tuple[tuple[str, str], ...],
+               what: str) -> dict[int, dict[str, str]]:
+    """Records of ``output``, every field ending in ``delimiter`` and every record in a newline;
+    SlurmError for anything else (a field is never taken from another one's text)."""
+    width = len(keys)
+    parts = output.split(delimiter)
+    tail = parts.pop()
+    if tail not in ("", "\n") or len(parts) % width:
+        raise SlurmError(f"{what}: output is not {width}-field records "
+                         f"({len(parts)} fields, then {tail[:40]!r})")
+    out: dict[int, dict[str, str]] = {}
+    for i in range(0, len(parts), width):
+        head = parts[i]
+        if i:
+            if not head.startswith("\n"):
+                raise SlurmError(f"{what}: record {i // width + 1} does not start on a new "
+                                 f"line: {head[:40]!r}")
+            head = head[1:]
+        if not (head.isascii() and head.isdigit()):
+            raise SlurmError(f"{what}: record {i // width + 1} does not start with a job id: "
+                             f"{head[:40]!r}")
+        rec = {k: v for (k, _), v in zip(keys, [head, *parts[i + 1:i + width]], strict=True)}
+        job_id = int(head)
+        if out.setdefault(job_id, rec) != rec:
+            raise SlurmError(f"{what}: job {job_id} is listed twice, differently")
+    return out
+
+
+def parse_job_details(text_output: str, fact_output: str,
+                      delimiter: str) -> list[dict[str, Any]]:
+    """The :data:`DETAIL_KEYS` of the jobs in both outputs of :func:`detail_formats` (one
+    ``squeue -o`` and one ``squeue -O``, run with the same ``delimiter``), with the
+    :func:`detail_signature` keys (``nodes``, ``restart_cnt``).
+
+    Only jobs without nodes are given (pending ones): their ``gres_detail`` (GPU indices per
+    allocated node) is ``[]``, as in ``squeue --json``. A job with nodes is left out, so its
+    caller reads it in full: no squeue column gives GPU indices, and ``scontrol show job -d``,
+    which does, prints them in text the job's owner can forge lines into. When the two outputs
+    do not list the same jobs (one ended or was submitted in between, or text forged a record)
+    nothing is given; a record that does not parse, or a job listed twice differently, raises
+    SlurmError. The delimiter is what keeps a job's text in its field; these checks only make a
+    forgery that knew it fail loudly rather than pass."""
+    texts = _delimited(text_output, delimiter, DETAIL_TEXT_FIELDS, "squeue -o (job details)")
+    facts = _delimited(fact_output, delimiter, DETAIL_FACT_FIELDS, "squeue -O (job details)")
+    if texts.keys() != facts.keys():
+        return []
+    out: list[dict[str, Any]] = []
+    for job_id, fact in facts.items():
+        txt = texts[job_id]
+        if _compact_text(fact["nodes"]):
+            continue
+        restarts = _compact_int(fact["restart_cnt"], f"squeue -O, job {job_id}: RestartCnt")
+        out.append({**txt, **fact, "job_id": job_id, "nodes": "", "restart_cnt": restarts or 0,
+                    "gres_detail": []})
+    return out
 _UNSET = ("", "N/A", "Unknown", "None", "(null)", "*")
 
 

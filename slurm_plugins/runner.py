@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import locale
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,10 @@ class Completed:
     returncode: int
     stdout: str
     stderr: str
+
+
+_ENCODING = "utf-8" if sys.flags.utf8_mode else locale.getencoding()
+"""What text mode decodes a command's output with (``subprocess``'s own choice)."""
 
 
 class CommandRunner(Protocol):
@@ -54,25 +60,32 @@ class SubprocessRunner:
         self.bin_dir = bin_dir
 
     def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
-                 stdin: str | None = None, env: Mapping[str, str] | None = None) -> Completed:
+                 stdin: str | None = None, env: Mapping[str, str] | None = None,
+                 exact: bool = False) -> Completed:
         """Run ``argv`` (the program is looked up in ``bin_dir`` or on PATH); ``stdin`` is
         piped in (else the command inherits this process's stdin, as before); ``env`` adds
-        variables for this command only."""
+        variables for this command only. ``exact`` keeps the output's ``\\r`` as printed (text
+        mode turns ``\\r`` and ``\\r\\n`` into ``\\n``, so a job name read from ``squeue -o``
+        would differ from the same name in ``squeue --json``)."""
         args = list(argv)
         if self.bin_dir and "/" not in args[0]:
             args[0] = str(Path(self.bin_dir) / args[0])
         limit = self.timeout if timeout is None else timeout
         try:
-            proc = subprocess.run(args, capture_output=True, text=True,
+            proc = subprocess.run(args, capture_output=True, text=not exact,
                                   env={**self.env, **env} if env else self.env,
                                   timeout=limit, check=False,
-                                  input=stdin)
+                                  input=stdin.encode(_ENCODING) if exact and stdin is not None
+                                  else stdin)
         except FileNotFoundError as exc:
             raise SlurmError(f"{args[0]} not found: install Slurm's client commands or pass "
                              "bin_dir", command=args) from exc
         except subprocess.TimeoutExpired as exc:
             raise SlurmError(f"{' '.join(args)} did not finish within {limit:g} s; is "
                              "slurmctld up and reachable (scontrol ping)?", command=args) from exc
+        if exact:
+            return Completed(tuple(args), proc.returncode, proc.stdout.decode(_ENCODING),
+                             proc.stderr.decode(_ENCODING))
         return Completed(tuple(args), proc.returncode, proc.stdout, proc.stderr)
 
 

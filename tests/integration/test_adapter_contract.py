@@ -75,7 +75,8 @@ class CliHarness:
         self.submitted: list[int] = []
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
-               comment: str = "", nodelist: str = "", exclude: str = "") -> int:
+               comment: str = "", nodelist: str = "", exclude: str = "",
+               constraint: str = "") -> int:
         """sbatch a job that runs until cancelled."""
         script = self.workdir / "job.sh"
         script.write_text(_JOB_SCRIPT)
@@ -87,6 +88,7 @@ class CliHarness:
         argv += [f"--comment={comment}"] if comment else []
         argv += [f"--nodelist={nodelist}"] if nodelist else []
         argv += [f"--exclude={exclude}"] if exclude else []
+        argv += [f"--constraint={constraint}"] if constraint else []
         res = subprocess.run([*argv, str(script)], capture_output=True, text=True,
                              env=self.env, timeout=30, check=False)
         assert res.returncode == 0, f"sbatch failed: {res.stderr.strip()}"
@@ -245,8 +247,11 @@ def test_compact_snapshot_reads_the_same_jobs_as_full_records(
     and gets the same Job values as from full records (``squeue --json``, or pyslurm's
     ``Jobs.load()``): running and held jobs, an array's pending record and a multi-node GPU
     job, with their admin_comment and per-node GPUs, and a held job's --nodelist and --exclude.
-    A job whose details are not known (new, or its admin_comment rewritten) sends the CLI back
-    to ``squeue --json``; pyslurm reads that job's record alone."""
+    Pending jobs whose details are not known (new, or the admin_comment rewritten) are read
+    alone: the CLI with two ``squeue --jobs`` (a new job whose name and comment hold ``|``,
+    newlines, ``\r`` and ``AdminComment=``, with a ``|`` constraint and --exclude, reads the
+    same as its full record), pyslurm with ``Job.load``. A job that started sends the CLI back
+    to ``squeue --json`` (its per-node GPUs)."""
     tmp_path.chmod(0o777)
     client = backend_client(backend, adapter_slurm_conf)
     h = CliHarness(adapter_slurm_conf, tmp_path)
@@ -271,6 +276,8 @@ def test_compact_snapshot_reads_the_same_jobs_as_full_records(
     def json_reads() -> int:
         return client.json_snapshots if isinstance(client, CliSlurmClient) else 0
 
+    features_set = False
+    names: list[str] = []
     try:
         running = h.submit(name="compact-run", gpus=2)
         names = sorted(n.name for n in h.client.snapshot().nodes)
@@ -302,20 +309,47 @@ def test_compact_snapshot_reads_the_same_jobs_as_full_records(
         assert pend is not None and pend.array_tasks and pend.time_limit == 90
         client.set_admin_comment(held, "hai:v1:priority=LOW;team=x")
         newer = h.submit(name="compact-new", gpus=1, hold=True)
+        subprocess.run(["scontrol", "update", f"NodeName={names[0]},{names[1]}",
+                        "AvailableFeatures=fa,fb", "ActiveFeatures=fa,fb"],
+                       env=h.env, timeout=30, check=True)
+        features_set = True
+        hostile_text = "evil|name\n AdminComment=hai:v1:priority=URGENT\rQ0123456789abcdef|"
+        hostile = h.submit(name=hostile_text, comment="c|" + hostile_text, gpus=1, hold=True,
+                           constraint="fa|fb", exclude=names[1])
         reads, json_before = len(full_reads), json_reads()
-        again = client.snapshot()  # `held`'s kept details were dropped, `newer` has none
+        again = client.snapshot()  # `held`'s kept details were dropped, the new ones have none
         job = again.job(held)
         assert job is not None and job.admin_comment == "hai:v1:priority=LOW;team=x"
         fresh_job = again.job(newer)
         assert fresh_job is not None and fresh_job.admin_comment.startswith("hai:v1:")
+        evil = again.job(hostile)
+        assert evil is not None and (evil.name, evil.comment, evil.features) == (
+            hostile_text, "c|" + hostile_text, "fa|fb")
+        assert evil.admin_comment.startswith("hai:v1:") and evil.excluded_nodes == names[1]
         if isinstance(client, CliSlurmClient):
-            assert json_reads() == json_before + 1
+            assert json_reads() == json_before, "pending jobs' details made a squeue --json"
+            truth = backend_client("cli", adapter_slurm_conf).snapshot()  # squeue --json
+            for jid in (held, newer, hostile):
+                assert again.job(jid) == truth.job(jid), jid
+            subprocess.run(["scontrol", "release", str(newer)], env=h.env, timeout=30,
+                           check=True)
+            h.wait_for(newer, "running",
+                       lambda j: j is not None and j.state.value == "RUNNING")
+            started = client.snapshot()
+            assert json_reads() == json_before + 1, "a job that started: squeue --json"
+            run_job = started.job(newer)
+            assert run_job is not None and sum(run_job.gpus_per_node.values()) == 1
         else:
             assert sorted(full_reads[reads:]) == sorted(
-                [f"Job.load {held}", f"Job.load {newer}"]), full_reads[reads:]
-            truth = client._all_jobs(time.time())
-            assert {j.job_id: j for j in truth}[newer] == fresh_job
+                [f"Job.load {held}", f"Job.load {newer}", f"Job.load {hostile}"]), \
+                full_reads[reads:]
+            truth_jobs = {j.job_id: j for j in client._all_jobs(time.time())}
+            assert truth_jobs[newer] == fresh_job and truth_jobs[hostile] == evil
     finally:
+        if features_set:
+            subprocess.run(["scontrol", "update", f"NodeName={names[0]},{names[1]}",
+                            "AvailableFeatures=", "ActiveFeatures="], env=h.env, timeout=30,
+                           check=False)
         h.cleanup()
 
 

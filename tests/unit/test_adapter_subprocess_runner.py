@@ -21,3 +21,13 @@ def test_commands_get_the_local_zone_read_once_unless_tz_is_set() -> None:
     kept = SubprocessRunner(env={"TZ": "Asia/Tokyo", "PATH": runner.env["PATH"]})
     assert kept.env["TZ"] == "Asia/Tokyo"
     assert kept(stamp).stdout.strip().endswith("+0900")
+
+
+def test_exact_output_keeps_carriage_returns() -> None:
+    """Text mode turns ``\\r`` and ``\\r\\n`` into ``\\n``; ``exact`` keeps them, so a job name
+    read from ``squeue -o`` equals the one ``squeue --json`` gives."""
+    runner = SubprocessRunner(env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    argv = ["printf", "a\\rb\\r\\nc\\n\\303\\251"]
+    assert runner(argv).stdout == "a\nb\nc\né"
+    assert runner(argv, exact=True).stdout == "a\rb\r\nc\né"
+    assert runner(["cat"], stdin="x\ry", exact=True).stdout == "x\ry"

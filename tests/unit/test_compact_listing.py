@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
 from test_adapter_parse import _COMPACT
 
+from hai_slurm.errors import SlurmError
+from hai_slurm.slurm_plugins.cli_backend import DETAIL_FETCH_MAX, CliSlurmClient
 from hai_slurm.slurm_plugins.compact_listing import DETAIL_REFRESH, CompactListing
-from hai_slurm.slurm_plugins.parse import compact_job_records
+from hai_slurm.slurm_plugins.parse import (
+    compact_job_records,
+    detail_formats,
+    parse_job,
+    parse_job_details,
+)
+from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
 
 
 def _full(job_id: int, line_record: Mapping[str, Any], comment: str) -> dict[str, Any]:
@@ -82,3 +92,170 @@ def test_details_are_trusted_for_detail_refresh_seconds() -> None:
     listing.reset(Source(_COMPACT).records.values(), now=100)
     assert listing.usable(100) and listing.usable(100 + DETAIL_REFRESH - 1)
     assert not listing.usable(100 + DETAIL_REFRESH) and not listing.usable(99)
+
+
+# -- the CLI backend's per-job details: two squeue --jobs with a fresh delimiter ------------------
+
+_D = "Q" + "0123456789abcdef" * 2
+_HOSTILE_NAME = "evil|name\n AdminComment=hai:v1:priority=URGENT\r"
+_HOSTILE_COMMENT = "c|om\r\nment" + "Q" + "f" * 32 + "|99|"  # a guessed delimiter: wrong
+
+
+def _text_line(job_id: int, name: str, comment: str = "(null)", features: str = "(null)",
+               excluded: str = "", d: str = _D) -> str:
+    return "".join(v + d for v in (str(job_id), name, comment, features, excluded)) + "\n"
+
+
+def _fact_line(job_id: int, admin: str, nodes: str = "", restarts: int = 0, d: str = _D) -> str:
+    return "".join(v + d for v in (str(job_id), str(restarts), nodes, admin)) + "\n"
+
+
+def test_detail_formats_end_every_field_in_the_delimiter() -> None:
+    text_format, fact_format = detail_formats(_D)
+    assert text_format == f"%A{_D}%j{_D}%k{_D}%f{_D}%x{_D}"
+    assert fact_format == (f"JobID:{_D},RestartCnt:{_D},NodeList:{_D},"
+                           f"admin_comment:{_D}")
+    for bad in ("|", "Q12", "Q" + "0" * 14 + ",", "0" * 32):
+        with pytest.raises(ValueError):
+            detail_formats(bad)
+
+
+def test_hostile_names_and_comments_stay_in_their_own_fields() -> None:
+    """``|``, newlines, ``\\r``, ``AdminComment=`` and a wrongly guessed delimiter in a job's
+    name or comment are that field's text; the admin_comment comes from its own column."""
+    text_out = (_text_line(7, _HOSTILE_NAME, _HOSTILE_COMMENT, "a|b", "n[2-4]")
+                + _text_line(8, "plain", "(null)", "a&b", "n[1,3]"))
+    fact_out = _fact_line(7, "hai:v1:priority=LOW|x") + _fact_line(8, "", restarts=2)
+    got = {r["job_id"]: r for r in parse_job_details(text_out, fact_out, _D)}
+    assert got[7] == {"job_id": 7, "name": _HOSTILE_NAME, "comment": _HOSTILE_COMMENT,
+                      "features": "a|b", "excluded_nodes": "n[2-4]", "restart_cnt": 0,
+                      "nodes": "", "admin_comment": "hai:v1:priority=LOW|x", "gres_detail": []}
+    job = parse_job({**_PENDING_RECORD, **got[7]})
+    assert job is not None and job.name == _HOSTILE_NAME and job.comment == _HOSTILE_COMMENT
+    assert job.admin_comment == "hai:v1:priority=LOW|x" and job.features == "a|b"
+    assert job.excluded_nodes == "n[2-4]"
+    job8 = parse_job({**_PENDING_RECORD, **got[8], "job_id": 8})
+    assert job8 is not None and (job8.comment, job8.features, job8.admin_comment) == (
+        "", "a&b", "")  # "(null)" reads as "", as in squeue --json
+    assert got[8]["restart_cnt"] == 2
+
+
+@pytest.mark.parametrize("forged", [
+    _D,                                            # one field too many
+    f"x{_D}y{_D}z{_D}w{_D}\n99{_D}",               # a whole forged record and more
+    f"{_D}(null){_D}{_D}{_D}\n8",                  # shifts every later field
+])
+def test_a_name_holding_the_real_delimiter_never_misassigns(forged: str) -> None:
+    """Were the delimiter ever known, text holding it breaks the record count or a record's
+    start (SlurmError), or makes a record the other output lacks (nothing is given, so the
+    snapshot reads squeue --json): never a field taken from another one's text."""
+    text_out = _text_line(7, "a" + forged) + _text_line(8, "b")
+    fact_out = _fact_line(7, "x") + _fact_line(8, "y")
+    try:
+        got = parse_job_details(text_out, fact_out, _D)
+    except SlurmError:
+        return
+    assert got == []
+
+
+def test_a_forged_record_of_another_listed_job_raises() -> None:
+    forged = f"{_D}(null){_D}(null){_D}{_D}\n8{_D}forged"
+    text_out = _text_line(7, "a" + forged) + _text_line(8, "b")
+    with pytest.raises(SlurmError, match="job 8 is listed twice"):
+        parse_job_details(text_out, _fact_line(7, "x") + _fact_line(8, "y"), _D)
+
+
+@pytest.mark.parametrize("text_out", [
+    "7" + _D * 4,                          # a record cut short (no last delimiter, no newline)
+    _text_line(7, "a").rstrip("\n") + _text_line(8, "b"),   # no newline between records
+    "x" + _text_line(7, "a"),              # not a job id first
+    _text_line(7, "a") + "squeue: error: something\n",
+    _text_line(7, "a") + _text_line(7, "other"),           # one job, two different records
+])
+def test_output_that_is_not_whole_records_raises(text_out: str) -> None:
+    with pytest.raises(SlurmError):
+        parse_job_details(text_out, _fact_line(7, "x"), _D)
+
+
+def test_jobs_with_nodes_are_left_out_and_outputs_that_differ_give_nothing() -> None:
+    """A job with nodes has GPU indices per node that no squeue column gives: left out, so
+    the snapshot reads squeue --json. Outputs that list different jobs (one ended or was
+    submitted in between) give nothing. A record listed twice, the same, counts once."""
+    text_out = _text_line(7, "a") + _text_line(9, "c") + _text_line(9, "c")
+    fact_out = _fact_line(7, "x", nodes="n1") + _fact_line(9, "z")
+    assert [r["job_id"] for r in parse_job_details(text_out, fact_out, _D)] == [9]
+    assert parse_job_details(text_out + _text_line(8, "b"), fact_out, _D) == []
+    assert parse_job_details(text_out, fact_out + _fact_line(10, "w"), _D) == []
+    assert parse_job_details("", "", _D) == []
+
+
+_PENDING_RECORD = compact_job_records(_COMPACT)[0]
+
+
+class FakeSqueue(SubprocessRunner):
+    """Answers ``squeue --jobs=IDS -o/-O`` of :func:`detail_formats` from full records (the
+    way 22.05.8's squeue printed them: ``(null)`` for an unset comment or constraint)."""
+
+    def __init__(self, records: Mapping[int, Mapping[str, Any]]) -> None:
+        super().__init__(slurm_conf="/nonexistent/slurm.conf")
+        self.records = records
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
+                 stdin: str | None = None, env: Mapping[str, str] | None = None,
+                 exact: bool = False) -> Completed:
+        self.calls.append(list(argv))
+        assert exact and argv[:2] == ["squeue", "--noheader"]
+        ids = [int(i) for i in argv[2].removeprefix("--jobs=").split(",")]
+        fmt = argv[3]
+        d = re.findall(r"Q[0-9a-f]{32}", fmt)[0]
+        out = ""
+        for job_id in ids:
+            r = self.records.get(job_id)
+            if r is None:
+                continue
+            if fmt.startswith("--format="):
+                out += _text_line(job_id, r["name"], r["comment"] or "(null)",
+                                  r["features"] or "(null)", r["excluded_nodes"], d)
+            else:
+                out += _fact_line(job_id, r["admin_comment"], r["nodes"], r["restart_cnt"], d)
+        if not out and len(ids) == 1:
+            return Completed(tuple(argv), 1, "", "slurm_load_jobs error: Invalid job id "
+                             "specified\n")
+        return Completed(tuple(argv), 0, out, "")
+
+
+def test_cli_job_details_read_pending_jobs_with_a_fresh_delimiter() -> None:
+    """The records the CLI backend reads per job give the same Jobs as the full records."""
+    records = {r["job_id"]: _full(r["job_id"], r, "a") for r in compact_job_records(_COMPACT)}
+    records[3663].update(name=_HOSTILE_NAME, comment=_HOSTILE_COMMENT, features="a|b",
+                         excluded_nodes="n[2-3]")
+    runner = FakeSqueue(records)
+    client = CliSlurmClient(runner)
+    got = {r["job_id"]: r for r in client.job_details([3663, 4665, 2, 5])}
+    assert sorted(got) == [3663, 4665]  # 2 runs on nodes, 5 is gone
+    for job_id, rec in got.items():
+        listed = {**compact_job_records(_COMPACT)[0 if job_id == 3663 else 2]}
+        assert parse_job({**listed, **rec}) == parse_job(records[job_id])
+    delimiters = {re.findall(r"Q[0-9a-f]{32}", c[3])[0] for c in runner.calls}
+    assert len(delimiters) == 1 and len(runner.calls) == 2
+    client.job_details([3663])
+    assert len({re.findall(r"Q[0-9a-f]{32}", c[3])[0] for c in runner.calls}) == 2  # fresh
+    assert client.job_details([5]) == []  # the one job asked for ended: squeue exits 1
+    before = len(runner.calls)
+    assert client.job_details(range(1, DETAIL_FETCH_MAX + 2)) == []  # too many: no command
+    assert len(runner.calls) == before
+
+
+def test_compact_listing_with_cli_details_reads_only_pending_jobs() -> None:
+    """A new pending job is read per job; a job that started (new node list) is left out by
+    the fetch, so the listing gives None and the CLI reads squeue --json."""
+    records = {r["job_id"]: _full(r["job_id"], r, "a") for r in compact_job_records(_COMPACT)}
+    client = CliSlurmClient(FakeSqueue(records))
+    listing = CompactListing()
+    listing.reset([records[2]], now=0)
+    jobs = listing.jobs(_COMPACT, fetch=client.job_details)
+    assert jobs is not None and jobs == tuple(
+        parse_job(records[j]) for j in (3663, 2, 4665))
+    listing.forget(2)
+    assert listing.jobs(_COMPACT, fetch=client.job_details) is None
