@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -53,6 +54,19 @@ def _step_of(state: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+
+def _process_age() -> float | None:
+    """Seconds since this process started (Linux ``/proc``), or None where that cannot be read."""
+    try:
+        stat = Path("/proc/self/stat").read_bytes()
+        uptime = float(Path("/proc/uptime").read_bytes().split()[0])
+        # field 22 (starttime, clock ticks after boot) counts from the last ")": the command
+        # name in parentheses may hold spaces
+        started = int(stat[stat.rindex(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - started)
+
 class Checkpointer:
     """Checkpoints of one job. :meth:`save` writes one state from rank 0; :meth:`save_with` runs
     the user's save on every rank and commits when every rank's part is durable.
@@ -68,7 +82,8 @@ class Checkpointer:
                  chain_signals: bool = True, trust_other_owners: bool = False,
                  log: Callable[[str], None] = _stderr,
                  clock: Callable[[], float] = time.monotonic,
-                 store: CheckpointStore | None = None, sync_timeout_s: float = 300.0) -> None:
+                 store: CheckpointStore | None = None, sync_timeout_s: float = 300.0,
+                 process_age: Callable[[], float | None] | None = None) -> None:
         self.env = env
         self.serializer = Serializer(serializer)
         self.async_save = async_save
@@ -88,6 +103,13 @@ class Checkpointer:
         """How long this run's newest durable save took (published in ``phase.json``: the
         daemon's estimate of what saving on request costs this job)."""
         self._sharded_started: float | None = None
+        age = (process_age or _process_age)()
+        self._began = clock() - (age if age is not None and age >= 0 else 0.0)
+        """When this process started, on ``clock`` (when it cannot be told: now)."""
+        self.restart_seconds: float | None = None
+        """How long this run took from its process start to its first step boundary (imports,
+        model, data and checkpoint loading): what restarting costs this job, published in
+        ``phase.json`` for the daemon."""
         self._announced = False
         self._phase_lock = threading.Lock()
         self._phase_failed = False
@@ -162,7 +184,8 @@ class Checkpointer:
         record = protocol.make_phase(self.env.job_id, self.env.restart_count, phase, step,
                                      last=self._last(),
                                      request_signal=pending.signal.name if pending else None,
-                                     save_seconds=self.save_seconds)
+                                     save_seconds=self.save_seconds,
+                                     restart_seconds=self.restart_seconds)
         with self._phase_lock:
             try:
                 protocol.write_phase(self.env.control_dir, record)
@@ -232,6 +255,10 @@ class Checkpointer:
         up by then, so saving and exiting would only lose the allocation); SIGTERM never expires.
         """
         self._boundaries += 1
+        if self.restart_seconds is None:   # the first step boundary of this run
+            self.restart_seconds = max(0.0, self._clock() - self._began)
+            if self._thread is None and self._sharded_started is None:
+                self._publish(Phase.COMPUTING, step)   # (a save in flight publishes it later)
         pending = self.listener.pending()
         if pending is not None and pending.signal != signal.SIGTERM and not self._ranks.stopping \
                 and self._clock() - pending.at_monotonic > self.env.grace_s:

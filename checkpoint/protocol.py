@@ -69,6 +69,10 @@ class PhaseRecord:
     """How long this run's newest durable save took (wall seconds, from the start of the save to
     the checkpoint being durable), as the job measured it: the daemon's estimate of what saving
     on request costs this job (never above its grace). None: no save measured in this run."""
+    restart_seconds: float | None = None
+    """How long this run took from its process start to its first step boundary, as the job
+    measured it: the daemon's estimate of what restarting costs this job (never above the
+    configured ``restart_cost``). None: not measured yet (or by ``hai-run``)."""
 
 
 @dataclass(frozen=True)
@@ -219,12 +223,13 @@ def clear_ack(control_dir: Path) -> None:
 
 def make_phase(job_id: str, restart_count: int, phase: Phase, step: int | None, *,
                last: LastCheckpoint | None = None, request_signal: str | None = None,
-               source: str = "library", save_seconds: float | None = None) -> PhaseRecord:
+               source: str = "library", save_seconds: float | None = None,
+               restart_seconds: float | None = None) -> PhaseRecord:
     """A phase record stamped with the current time, pid and host."""
     return PhaseRecord(job_id=job_id, restart_count=restart_count, phase=phase, step=step,
                        time=time.time(), pid=os.getpid(), host=socket.gethostname(),
                        last_checkpoint=last, request_signal=request_signal, source=source,
-                       save_seconds=save_seconds)
+                       save_seconds=save_seconds, restart_seconds=restart_seconds)
 
 
 # -- daemon side -------------------------------------------------------------------------------
@@ -314,7 +319,8 @@ def _parse_phase(doc: dict[str, Any]) -> PhaseRecord:
         phase=phase, step=_opt(doc, "step", int), time=float(_req(doc, "time", (int, float))),
         pid=_req(doc, "pid", int), host=_req(doc, "host", str), last_checkpoint=last,
         request_signal=_opt(doc, "request_signal", str), source=str(doc.get("source", "library")),
-        save_seconds=_opt_seconds(doc, "save_seconds"))
+        save_seconds=_opt_seconds(doc, "save_seconds"),
+        restart_seconds=_opt_seconds(doc, "restart_seconds"))
 
 
 def _parse_ack(doc: dict[str, Any]) -> Ack:

@@ -50,7 +50,8 @@ class SnapshotPlanner:
                  save_times: SaveTimes | None = None) -> None:
         self.source = topology
         self.save_times = save_times
-        """Reads the save times running jobs measured (None: their graces stand for them)."""
+        """Reads the save and restart times running jobs measured (None: their graces and the
+        configured ``restart_cost`` stand for them)."""
         self.topology = topology if isinstance(topology, Topology) else None
         self.config = config or PlannerConfig()
         self.last: PlanningResult | None = None
@@ -91,14 +92,20 @@ class SnapshotPlanner:
         gpus = self._gpus_of(topology, counts)
         records = {j.job_id: (r.checkpoint_dir, r.grace, j.uid) for j in snap.running
                    if j.job_id in running_ids for r in (job_record(j),)}
-        measured = None if self.save_times is None else self.save_times.update(
+        measured = {} if self.save_times is None else self.save_times.update(
             (SaveSource(jid, ckpt, uid) for jid, (ckpt, _, uid) in records.items() if ckpt),
             view.now)
         saves = save_estimates({jid: (ckpt, grace) for jid, (ckpt, grace, _) in records.items()},
-                               measured)
+                               {j: m.save for j, m in measured.items() if m.save is not None})
+        cfg = self.config
+        # a measured restart may lower the configured one, never raise it
+        restarts = {j: min(m.restart, cfg.restart_cost
+                           + cfg.restart_cost_per_node * (len(counts.get(j) or {}) or 1))
+                    for j, m in measured.items() if m.restart is not None}
         holders = tuple(
             replace(h, preemptible=False) if h.job_id in claims.victims else h
-            for h in holders_from_policy(running, view.result.running, gpus, saves=saves))
+            for h in holders_from_policy(running, view.result.running, gpus, saves=saves,
+                                         restart_costs=restarts))
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}

@@ -171,6 +171,23 @@ def test_daemon_charges_a_victim_the_save_time_it_measured(tmp_path: Path) -> No
         assert times.reads == 1
 
 
+def test_daemon_charges_a_measured_restart_but_never_above_the_configured_one(
+        tmp_path: Path) -> None:
+    """v3 measured a 4-s restart: charged 4 s, not the configured 120 s. A job claiming a 900-s
+    restart (to look dear and be passed over) is charged the configured 120 s."""
+    for claimed, charged in ((4.0, 4.0), (900.0, PlannerConfig().restart_cost)):
+        tmp = tmp_path / str(claimed)
+        tmp.mkdir()
+        world = make_world(tmp)
+        victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
+                   for i in range(4)]
+        write_phase(world.control(victims[3]), make_phase(
+            str(victims[3]), 0, Phase.COMPUTING, 40, save_seconds=7.5, restart_seconds=claimed))
+        (plan,) = _plan_for_high_job(world, tmp, save_times=SaveTimes())[0].plans
+        assert plan.victim_ids == (victims[3],)
+        assert plan.victims[0].lost_seconds == 7.5 + charged
+
+
 def test_daemon_frees_gpus_only_in_the_partition_of_the_job(tmp_path: Path) -> None:
     """Four equal LOW victims fill n1-n4 (partition main); the HIGH job is submitted to
     partition ``part-b`` (n3, n4): the plan takes the victim on n3, not the first node's (n1) that

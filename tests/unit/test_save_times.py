@@ -20,7 +20,7 @@ from hai_slurm.checkpoint.protocol import (
     prepare_control_dir,
     write_phase,
 )
-from hai_slurm.priority.daemon.save_times import SaveSource, SaveTimes
+from hai_slurm.priority.daemon.save_times import Measured, SaveSource, SaveTimes
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +86,24 @@ def test_the_library_publishes_how_long_its_newest_save_took(tmp_path: Path,
     assert report.phase is not None and report.phase.save_seconds == 3.0
 
 
+def test_the_library_publishes_its_restart_at_the_first_step_boundary(tmp_path: Path) -> None:
+    """The process started 30 s before the Checkpointer (its imports, as the process age says);
+    loading takes 5 s more: the first step boundary publishes a 35-s restart, once per run."""
+    clock = Clock()
+    with Checkpointer.from_env(environ=_environ(tmp_path), clock=clock,
+                               process_age=lambda: 30.0) as ck:
+        assert "restart_seconds" not in _phase(tmp_path) or \
+            _phase(tmp_path)["restart_seconds"] is None
+        ck.load_latest()
+        clock.now += 5.0
+        assert not ck.requested(0)
+        assert ck.restart_seconds == 35.0
+        assert _phase(tmp_path)["restart_seconds"] == 35.0
+        clock.now += 100.0
+        assert not ck.requested(1)
+        assert ck.restart_seconds == 35.0
+
+
 @pytest.mark.parametrize("bad", [-1, "12", True, [3]])
 def test_a_malformed_save_time_is_refused_with_the_reason(tmp_path: Path, bad: object) -> None:
     """save_seconds must be a number of seconds >= 0; anything else refuses the phase record
@@ -114,31 +132,36 @@ def _jobs(tmp_path: Path, saves: dict[int, float | None]) -> list[SaveSource]:
     return out
 
 
+def _saves(got: dict[int, Measured]) -> dict[int, float | None]:
+    return {j: m.save for j, m in got.items()}
+
+
 def test_save_times_are_read_a_few_at_a_time_and_kept(tmp_path: Path) -> None:
     """At most ``reads_per_pass`` files a pass, never-read jobs first; a figure is kept until
     ``refresh`` has passed, then read again; a job that published none has none."""
     jobs = _jobs(tmp_path, {1: 4.0, 2: 9.0, 3: None, 4: 2.5})
     times = SaveTimes(refresh=300.0, reads_per_pass=2)
-    assert times.update(jobs, 1000.0) == {1: 4.0, 2: 9.0}
-    assert times.update(jobs, 1001.0) == {1: 4.0, 2: 9.0, 4: 2.5}
+    assert _saves(times.update(jobs, 1000.0)) == {1: 4.0, 2: 9.0}
+    assert _saves(times.update(jobs, 1001.0)) == {1: 4.0, 2: 9.0, 4: 2.5}
     assert times.reads == 4
-    assert times.update(jobs, 1002.0) == {1: 4.0, 2: 9.0, 4: 2.5}
+    assert _saves(times.update(jobs, 1002.0)) == {1: 4.0, 2: 9.0, 4: 2.5}
     assert times.reads == 4  # nothing due
-    write_phase(jobs[0].control_dir, make_phase("1", 0, Phase.COMPUTING, 2, save_seconds=6.0))
-    assert times.update(jobs, 1299.0)[1] == 4.0
-    assert times.update(jobs, 1300.0)[1] == 6.0
+    write_phase(jobs[0].control_dir, make_phase("1", 0, Phase.COMPUTING, 2, save_seconds=6.0,
+                                                restart_seconds=40.0))
+    assert times.update(jobs, 1299.0)[1] == (4.0, None)
+    assert times.update(jobs, 1300.0)[1] == (6.0, 40.0)
 
 
 def test_a_new_run_without_a_save_keeps_the_jobs_last_figure(tmp_path: Path) -> None:
     """After a requeue the job's first phase.json has no save yet: the figure its previous run
-    measured stands. A job that stops running is forgotten."""
+    measured stands, beside the new run's restart. A job that stops running is forgotten."""
     jobs = _jobs(tmp_path, {7: 15.0})
     times = SaveTimes(refresh=10.0)
-    assert times.update(jobs, 0.0) == {7: 15.0}
-    write_phase(jobs[0].control_dir, make_phase("7", 1, Phase.COMPUTING, 0))
-    assert times.update(jobs, 20.0) == {7: 15.0}
+    assert times.update(jobs, 0.0) == {7: (15.0, None)}
+    write_phase(jobs[0].control_dir, make_phase("7", 1, Phase.COMPUTING, 0, restart_seconds=3.0))
+    assert times.update(jobs, 20.0) == {7: (15.0, 3.0)}
     assert times.update([], 21.0) == {}
-    assert times.update(jobs, 22.0) == {}  # read again from scratch: none in this run yet
+    assert times.update(jobs, 22.0) == {7: (None, 3.0)}  # read again from scratch
 
 
 def test_save_times_trust_only_the_owner(tmp_path: Path) -> None:
