@@ -92,6 +92,14 @@ cores): 1 id 13 ms (squeue asks slurmctld for that job alone), 10-100 ids 170 ms
 every job), 1,000 ids 0.27 s, 5,000 0.67 s, 10,000 2.1 s (it matches each job against each
 id), where ``squeue --json`` took 1.6 s to print and 1.9 s with ``json.loads``, and a whole
 JSON snapshot 3.5-4.9 s."""
+EACH_RECORD = "--array-unique"
+"""Given to every ``squeue`` that lists jobs: one line per job record, as ``squeue --json``
+lists them. Without it squeue prints the pending records of one array as one line (the array's
+own id, every pending task: ``7|7|0-2``), so a task split off its array (its own job id, still
+pending: after ``scontrol release 7_0``, or ``scontrol update JobId=7_0 ...``, which a priority
+write to one task is) would be missing from the listing, and the array's line would name that
+task too (22.05.8; ``squeue --json`` lists ``8`` with task 0 and ``7`` with ``1-2``). Not
+``--array``: that prints every pending task of an array on a line of its own."""
 QOS_REFRESH = 300.0
 """Seconds a client keeps the QOS it read with ``sacctmgr show qos`` (0.2-0.3 s per read on
 the testbed, the largest fixed cost of a pyslurm snapshot). Nothing in a daemon cycle depends
@@ -259,8 +267,9 @@ class CliSlurmClient:
         """The compact ``squeue -O`` of every active job (:data:`~.parse.COMPACT_JOBS_FORMAT`;
         times as POSIX seconds)."""
         assert isinstance(self._run, SubprocessRunner)
-        return check(self._run(["squeue", "--noheader", f"--Format={COMPACT_JOBS_FORMAT}"],
-                               env={"SLURM_TIME_FORMAT": "%s"}), "squeue -O").stdout
+        return check(self._run(["squeue", "--noheader", f"--Format={COMPACT_JOBS_FORMAT}",
+                                EACH_RECORD], env={"SLURM_TIME_FORMAT": "%s"}),
+                     "squeue -O").stdout
 
     def job_details(self, job_ids: Sequence[int]) -> list[dict[str, Any]]:
         """The :data:`~.parse.DETAIL_KEYS` of pending jobs among ``job_ids``, read per job for
@@ -278,9 +287,9 @@ class CliSlurmClient:
         ``--jobs``): a job with nodes (its per-node GPU indices have no per-job source that a
         job's owner cannot forge: no squeue column has them, ``scontrol show job -d`` prints
         them among the owner's text), a job that ended meanwhile, every job when there are more
-        than :data:`DETAIL_FETCH_MAX`, and a pending array task squeue shows within its array's
-        line (squeue merges pending tasks of one array unless ``--array``; the compact listing
-        does the same)."""
+        than :data:`DETAIL_FETCH_MAX`. Both list one line per job record
+        (:data:`EACH_RECORD`), so a task split off its array is read beside its array's record
+        (squeue would merge the two)."""
         ids = sorted(set(job_ids))
         if not ids or len(ids) > DETAIL_FETCH_MAX:
             return []
@@ -290,7 +299,7 @@ class CliSlurmClient:
         assert isinstance(self._run, SubprocessRunner)
         run = self._run
         with ThreadPoolExecutor(2) as pool:
-            done = list(pool.map(lambda fmt: run([*base, fmt], exact=True),
+            done = list(pool.map(lambda fmt: run([*base, fmt, EACH_RECORD], exact=True),
                                  [f"--format={text_format}", f"--Format={fact_format}"]))
         for res in done:
             if res.returncode != 0:
@@ -314,7 +323,8 @@ class CliSlurmClient:
                    for j in jobs):
             return tuple(j if j.switches is not None else replace(j, switches=0) for j in jobs)
         out = check(self._run(["squeue", "--noheader", "--states=PENDING",
-                               f"--Format={SWITCHES_FORMAT}"]), "squeue -O ReqSwitch").stdout
+                               f"--Format={SWITCHES_FORMAT}", EACH_RECORD]),
+                    "squeue -O ReqSwitch").stdout
         asked = parse_switch_requests(out)
         filled = []
         for j in jobs:
@@ -339,7 +349,7 @@ class CliSlurmClient:
             chunk = ids[i:i + CHUNK]
             res = self._run(["squeue", "--noheader", "--states=all",
                              "--jobs=" + ",".join(map(str, chunk)),
-                             f"--Format={JOB_FACTS_FORMAT}"])
+                             f"--Format={JOB_FACTS_FORMAT}", EACH_RECORD])
             if res.returncode != 0:
                 if _classify(res.stderr + res.stdout, (_GONE,)) is not None:
                     continue        # every id in the chunk is gone
@@ -616,7 +626,8 @@ class CliSlurmClient:
         ``REQUEST_JOB_INFO`` and the ``REQUEST_PARTITION_INFO`` squeue itself makes, checked
         with ``sdiag``), with ``SLURM_TIME_FORMAT=%s`` (through ``env`` for a runner that takes
         no environment)."""
-        argv = ["squeue", "--noheader", "--states=PENDING", f"--Format={BRIEF_FORMAT}"]
+        argv = ["squeue", "--noheader", "--states=PENDING", f"--Format={BRIEF_FORMAT}",
+                EACH_RECORD]
         if isinstance(self._run, SubprocessRunner):
             res = self._run(argv, env={"SLURM_TIME_FORMAT": "%s"})
         else:
@@ -695,7 +706,8 @@ class CliSlurmClient:
         if _RESV_INVALID in (res.stderr + res.stdout).lower():
             return False
         waiting = check(self._run(["squeue", "--noheader", "--states=PENDING",
-                                   f"--reservation={name}", "--Format=JobID:|"]),
+                                   f"--reservation={name}", "--Format=JobID:|",
+                                   EACH_RECORD]),
                         "squeue --reservation").stdout
         ids = [int(x) for x in waiting.replace("|", " ").split() if x.isdigit()]
         if ids:

@@ -353,6 +353,77 @@ def test_compact_snapshot_reads_the_same_jobs_as_full_records(
         h.cleanup()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compact_snapshot_lists_array_tasks_split_off_their_array(
+        backend: str, adapter_slurm_conf: str, tmp_path: Path) -> None:
+    """A pending array task split off its array (its own job id, still pending: after
+    ``scontrol update JobId=A_0 ...``, or a priority written to that one task) is a Job of its
+    own in the compact snapshot, beside its array's record, which names only the tasks still in
+    it: the same Jobs as full records give. Split after the array's details were kept (the task
+    is read alone), and split before (array and task read in one go); a priority written to the
+    whole array splits nothing. The pending briefs and the job facts list the split tasks
+    too."""
+    tmp_path.chmod(0o777)
+    client = backend_client(backend, adapter_slurm_conf)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+    script = tmp_path / "job.sh"
+    script.write_text(_JOB_SCRIPT)
+
+    def array(*options: str) -> int:
+        res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
+                              f"--output={tmp_path}/%A_%a.out", *options, str(script)],
+                             capture_output=True, text=True, env=h.env, timeout=30,
+                             check=False)
+        assert res.returncode == 0, res.stderr
+        jid = int(res.stdout.strip().split(";")[0])
+        h.submitted.append(jid)
+        return jid
+
+    def scontrol(*args: str) -> None:
+        subprocess.run(["scontrol", "update", *args], env=h.env, timeout=30, check=True)
+
+    def json_reads() -> int:
+        return client.json_snapshots if isinstance(client, CliSlurmClient) else 0
+
+    try:
+        held = array("--array=0-2", "--hold")
+        later = array("--array=0-3", "--begin=now+3600")
+        client.snapshot()                       # full records: both arrays' details kept
+        scontrol(f"JobId={held}_0", "TimeLimit=100")
+        scontrol(f"JobId={later}_1", "Priority=600")
+        assert client.set_priority(later, 700).done == (later,)  # the whole array: no split
+        fresh_one = array("--array=0-2", "--hold")
+        scontrol(f"JobId={fresh_one}_2", "TimeLimit=50")
+        # a priority write sets the records' reason to None until the scheduler's next pass
+        h.wait_for(later, "BeginTime again", lambda _: {
+            j.reason for j in CliSlurmClient(slurm_conf=adapter_slurm_conf).snapshot().jobs
+            if j.array_job_id == later} == {"BeginTime"})
+        json_before = json_reads()
+        by_compact = client.snapshot()
+        reused = client.snapshot()
+        if isinstance(client, CliSlurmClient):
+            assert json_reads() == json_before, "split tasks made a squeue --json"
+        truth = backend_client(backend, adapter_slurm_conf).snapshot()  # full records
+        want = {held: "1-2", later: "0,2-3", fresh_one: "0-1"}
+        split_ids: list[int] = []
+        for array_id, left in want.items():
+            records = {j.job_id: j for j in truth.jobs if j.array_job_id == array_id}
+            assert len(records) == 2 and records[array_id].array_tasks == left, records
+            for snap in (by_compact, reused):
+                listed = {j.job_id: j for j in snap.jobs if j.array_job_id == array_id}
+                assert listed == records, f"array {array_id}: {listed} != {records}"
+            (task,) = set(records) - {array_id}
+            split_ids.append(task)
+        meta = truth.job(later)
+        assert meta is not None and meta.priority == 700
+        briefs = {b.job_id for b in client.pending_briefs()}
+        assert set(want) | set(split_ids) <= briefs
+        facts = client.job_facts([*want, *split_ids])
+        assert all(facts[i].pending for i in [*want, *split_ids]), facts
+    finally:
+        h.cleanup()
+
+
 def test_priorities_of_many_values_in_one_scontrol(adapter_slurm_conf: str,
                                                    tmp_path: Path) -> None:
     """Several distinct priorities go to one ``scontrol`` process reading one update line per

@@ -86,7 +86,8 @@ def test_snapshot_2205_uses_sinfo_and_scontrol_text() -> None:
     snap = CliSlurmClient(runner, clock=lambda: 1795940500.7).snapshot()
     assert runner.calls == [("scontrol", "version"), ("squeue", "--json"),
                             ("squeue", "--noheader", "--states=PENDING",
-                             "--Format=JobID:|,ReqSwitch:|,Wait4Switch:|"), ("sinfo", "--json"),
+                             "--Format=JobID:|,ReqSwitch:|,Wait4Switch:|", "--array-unique"),
+                            ("sinfo", "--json"),
                             ("scontrol", "--oneliner", "show", "partition"),
                             ("scontrol", "show", "config")]
     assert snap.version == SlurmVersion(22, 5, 8) and snap.time == 1795940500
@@ -324,7 +325,7 @@ def test_switch_requests_come_from_json_or_one_compact_squeue() -> None:
     runner = ReplayRunner(answers)
     snap = CliSlurmClient(runner).snapshot()
     assert ("squeue", "--noheader", "--states=PENDING",
-            "--Format=JobID:|,ReqSwitch:|,Wait4Switch:|") in runner.calls
+            "--Format=JobID:|,ReqSwitch:|,Wait4Switch:|", "--array-unique") in runner.calls
     job50, job51 = snap.job(50), snap.job(51)
     assert job50 is not None and (job50.switches, job50.switch_wait) == (1, 120)
     assert job51 is not None and (job51.switches, job51.switch_wait) == (0, 0)

@@ -42,7 +42,7 @@ def test_facts_read_one_squeue_and_detect_holds() -> None:
     facts = CliSlurmClient(run).job_facts([12, 13, 14, 15, 16])
     assert run.calls == [("squeue", "--noheader", "--states=all", "--jobs=12,13,14,15,16",
                           "--Format=JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,"
-                          "ReqNodes:|,Reservation:|")]
+                          "ReqNodes:|,Reservation:|", "--array-unique")]
     assert facts[12].running and not facts[12].held
     assert facts[13].finished and facts[13].restart_count == 1
     assert facts[14].pending and facts[14].held and facts[14].req_nodes == "n[1-2]"
@@ -205,7 +205,8 @@ def test_reservation_in_use_is_ended_now_instead_of_deleted() -> None:
     assert CliSlurmClient(run).end_reservation("hai-plan-3") is True
     assert run.calls == [("scontrol", "delete", "ReservationName=hai-plan-3"),
                          ("squeue", "--noheader", "--states=PENDING",
-                          "--reservation=hai-plan-3", "--Format=JobID:|"), END_NOW]
+                          "--reservation=hai-plan-3", "--Format=JobID:|", "--array-unique"),
+                         END_NOW]
     # a pending job waits for it: unlinked first, then the delete goes through
     run = Runner({DELETE: in_use, SQUEUE: (0, "41|\n", ""), ("scontrol", "update"): (0, "", "")})
     run.answers = {("scontrol", "delete"): in_use, **run.answers}

@@ -13,6 +13,9 @@ from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_plugins.cli_backend import DETAIL_FETCH_MAX, CliSlurmClient
 from hai_slurm.slurm_plugins.compact_listing import DETAIL_REFRESH, CompactListing
 from hai_slurm.slurm_plugins.parse import (
+    BRIEF_FORMAT,
+    COMPACT_JOBS_FORMAT,
+    JOB_FACTS_FORMAT,
     compact_job_records,
     detail_formats,
     parse_job,
@@ -259,3 +262,137 @@ def test_compact_listing_with_cli_details_reads_only_pending_jobs() -> None:
         parse_job(records[j]) for j in (3663, 2, 4665))
     listing.forget(2)
     assert listing.jobs(_COMPACT, fetch=client.job_details) is None
+
+
+# -- array tasks split off their array (own job id, still pending) ------------------------------
+# Recorded on the 22.05.8 testbed: array 7 (0-2, held), `scontrol release 7_0` made task 0 job 8,
+# pending (Resources: job 6 held every node); array 14 (0-3, pending),
+# `scontrol update JobId=14_1 Priority=600` made task 1 job 15, then `JobId=14 Priority=700`
+# wrote 700 to both records. Without --array-unique squeue merges the pending records of one
+# array into one line (the meta job's id, every task: "0-2"); squeue --json lists each record.
+
+_SPLIT_PLAIN = (
+    "14|14|0-3|root|0|team-a|main|normal|PENDING|700|Priority|1796497767|1796497767|N/A|"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||\n"
+    "7|7|0-2|root|0|team-a|main|normal|PENDING|0|JobHeldUser,Resources|1796497687|N/A|N/A|"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||\n"
+    "6|6|N/A|root|0|team-a|main|normal|RUNNING|2000|None|1796497685|1796497685|1796497685|"
+    "365-00:00:00|4|n[1-4]|N/A|N/A|N/A|N/A|cpu=64,mem=250G,node=4,billing=64,gres/gpu=32|4|*|0|"
+    "1|1|64|0|0:00||\n")
+_SPLIT_UNIQUE = (
+    "8|7|0|root|0|team-a|main|normal|PENDING|2000|Resources|1796497687|1796497687|1828033685|"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||\n"
+    "15|14|1|root|0|team-a|main|normal|PENDING|700|Priority|1796497767|1796497767|1828033685|"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||\n"
+    "14|14|0,2-3|root|0|team-a|main|normal|PENDING|700|Priority|1796497767|1796497767|N/A|"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||\n"
+    "7|7|1-2|root|0|team-a|main|normal|PENDING|0|JobHeldUser|1796497687|N/A|N/A|UNLIMITED|1||"
+    "N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||\n"
+    "6|6|N/A|root|0|team-a|main|normal|RUNNING|2000|None|1796497685|1796497685|1796497685|"
+    "365-00:00:00|4|n[1-4]|N/A|N/A|N/A|N/A|cpu=64,mem=250G,node=4,billing=64,gres/gpu=32|4|*|0|"
+    "1|1|64|0|0:00||\n")
+_ADMIN = "hai:v1:priority=NORMAL;class=NORMAL;team=team-a;preemptible=yes;grace=60;source=default"
+_SPLIT_BASE: dict[str, Any] = {
+    "name": "wrap", "job_state": "PENDING", "nodes": "", "node_count": 1, "time_limit": None,
+    "tres_alloc_str": "", "tres_req_str": "cpu=1,mem=4000M,node=1,billing=1", "cpus": 1,
+    "memory_per_node": None, "memory_per_cpu": 4000, "user_name": "root", "user_id": 0,
+    "account": "team-a", "partition": "main", "qos": "normal", "tres_per_job": "",
+    "tres_per_node": "", "tres_per_task": "", "tres_per_socket": "", "tasks": 1,
+    "sockets_per_node": None, "gres_detail": [], "restart_cnt": 0, "requeue": True,
+    "comment": "", "admin_comment": _ADMIN, "batch_flag": True, "array_task_string": "",
+    "required_nodes": "", "excluded_nodes": "", "features": ""}
+#: squeue --json's records of the same moment (the keys parse_job reads), in its order.
+_SPLIT_JSON = [{**_SPLIT_BASE, **r} for r in (
+    {"job_id": 6, "job_state": "RUNNING", "nodes": "n[1-4]", "node_count": 4, "priority": 2000,
+     "state_reason": "None", "time_limit": 525600,
+     "tres_alloc_str": "cpu=64,mem=250G,node=4,billing=64,gres/gpu=32",
+     "tres_req_str": "cpu=4,mem=16000M,node=4,billing=4", "cpus": 64,
+     "submit_time": 1796497685, "eligible_time": 1796497685, "start_time": 1796497685,
+     "tasks": 4, "gres_detail": ["gpu:8(IDX:0-7)"] * 4, "array_job_id": 0,
+     "array_task_id": None},
+    {"job_id": 8, "priority": 2000, "state_reason": "Resources", "submit_time": 1796497687,
+     "eligible_time": 1796497687, "start_time": 1828033685, "array_job_id": 7,
+     "array_task_id": 0},
+    {"job_id": 7, "priority": 0, "state_reason": "JobHeldUser", "submit_time": 1796497687,
+     "eligible_time": 0, "start_time": 0, "array_job_id": 7, "array_task_id": None,
+     "array_task_string": "1-2"},
+    {"job_id": 15, "priority": 700, "state_reason": "Priority", "submit_time": 1796497767,
+     "eligible_time": 1796497767, "start_time": 1828033685, "array_job_id": 14,
+     "array_task_id": 1},
+    {"job_id": 14, "priority": 700, "state_reason": "Priority", "submit_time": 1796497767,
+     "eligible_time": 1796497767, "start_time": 0, "array_job_id": 14, "array_task_id": None,
+     "array_task_string": "0,2-3"})]
+_SPLIT_BRIEF_PLAIN = f"14|root|team-a|normal|1796497767|0|1|{_ADMIN}|\n" \
+                     f"7|root|team-a|normal|1796497687|0|1|{_ADMIN}|\n"
+_SPLIT_BRIEF_UNIQUE = (f"8|root|team-a|normal|1796497687|0|1|{_ADMIN}|\n"
+                       f"15|root|team-a|normal|1796497767|0|1|{_ADMIN}|\n" + _SPLIT_BRIEF_PLAIN)
+_SPLIT_FACTS_PLAIN = ("14|PENDING|0|700|Priority||(null)|\n"
+                      "7|PENDING|0|0|JobHeldUser,Resources||(null)|\n")
+_SPLIT_FACTS_UNIQUE = ("8|PENDING|0|2000|Resources||(null)|\n15|PENDING|0|700|Priority||(null)|\n"
+                       "14|PENDING|0|700|Priority||(null)|\n7|PENDING|0|0|JobHeldUser||(null)|\n")
+
+
+class SplitSqueue(SubprocessRunner):
+    """Answers squeue as 22.05.8 did with the split tasks above: one line per job record with
+    ``--array-unique``, the merged lines without it."""
+
+    def __init__(self) -> None:
+        super().__init__(slurm_conf="/nonexistent/slurm.conf")
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
+                 stdin: str | None = None, env: Mapping[str, str] | None = None,
+                 exact: bool = False) -> Completed:
+        self.calls.append(list(argv))
+        unique = "--array-unique" in argv
+        fmt = next(a for a in argv if a.startswith(("--Format=", "--format=")))
+        if fmt == f"--Format={COMPACT_JOBS_FORMAT}":
+            out = _SPLIT_UNIQUE if unique else _SPLIT_PLAIN
+        elif fmt == f"--Format={BRIEF_FORMAT}":
+            out = _SPLIT_BRIEF_UNIQUE if unique else _SPLIT_BRIEF_PLAIN
+        elif fmt == f"--Format={JOB_FACTS_FORMAT}":
+            out = _SPLIT_FACTS_UNIQUE if unique else _SPLIT_FACTS_PLAIN
+        else:  # the per-job details of jobs 7 and 8 (the test asks for no others)
+            d = re.findall(r"Q[0-9a-f]{32}", fmt)[0]
+            text_out = (_text_line(8, "wrap", d=d) if unique else "") + _text_line(7, "wrap", d=d)
+            fact_out = (_fact_line(8, _ADMIN, d=d) if unique else "") + _fact_line(7, _ADMIN, d=d)
+            out = text_out if fmt.startswith("--format=") else fact_out
+        return Completed(tuple(argv), 0, out, "")
+
+
+def test_split_array_tasks_are_listed_as_squeue_json_lists_them() -> None:
+    """A task split off its array (own job id, still pending) is its own Job, and the array's
+    remaining record lists only the tasks still in it, as in squeue --json; a second listing
+    reuses every Job."""
+    truth = tuple(parse_job({"required_switches": 0, **r}) for r in _SPLIT_JSON)  # 22.05's
+    # JSON lacks --switches: the CLI reads it with one more squeue when a job needs it
+    client = CliSlurmClient(SplitSqueue())
+    listing = CompactListing()
+    listing.reset(_SPLIT_JSON, now=0)
+    jobs = listing.jobs(client.compact_listing())
+    assert jobs is not None
+    assert sorted(j.job_id for j in jobs) == sorted(j.job_id for j in truth if j is not None)
+    by_id = {j.job_id: j for j in jobs}
+    for want in truth:
+        assert want is not None and by_id[want.job_id] == want, want.job_id
+    assert (by_id[7].array_tasks, by_id[8].array_task_id) == ("1-2", 0)
+    again = listing.jobs(client.compact_listing())
+    assert again is not None and all(a is b for a, b in zip(again, jobs, strict=True))
+
+
+def test_split_array_tasks_details_briefs_and_facts_are_read_per_record() -> None:
+    """The per-job details, the urgent path's pending briefs and the job facts list a split
+    task beside its array's record (squeue merges them into the array's line otherwise: the
+    task would be missing, its facts read as ended)."""
+    runner = SplitSqueue()
+    client = CliSlurmClient(runner)
+    listing = CompactListing()
+    listing.reset([r for r in _SPLIT_JSON if r["job_id"] not in (7, 8)], now=0)
+    jobs = listing.jobs(client.compact_listing(), fetch=client.job_details)
+    assert jobs is not None and {j.job_id for j in jobs} == {6, 7, 8, 14, 15}
+    assert [c for c in runner.calls if any(a.startswith("--jobs=") for a in c)] and all(
+        "--jobs=7,8" in c for c in runner.calls if any(a.startswith("--jobs=") for a in c))
+    assert [b.job_id for b in client.pending_briefs()] == [8, 15, 14, 7]
+    facts = client.job_facts([7, 8, 14, 15])
+    assert sorted(facts) == [7, 8, 14, 15] and facts[8].pending
+    assert all("--array-unique" in c for c in runner.calls), runner.calls
