@@ -41,12 +41,16 @@ class SubprocessRunner:
 
     ``slurm_conf`` (or ``$SLURM_CONF``) is exported to every command; ``timeout`` (seconds)
     bounds each one. A missing program or a timeout raises SlurmError naming the command.
+    ``SQUEUE_*`` variables are not passed on: squeue reads them as options (``SQUEUE_ARRAY``
+    is ``--array`` and wins over ``--array-unique``, ``SQUEUE_STATES`` or ``SQUEUE_USERS``
+    would filter the listing), so a daemon started with one would lose or split jobs.
     """
 
     def __init__(self, slurm_conf: str | os.PathLike[str] | None = None, *,
                  timeout: float = 30.0, bin_dir: str | None = None,
                  env: Mapping[str, str] | None = None) -> None:
-        base = dict(os.environ if env is None else env)
+        base = {k: v for k, v in (os.environ if env is None else env).items()
+                if not k.startswith("SQUEUE_")}
         conf = os.fspath(slurm_conf) if slurm_conf is not None else base.get("SLURM_CONF")
         if conf:
             base["SLURM_CONF"] = conf

@@ -31,3 +31,15 @@ def test_exact_output_keeps_carriage_returns() -> None:
     assert runner(argv).stdout == "a\nb\nc\né"
     assert runner(argv, exact=True).stdout == "a\rb\r\nc\né"
     assert runner(["cat"], stdin="x\ry", exact=True).stdout == "x\ry"
+
+
+def test_squeue_options_from_the_environment_are_not_passed_on() -> None:
+    """``SQUEUE_ARRAY`` (``--array``, which beats ``--array-unique``: every pending task on a
+    line of its own, on 22.05.8) or ``SQUEUE_STATES`` in the daemon's environment would change
+    what its listings read; other variables are passed on."""
+    runner = SubprocessRunner(env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                   "SQUEUE_ARRAY": "1", "SQUEUE_STATES": "RUNNING",
+                                   "SLURM_BITSTR_LEN": "0", "KEEP": "x"})
+    seen = dict(line.split("=", 1) for line in runner(["env"]).stdout.splitlines())
+    assert not [k for k in seen if k.startswith("SQUEUE_")]
+    assert seen["KEEP"] == "x" and seen["SLURM_BITSTR_LEN"] == "0"
