@@ -83,7 +83,7 @@ class FairnessConfig:
     protect_for: float = 3600.0
     demote_after: int = 5
     demote_from: PriorityClass = PriorityClass.HIGH
-    demote_excess: float = 5.0
+    demote_excess: float = 10.0
     protect_borrowed: bool = False
     protect_excess: float = 2.0
 

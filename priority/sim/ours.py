@@ -10,8 +10,10 @@ and :func:`~hai_slurm.priority.planner.search.plan_preemptions` chooses victims.
 is the
 executor's protocol as a cost: victims are signalled, checkpoint (the cost model's time for their
 size; the plan waits for the slowest), are requeued, and the beneficiary is pinned to the plan's
-nodes. Fairness events (preempted / preempting) and the victims' checkpoint times go back into
-the tracked state, as the executor records them.
+nodes. The planner charges each victim the cost model's save and restart times, as the daemon
+charges the times a job measured itself (:mod:`hai_slurm.priority.daemon.save_times`; a restart
+never above the configured ``restart_cost``). Fairness events (preempted / preempting) and the
+victims' checkpoint times go back into the tracked state, as the executor records them.
 
 Two rules of issue 16 are modelled here as well:
 
@@ -219,6 +221,12 @@ class HaiSlurm:
         by_slurm, costs = eng.by_slurm, eng.costs
         saves = {r.job_id: float(costs.checkpoint_time(by_slurm[r.job_id].gpus))
                  for r in running}
+        # and its restart as it measured it (the daemon's SaveTimes), never above the
+        # configured restart cost
+        cfg = self.planner
+        restarts = {r.job_id: float(min(costs.restart_time(n), cfg.restart_cost
+                                        + cfg.restart_cost_per_node * n))
+                    for r in running for n in (by_slurm[r.job_id].nodes,)}
         # Every job saves on request; its checkpoints are the engine's, and a job already
         # asked to save is no victim again (Holder built again: replace() costs 3x).
         holders = tuple(
@@ -227,7 +235,8 @@ class HaiSlurm:
                    restart_cost=h.restart_cost, borrowed=h.borrowed, protected=h.protected,
                    preemptible=h.preemptible and job.signalled is None, user=h.user,
                    can_ack=h.can_ack, save_cost=h.save_cost)
-            for h in holders_from_policy(running, result.running, gpus, saves=saves)
+            for h in holders_from_policy(running, result.running, gpus, saves=saves,
+                                         restart_costs=restarts)
             for job in (by_slurm[h.job_id],))
         waiting_jobs = [p for p in pending if p.job_id not in self.inflight
                         and (focus is None or p.job_id in focus)]

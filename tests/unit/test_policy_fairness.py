@@ -164,13 +164,15 @@ def test_demotion_is_relative_to_the_team_share() -> None:
                               now=NOW).pending[1].effective is P.ABOVE_NORMAL
 
 
-def test_default_demotion_needs_five_times_the_others_rate() -> None:
-    """The default demote_excess is 5: a team preempting 4x as often per quota GPU as the
-    other (equal quotas; 8 events against 2, over demote_after) keeps its HIGH class, as a
-    bursty team entitled to HIGH should; at 2 (the old default) it was demoted."""
-    events = preempting("a", *(h * HOUR for h in range(1, 9))) + preempting("b", HOUR, 2 * HOUR)
+def test_default_demotion_needs_ten_times_the_others_rate() -> None:
+    """The default demote_excess is 10: a team preempting 9x as often per quota GPU as the
+    other (equal quotas; 18 events against 2, over demote_after) keeps its HIGH class, as a
+    bursty team entitled to HIGH should; at 5 (the default until the victims' measured restart
+    made preempting cheaper) and at 2 (the one before) it was demoted."""
+    events = (preempting("a", *(h * HOUR for h in range(1, 19)))
+              + preempting("b", HOUR, 2 * HOUR))
     job = pending_job(1, P.HIGH, team="a", submit=NOW - 60)
-    assert FairnessConfig().demote_excess == 5.0
+    assert FairnessConfig().demote_excess == 10.0
 
     def effective(excess: float) -> P:
         config = replace(CONFIG, fairness=replace(CFG, demote_excess=excess))
@@ -178,6 +180,7 @@ def test_default_demotion_needs_five_times_the_others_rate() -> None:
                                   now=NOW).pending[1].effective
 
     assert effective(FairnessConfig().demote_excess) is P.HIGH
+    assert effective(5.0) is P.ABOVE_NORMAL
     assert effective(2.0) is P.ABOVE_NORMAL
 
 

@@ -120,17 +120,18 @@ JOBS = [TraceJob(1, 0, 5000, 8, "t1", P.LOW, 0, "t1"),
 def test_the_urgent_path_plans_a_high_job_seconds_after_it_arrives() -> None:
     """LOW A holds the node; HIGH B arrives at 1005. The daemon's poll (urgent_poll 1 s) sees
     it at 1006 and looks at 0, 2, 5, 10, 15, 20 s after that (URGENT_LOOKS, shared with the
-    daemon): 1006, 1008, 1011, 1016, 1021, 1026. The planner counts A's loss as 1,520 GPU-s
-    (190 s x 8), so B's benefit 30 x wait x 8 GPUs needs a wait over 6.3 s: refused at 1006,
-    1008 and 1011 (wait 6 s: 1,440). The refusal at 1011 says the wait outweighs the loss in
-    0.33 s, so B gets one more look in the next whole second, 1012 (wait 7 s), and is
-    accepted there (at the fixed look of 1016 before look_again); without the urgent path at
-    the next cycle, 1020. B starts after A's 70-s save (the looks at 1016, 1021 and 1026 find
-    its plan open and plan nothing: seven looks). (Before the daemon had the path, the
-    simulator looked at 2 and 10 s after submission and preempted at 1015.)"""
+    daemon): 1006, 1008, 1011, 1016, 1021, 1026. The planner counts A's loss as 1,120 GPU-s
+    ((70-s save + 70-s restart) x 8), so B's benefit 30 x wait x 8 GPUs needs a wait over
+    4.67 s: refused at 1006 and 1008 (wait 3 s: 720). The refusal at 1008 says the wait
+    outweighs the loss in 1.67 s, so B gets one more look in the first whole second after that
+    (+ 0.2 s), 1010 (wait 5 s), and is accepted there (with the 2-min restart estimate, at
+    1012; at the fixed look of 1011 before look_again); without the urgent path at the next
+    cycle, 1020. B starts after A's 70-s save (the looks at 1011, 1016, 1021 and 1026 find its
+    plan open and plan nothing: seven looks). (Before the daemon had the path, the simulator
+    looked at 2 and 10 s after submission and preempted at 1015.)"""
     fast = _engine(JOBS)
-    assert [(p.time - T0, p.victim) for p in fast.preemptions] == [(1012, 1)]
-    assert fast.jobs[2].first_start == T0 + 1012 + 70
+    assert [(p.time - T0, p.victim) for p in fast.preemptions] == [(1010, 1)]
+    assert fast.jobs[2].first_start == T0 + 1010 + 70
     assert fast.policy.counts["urgent_looks"] == 7  # type: ignore[attr-defined]
     slow = _engine(JOBS, urgent_poll=0)
     assert [(p.time - T0, p.victim) for p in slow.preemptions] == [(1020, 1)]
@@ -138,8 +139,8 @@ def test_the_urgent_path_plans_a_high_job_seconds_after_it_arrives() -> None:
 
 
 def test_a_victim_that_saves_on_request_loses_its_save_and_restart_only() -> None:
-    """A, preempted at 1012 after 1012 s of work, keeps all of it: it held the GPUs 70 s more
-    (the save) and spends 70 s restarting, so it loses (70 + 70) x 8 GPU-s, not 1016 x 8."""
+    """A, preempted at 1010 after 1010 s of work, keeps all of it: it held the GPUs 70 s more
+    (the save) and spends 70 s restarting, so it loses (70 + 70) x 8 GPU-s, not 1010 x 8."""
     a = _engine(JOBS).jobs[1]
     assert a.held_gpu_s - 8 * 5000 == (70 + 70) * 8
 

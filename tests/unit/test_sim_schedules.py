@@ -67,33 +67,35 @@ PREEMPT = [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 1000, 100, 8, "t2", P.HIGH)]
 
 def test_hai_slurm_preempts_once_the_benefit_beats_the_lost_work() -> None:
     """B asks for 1 GPU. A saves on request, so the planner counts its checkpoint time (70 s)
-    plus the daemon's default restart estimate (2 min) x 8 GPUs = 1520: B's benefit
-    30 x wait x 1 needs a wait over 50.7 s. The urgent looks (1001-1021) and the cycles at 1020
-    and 1050 (30 x 50 = 1500, not more) refuse; the refusals say when the wait will outweigh
-    the loss, so B, whose fixed looks are all taken, gets one more look in the first whole
-    second after 1050.9: 1051 (look_again; before issue 16's third pass only a job with fixed
-    looks left got one, and the cycle of 1080 planned). A checkpoints (70 s), B runs 1121-1221,
-    A restarts at 1221 with 5000 - 1051 s left after its simulated 70 s of restart: ends
-    5240."""
+    plus its restart as it measured it (the cost model's 60 + 10 x 1 node = 70 s, under the
+    daemon's default estimate of 2 min) x 8 GPUs = 1120: B's benefit 30 x wait x 1 needs a
+    wait over 37.3 s. The urgent looks (1001-1021) and the cycle at 1020 refuse; the refusals
+    say when the wait will outweigh the loss, so B, whose fixed looks are all taken, gets one
+    more look in the first whole second after 1037.3 + 0.2: 1038 (look_again; before issue 16's
+    third pass only a job with fixed looks left got one, and a later cycle planned). A
+    checkpoints (70 s), B runs 1108-1208, A restarts at 1208 with 5000 - 1038 s left after its
+    simulated 70 s of restart: ends 5240. (With the 2-min restart estimate, before the job's
+    own figure was used: a wait over 50.7 s, planned at 1051.)"""
     engine = run("hai-slurm", [PREEMPT[0], job(2, 1000, 100, 1, "t2", P.HIGH)])
-    assert runs(engine) == {1: (0, 5240, 1), 2: (1121, 1221, 0)}
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1108, 1208, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1051, 1, 2)]
+        (1038, 1, 2)]
 
 
 def test_hai_slurm_counts_a_checkpointing_victims_save_not_its_age() -> None:
-    """B asks for 8 GPUs at 1000; the daemon's 1-s poll sees it at 1001 and looks at 1001,
-    1003 and 1006 (URGENT_LOOKS after it was seen). A's save + restart as the planner counts
-    them is (70 + 120) x 8 = 1520, although A has not saved for 1006 s; at 1006 B's benefit
-    30 x 6 x 8 = 1440 does not beat it, and the refusal says a wait over 6.33 s does, so B gets
-    one more look at 1007 (look_again): 30 x 7 x 8 = 1680 beats it. A checkpoints, B runs
-    1077-1177, A restarts at 1177 and ends 1177 + 70 + (5000 - 1007) = 5240. (Before
-    look_again the fixed look at 1011 preempted; before the daemon had the urgent path, the
-    simulator's looks at 1002 and 1010 preempted at 1010.)"""
+    """B asks for 8 GPUs at 1000; the daemon's 1-s poll sees it at 1001 and looks at 1001 and
+    1003 (URGENT_LOOKS after it was seen). A's save + restart as the planner counts them is
+    (70 + 70) x 8 = 1120, although A has not saved for 1003 s; at 1003 B's benefit
+    30 x 3 x 8 = 720 does not beat it, and the refusal says a wait over 4.67 s does, so B gets
+    one more look at 1005 (look_again): 30 x 5 x 8 = 1200 beats it. A checkpoints, B runs
+    1075-1175, A restarts at 1175 and ends 1175 + 70 + (5000 - 1005) = 5240. (With the 2-min
+    restart estimate: (70 + 120) x 8, planned at 1007; before look_again the fixed look at 1011
+    preempted; before the daemon had the urgent path, the simulator's looks at 1002 and 1010
+    preempted at 1010.)"""
     engine = run("hai-slurm", PREEMPT)
-    assert runs(engine) == {1: (0, 5240, 1), 2: (1077, 1177, 0)}
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1075, 1175, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1007, 1, 2)]
+        (1005, 1, 2)]
 
 
 def test_hai_slurm_never_preempts_a_job_younger_than_the_minimum_run_time() -> None:
@@ -159,14 +161,14 @@ PROTECT = [*PREEMPT[:1], PREEMPT[1], job(3, 2000, 100, 8, "t2", P.HIGH)]
 
 
 def test_hai_slurm_preempts_the_same_team_again_when_unprotected() -> None:
-    """Default protection (after more than 3 preemptions): job 2 preempts job 1 at 1007 (the
-    look after its wait passed 6.33 s, see above); job 3 preempts job 1 again the same way, at
-    2007 (job 1 has run 830 s since its restart at 1177, but saves on request: 30 x 7 x 8 >
-    (70 + 120) x 8)."""
+    """Default protection (after more than 3 preemptions): job 2 preempts job 1 at 1005 (the
+    look after its wait passed 4.67 s, see above); job 3 preempts job 1 again the same way, at
+    2005 (job 1 has run 830 s since its restart at 1175, but saves on request: 30 x 5 x 8 >
+    (70 + 70) x 8)."""
     engine = run("hai-slurm", PROTECT)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1007, 1, 2), (2007, 1, 3)]
-    assert runs(engine)[3] == (2077, 2177, 0)
+        (1005, 1, 2), (2005, 1, 3)]
+    assert runs(engine)[3] == (2075, 2175, 0)
 
 
 PROTECT_ORDINARY = [*PROTECT[:2], job(3, 2000, 100, 8, "t2", P.ABOVE_NORMAL)]
@@ -174,33 +176,33 @@ PROTECTED = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
 
 
 def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
-    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1007 (job 2's
-    urgent look after its wait passed 6.33 s), so job 3, ABOVE_NORMAL (not urgent), waits until
-    the first cycle after 4607, 4620, then preempts: job 3 runs 4690-4790; job 1 kept its
-    progress (1007 s, then 3373 s of this run, 620 s left) and ends 4790 + 70 + 620.
+    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1005 (job 2's
+    urgent look after its wait passed 4.67 s), so job 3, ABOVE_NORMAL (not urgent), waits until
+    the first cycle after 4605, 4620, then preempts: job 3 runs 4690-4790; job 1 kept its
+    progress (1005 s, then 3375 s of this run, 620 s left) and ends 4790 + 70 + 620.
 
     Job 1 holds all 8 GPUs, so 4 of them are borrowed (quota 4 per team): protection covers it
     only with protect_borrowed; by default (second run) the borrowed job is reclaimed at the
     cycle of 2010 exactly as when unprotected."""
     engine = run("hai-slurm", PROTECT_ORDINARY, PROTECTED + "protect_borrowed = true\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1007, 1, 2), (4620, 1, 3)]
-    assert runs(engine) == {1: (0, 5480, 2), 2: (1077, 1177, 0), 3: (4690, 4790, 0)}
+        (1005, 1, 2), (4620, 1, 3)]
+    assert runs(engine) == {1: (0, 5480, 2), 2: (1075, 1175, 0), 3: (4690, 4790, 0)}
     assert engine.policy.counts["protections"] >= 1
     default = run("hai-slurm", PROTECT_ORDINARY, PROTECTED)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
-        (1007, 1, 2), (2010, 1, 3)]
+        (1005, 1, 2), (2010, 1, 3)]
     assert default.policy.counts["protections"] >= 1
 
 
 def test_hai_slurm_protection_does_not_hold_off_urgent_work() -> None:
     """The same protection, job 3 HIGH: urgent work is what preemption is for, so the
-    protected team's job gives way to it as if unprotected, at the look of 2007 (job 3 runs
-    2077-2177), not at 4620."""
+    protected team's job gives way to it as if unprotected, at the look of 2005 (job 3 runs
+    2075-2175), not at 4620."""
     engine = run("hai-slurm", PROTECT, PROTECTED + "protect_borrowed = true\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1007, 1, 2), (2007, 1, 3)]
-    assert runs(engine)[3] == (2077, 2177, 0)
+        (1005, 1, 2), (2005, 1, 3)]
+    assert runs(engine)[3] == (2075, 2175, 0)
     assert engine.policy.counts["protections"] >= 1
 
 
@@ -210,17 +212,19 @@ BORROWED = [job(1, 0, 5000, 6, "t1", P.LOW), job(2, 0, 5000, 1, "t2", P.LOW),
 
 def test_hai_slurm_takes_a_small_within_quota_victim_before_a_big_borrowed_one() -> None:
     """Three teams, quota 2 GPUs each: job 1 (6 GPUs) is borrowed, job 2 (1 GPU) within quota,
-    one GPU free. HIGH job 3 needs 2 GPUs at 1000. Job 1 would lose (30 + 5 x 6 + 120) x 6 =
-    1,080 GPU-s, job 2 (35 + 120) x 1 = 155. With the default borrowed_discount (0.5: 540
-    against 155) job 2 gives way at the look of 1003 (30 x 3 x 2 = 180 > 155), saves 35 s, and
-    job 3 runs 1038-1138 (hai-platform also takes job 2, after its 10 s: 1045). With
-    discount 0 (borrowed strictly first, the rule before) job 1 gives way once 30 x wait x 2
-    beats 1,080, at the look of 1019, saves 60 s: job 3 runs 1079-1179."""
+    one GPU free. HIGH job 3 needs 2 GPUs at 1000. Job 1 would lose (30 + 5 x 6 + 70) x 6 =
+    780 GPU-s, job 2 (35 + 70) x 1 = 105 (saves from the cost model, restarts as the jobs
+    measured them: 70 s on one node). With the default borrowed_discount (0.5: 390 against 105)
+    job 2 gives way at the look of 1002 (after the refusal at 1001 said a wait over 1.75 s
+    would do: 30 x 2 x 2 = 120 > 105), saves 35 s, and job 3 runs 1037-1137 (hai-platform also
+    takes job 2, after its 10 s: 1045). With discount 0 (borrowed strictly first, the rule
+    before) job 1 gives way once 30 x wait x 2 beats 780 (a wait over 13 s), at the look of
+    1014, saves 60 s: job 3 runs 1074-1174."""
     engine = run("hai-slurm", BORROWED)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1003, 2, 3)]
-    assert runs(engine)[3] == (1038, 1138, 0)
+        (1002, 2, 3)]
+    assert runs(engine)[3] == (1037, 1137, 0)
     strict = run("hai-slurm", BORROWED, "[planner]\nborrowed_discount = 0\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in strict.preemptions] == [
-        (1019, 1, 3)]
-    assert runs(strict)[3] == (1079, 1179, 0)
+        (1014, 1, 3)]
+    assert runs(strict)[3] == (1074, 1174, 0)
