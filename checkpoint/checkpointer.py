@@ -54,7 +54,6 @@ def _step_of(state: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-
 def _process_age() -> float | None:
     """Seconds since this process started (Linux ``/proc``), or None where that cannot be read."""
     try:
@@ -66,6 +65,7 @@ def _process_age() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return max(0.0, uptime - started)
+
 
 class Checkpointer:
     """Checkpoints of one job. :meth:`save` writes one state from rank 0; :meth:`save_with` runs
