@@ -25,6 +25,7 @@ from hai_slurm.priority.daemon.cycle import (
 )
 from hai_slurm.priority.daemon.factory import read_switches, topology_source
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.daemon.save_times import SaveTimes
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.search import plan_preemptions, victim_status
 from hai_slurm.priority.policy.explain import explain, explain_running
@@ -80,7 +81,10 @@ def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
     if not config.preempt.enabled:
         return "Planner: preemption is off ([planner] enabled = false)."
     switches = read_switches(view.slurm) if config.description is None else ()
-    planner = SnapshotPlanner(topology_source(config, switches), config.preempt.planner)
+    # every running job's own save and restart figures, read now (the daemon reads a few a
+    # cycle and keeps them)
+    planner = SnapshotPlanner(topology_source(config, switches), config.preempt.planner,
+                              save_times=SaveTimes(reads_per_pass=max(1, len(view.running))))
     snapshot = planner.snapshot(view)
     result = plan_preemptions(snapshot, config=planner.config, now=view.now)
     decision = result.decisions.get(job_id)

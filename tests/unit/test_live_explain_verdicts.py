@@ -3,15 +3,24 @@ for pending jobs, and for running jobs whether they may be a victim now (FakeSlu
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
 from daemon_helpers import Rig, rig
 
-from hai_slurm.classes import PriorityClass
+from hai_slurm.checkpoint import Phase
+from hai_slurm.checkpoint.protocol import (
+    control_dir_of,
+    make_phase,
+    prepare_control_dir,
+    write_phase,
+)
+from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.preempt import PreemptConfig
 from hai_slurm.priority.daemon.live import explain_live, open_repository
 from hai_slurm.priority.planner.types import PlannerConfig
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 
 HIGH, LOW = PriorityClass.HIGH, PriorityClass.LOW
 
@@ -73,6 +82,27 @@ def test_a_running_job_says_whether_it_may_be_a_victim(tmp_path: Path) -> None:
     other.daemon().run_once()
     assert "Planner: not a victim now: no class is higher than EXTREME_HIGH" in _explain(other,
                                                                                          top)
+
+
+def test_a_running_job_is_charged_the_save_and_restart_it_measured(tmp_path: Path) -> None:
+    """A LOW job that saves on request (checkpoint directory, 300-s grace) would lose its grace
+    plus the configured 2-min restart; once its phase.json says its saves take 12 s and its
+    restart 5 s, explain charges those, as the daemon's planner does."""
+    r = rig(tmp_path)
+    ck = tmp_path / "ck"
+    info = HaiJobInfo(priority="LOW", job_class="LOW", team="team-a", preemptible=True,
+                      grace=300, source=ClassOrigin.DIRECTIVE, checkpoint_dir=str(ck))
+    low = r.slurm.submit(admin_comment=format_admin_comment(info), account="team-a",
+                         gpus_per_node=8, uid=os.getuid())
+    r.slurm.schedule()
+    r.tick(3600)
+    r.daemon().run_once()
+    assert "would lose 7m00s x 8 GPUs" in _explain(r, low)
+    ctl = control_dir_of(ck, low)
+    prepare_control_dir(ctl)
+    write_phase(ctl, make_phase(str(low), 0, Phase.COMPUTING, 9, save_seconds=12.0,
+                                restart_seconds=5.0))
+    assert "would lose 17s x 8 GPUs" in _explain(r, low)
 
 
 def test_preemption_off_says_so(tmp_path: Path) -> None:
