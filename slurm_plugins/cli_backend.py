@@ -6,7 +6,8 @@ jobs) with new pending jobs' details read per job (see :meth:`CliSlurmClient.sna
 the node/partition commands of :mod:`.version`'s plan, and ``sacctmgr`` for QOS when accounting
 is on. Writes: ``scontrol`` and ``scancel``, batched (comma-separated job lists, chunked to keep
 argv short; priorities go as one ``scontrol`` process reading one ``update`` line per distinct
-value from its stdin).
+value from its stdin; an array's own pending record is named by its tasks, ``A_[1-2]``, since
+``A`` names the whole array: see :meth:`CliSlurmClient.set_priorities`).
 Per-job messages Slurm prints (``"<message> for job <id>"``) are sorted into harmless races,
 reported as ``skipped``, and real failures, raised as SlurmError.
 """
@@ -128,6 +129,37 @@ TIMEOUT, "Reservation ended"; with FLEX it goes on and slurmctld clears its link
 
 _Harmless = tuple[str | tuple[str, ...], SkipReason]
 
+_TASK_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+_THROTTLE = re.compile(r"%\d+$")
+_NAMED_TASKS = re.compile(r"(\d+)_\[(.+)\]")
+TASKS_IN_FULL = {"SLURM_BITSTR_LEN": "0"}
+"""Makes ``squeue`` print an array's task expression whole: by default it cuts it at 64
+characters and ends it in ``...`` (22.05.8, ``squeue --json`` and ``-O ArrayTaskID`` alike:
+``0-1,3-4,6-7,...,30-31,3...``)."""
+
+
+def task_expression(text: str) -> str | None:
+    """The task expression of an array's own record (its ``array_tasks``: ``"1-2"``,
+    ``"0-118:2"``, ``"0,3-5"``, ``"[0-9%2]"``) without brackets and throttle (``%2``), ready
+    for ``JobId=A_[EXPR]``; None when it is not a whole expression (squeue cut it, see
+    :data:`TASKS_IN_FULL`)."""
+    expr = _THROTTLE.sub("", text.strip().removeprefix("[").removesuffix("]"))
+    return expr if expr and all(_TASK_RANGE.fullmatch(p) for p in expr.split(",")) else None
+
+
+def task_ids(expr: str) -> frozenset[int] | None:
+    """The task ids a task expression names (``"0-4:2"`` is 0, 2, 4); None when it is none."""
+    whole = task_expression(expr)
+    if whole is None:
+        return None
+    ids: set[int] = set()
+    for part in whole.split(","):
+        m = _TASK_RANGE.fullmatch(part)
+        assert m is not None  # checked by task_expression
+        low = int(m[1])
+        ids.update(range(low, int(m[2] or low) + 1, int(m[3] or 1)))
+    return frozenset(ids)
+
 
 def _classify(message: str, harmless: Sequence[_Harmless]) -> SkipReason | None:
     low = message.lower()
@@ -163,6 +195,10 @@ class CliSlurmClient:
         self._aliases: dict[int, str] = {}
         """Array tasks whose own id equals the array's id: Slurm reads that id as the whole
         array, so they are addressed as ``ARRAY_TASK`` (filled from the latest snapshot)."""
+        self._arrays: dict[int, str] = {}
+        """The task expressions (``array_tasks``) of the arrays' own pending records in the
+        latest snapshot, by the array's id: a priority is written to ``ID_[TASKS]`` (see
+        :meth:`set_priorities`)."""
 
     # -- reads ------------------------------------------------------------------------------
     def version(self) -> SlurmVersion:
@@ -225,6 +261,8 @@ class CliSlurmClient:
         nodes, partitions, qos = self.cluster_parts()
         self._aliases = {j.job_id: f"{j.job_id}_{j.array_task_id}" for j in jobs
                          if j.array_job_id == j.job_id and j.array_task_id is not None}
+        self._arrays = {j.job_id: j.array_tasks for j in jobs if j.array_job_id == j.job_id
+                        and j.array_task_id is None and j.array_tasks}
         return ClusterSnapshot(time=now, version=plan.version, jobs=jobs, nodes=nodes,
                                partitions=partitions, qos=qos)
 
@@ -378,20 +416,27 @@ class CliSlurmClient:
     # -- writes -----------------------------------------------------------------------------
     def _per_job(self, argv: Sequence[str], ids: tuple[int, ...], what: str,
                  harmless: Sequence[_Harmless], *, stdin: str | None = None,
-                 timeout: float | None = None) -> ActionResult:
+                 timeout: float | None = None,
+                 refs: Mapping[int, str] | None = None) -> ActionResult:
+        """Run one write and sort the jobs Slurm names into races and failures. ``refs``: how
+        the write named some of ``ids`` (an array's own record as ``A_[TASKS]``)."""
         if stdin is not None:
             assert isinstance(self._run, SubprocessRunner)
             res: Completed = self._run(argv, stdin=stdin, timeout=timeout)
         else:
             res = self._run(argv)
         messages, other = job_messages(res.stderr)
-        by_ref = {self._ref(j): j for j in ids}
+        by_ref = {(refs or {}).get(j) or self._ref(j): j for j in ids}
         skipped: list[Skipped] = []
         failures: list[str] = []
         for ref, msg in messages.items():
-            jid = by_ref.get(ref, int(ref) if ref.isdigit() else 0)
+            if msg.lower() == "no error":
+                continue   # scontrol lists the tasks it changed beside those it could not
+            jid = by_ref.get(ref)
+            if jid is None:
+                jid = _record_named(ref, by_ref)
             reason = _classify(msg, harmless)
-            if jid not in by_ref.values():     # e.g. one task of an array we addressed whole
+            if jid is None:     # another record, e.g. one task of an array we addressed whole
                 if reason is None:
                     failures.append(f"job {ref}: {msg}")
                 continue
@@ -409,15 +454,16 @@ class CliSlurmClient:
         return ActionResult(tuple(j for j in ids if j not in gone), tuple(skipped), 1)
 
     def _scontrol_ids(self, verb: Sequence[str], job_ids: JobIds, what: str,
-                      harmless: Sequence[_Harmless],
-                      suffix: Sequence[str] = ()) -> ActionResult:
+                      harmless: Sequence[_Harmless], suffix: Sequence[str] = (),
+                      refs: Mapping[int, str] | None = None) -> ActionResult:
         ids = job_id_tuple(job_ids)
+        ref = (lambda j: refs.get(j) or self._ref(j)) if refs else self._ref
         result = ActionResult()
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i:i + CHUNK]
-            joined = ",".join(map(self._ref, chunk))
+            joined = ",".join(map(ref, chunk))
             argv = ["scontrol", *verb, f"JobId={joined}" if suffix else joined, *suffix]
-            result = result.merged(self._per_job(argv, chunk, what, harmless))
+            result = result.merged(self._per_job(argv, chunk, what, harmless, refs=refs))
         return result
 
     def set_priority(self, job_id: int, value: int) -> ActionResult:
@@ -425,23 +471,86 @@ class CliSlurmClient:
         return self.set_priorities({job_id: value})
 
     def set_priorities(self, priorities: Mapping[int, int]) -> ActionResult:
-        """One ``scontrol update`` per distinct value (scontrol takes id lists per value)."""
+        """One ``scontrol update`` per distinct value (scontrol takes id lists per value).
+
+        Each write reaches the one record it is for, as pyslurm's ``Job.modify`` (the job's
+        number, no id string) does. To scontrol, ``JobId=A`` is the whole array: the array's
+        own pending record, its running tasks and the tasks split off it (own job id, still
+        pending: after ``scontrol release A_0`` or an update of ``A_0``) all get the value
+        (22.05.8), so a split task ended with its array's value whenever the array's line ran
+        after its own. So the array's own record of the last snapshot is written as
+        ``A_[TASKS]``, its task expression (``array_tasks``, without a ``%`` throttle). Checked
+        on 22.05.8: Slurm updates that one record in place when the expression names every
+        task in it (``1-2``, ``0-9%2``, ``1,3-4,6-7``), also when it names more (tasks that
+        left the record since the snapshot: a finished one is reported as an invalid id and
+        skipped, a started one gets the value too, which is harmless); an array whose record
+        has one task left is listed as that task (``A_T``, an alias, see :meth:`_ref`). An
+        expression naming only some of the record's tasks would split them off into records
+        of their own, so an expression squeue cut (past 64 characters, ending in ``...``) is
+        read again whole (:data:`TASKS_IN_FULL`), one ``squeue`` for all such arrays.
+
+        Not chosen: writing the arrays in an earlier ``scontrol`` than the other jobs. It puts
+        the right value on split tasks written in the same call, but an array's write still
+        reaches its split tasks that are not in the call (e.g. the daemon's one-value-at-a-time
+        retry, or the preemption guard's single write) and its running tasks, which pyslurm's
+        does not, and it costs a second process per call.
+
+        An id the last snapshot did not list as an array's own record is written as ``ID``
+        (the whole array if it is one). Without arrays nothing of this costs anything."""
         by_value: dict[int, list[int]] = defaultdict(list)
         for jid, value in priorities.items():
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32 - 2:
                 raise ValueError(f"priority for job {jid} must be an integer in "
                                  f"[0, 4294967293], got {value!r}")
             by_value[value].append(jid)
+        refs = self._array_refs(priorities) if self._arrays else {}
         if isinstance(self._run, SubprocessRunner) and len(by_value) > 1:
-            return self._priorities_stdin(by_value)
+            return self._priorities_stdin(by_value, refs)
         result = ActionResult()
         for value in sorted(by_value):
             result = result.merged(self._scontrol_ids(
                 ["update"], by_value[value], f"scontrol update Priority={value}",
-                (_GONE, _DONE, _HELD), suffix=[f"Priority={value}"]))
+                (_GONE, _DONE, _HELD), suffix=[f"Priority={value}"], refs=refs))
         return result
 
-    def _priorities_stdin(self, by_value: Mapping[int, list[int]]) -> ActionResult:
+    def _array_refs(self, job_ids: Iterable[int]) -> dict[int, str]:
+        """``A_[TASKS]`` for each of ``job_ids`` that the last snapshot listed as an array's
+        own record (see :meth:`set_priorities`); a cut task expression is read again whole."""
+        refs: dict[int, str] = {}
+        cut: list[int] = []
+        for jid in job_ids:
+            tasks = self._arrays.get(jid)
+            if tasks is not None:
+                expr = task_expression(tasks)
+                if expr is None:
+                    cut.append(jid)
+                else:
+                    refs[jid] = f"{jid}_[{expr}]"
+        for i in range(0, len(cut), CHUNK):
+            chunk = cut[i:i + CHUNK]
+            argv = ["squeue", "--noheader", "--jobs=" + ",".join(map(str, chunk)),
+                    "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|", EACH_RECORD]
+            if isinstance(self._run, SubprocessRunner):
+                res = self._run(argv, env=TASKS_IN_FULL)
+            else:
+                res = self._run(["env", *(f"{k}={v}" for k, v in TASKS_IN_FULL.items()), *argv])
+            if res.returncode != 0 and _classify(res.stderr + res.stdout, (_GONE,)) is not None:
+                continue   # the arrays ended: written as ID, Slurm says so
+            for line in check(res, "squeue -O ArrayTaskID").stdout.splitlines():
+                cols = line.strip().split("|")
+                if len(cols) < 3 or not cols[0].isdigit() or cols[0] != cols[1]:
+                    continue
+                jid = int(cols[0])
+                if jid not in chunk:
+                    continue
+                if cols[2].isdigit():          # one task left: the record is that task now
+                    refs[jid] = f"{jid}_{cols[2]}"
+                elif (expr := task_expression(cols[2])) is not None:
+                    refs[jid] = f"{jid}_[{expr}]"
+        return refs
+
+    def _priorities_stdin(self, by_value: Mapping[int, list[int]],
+                          refs: Mapping[int, str]) -> ActionResult:
         """Several values in few ``scontrol`` processes (up to :data:`WRITERS`, side by side),
         one ``update JobId=IDS Priority=N`` line per value (and :data:`CHUNK` of ids) on stdin.
         scontrol goes on after a failed line and names each job it could not change
@@ -455,7 +564,8 @@ class CliSlurmClient:
             group = by_value[value]
             for i in range(0, len(group), CHUNK):
                 chunk = group[i:i + CHUNK]
-                lines.append(f"update JobId={','.join(map(self._ref, chunk))} Priority={value}")
+                joined = ",".join(refs.get(j) or self._ref(j) for j in chunk)
+                lines.append(f"update JobId={joined} Priority={value}")
                 chunks.append(chunk)
                 ids += chunk
         # Spread over WRITERS processes: slurmctld takes each update in well under a ms, but
@@ -474,7 +584,7 @@ class CliSlurmClient:
         def write(batch: tuple[list[str], list[int]]) -> ActionResult:
             return self._per_job(["scontrol"], tuple(batch[1]), "scontrol update Priority",
                                  (_GONE, _DONE, _HELD), stdin="\n".join(batch[0]) + "\n",
-                                 timeout=timeout)
+                                 timeout=timeout, refs=refs)
 
         result = ActionResult()
         with ThreadPoolExecutor(parts) as pool:
@@ -750,6 +860,28 @@ class CliSlurmClient:
             self._resv_name(name)
         return self._scontrol_ids(["update"], job_id, "scontrol update Reservation",
                                   (_GONE, _DONE, _NOT_PENDING), suffix=[f"Reservation={name}"])
+
+
+def _record_named(ref: str, by_ref: Mapping[str, int]) -> int | None:
+    """The job a per-job message names by a reference the write did not use: ``"5"`` for a
+    job written as the task alias ``5_3``; ``"A_2-4"`` for an array's own record written as
+    ``A_[...]`` naming the same tasks (scontrol reports the record's tasks together; tasks
+    that left the record since the snapshot are reported apart: ``A_1: Invalid job id``), or
+    written as ``A`` (the whole array; a range holds the record's tasks). None for another
+    record."""
+    head, _, tasks = ref.partition("_")
+    if not head.isdigit():
+        return None
+    jid = int(head)
+    if not tasks:
+        return jid if jid in by_ref.values() else None
+    if by_ref.get(head) == jid:
+        return jid if not tasks.isdigit() else None
+    written = next((m[2] for r in by_ref if (m := _NAMED_TASKS.fullmatch(r)) and m[1] == head),
+                   None)
+    if written is not None and task_ids(tasks) == task_ids(written):
+        return jid
+    return None
 
 
 def running_only(ids: tuple[int, ...], facts: Mapping[int, JobFacts]

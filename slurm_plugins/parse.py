@@ -404,7 +404,7 @@ def parse_qos(output: str, fields: tuple[str, ...]) -> tuple[Qos, ...]:
     return tuple(out)
 
 
-_JOB_REF = r"(\d+(?:_\d+)?)"
+_JOB_REF = r"(\d+(?:_\d[\d,:-]*)?)"
 _SCANCEL_ERR = re.compile(r"error: Kill job error on job id " + _JOB_REF + r": (.*)$")
 _SCONTROL_ERR = re.compile(r"^(.*?) for job " + _JOB_REF + r"\s*$")
 _REF_FIRST = re.compile(r"^" + _JOB_REF + r": (.+)$")
@@ -415,9 +415,10 @@ def job_messages(stderr: str) -> tuple[dict[str, str], list[str]]:
 
     ``scontrol`` writes ``"<message> for job <ref>"``, and for an array task addressed as
     ``<array id>_<task>`` ``"<ref>: <message>"`` (22.05's ``scontrol requeuehold 1085_3``:
-    ``1085_3: Job is pending execution``); ``scancel`` writes
+    ``1085_3: Job is pending execution``; for an array's pending tasks, ``1085_2-4: ...``,
+    ``No error`` among them for the tasks it changed when others failed); ``scancel`` writes
     ``"scancel: error: Kill job error on job id <ref>: <message>"``. ``<ref>`` is a job id or,
-    for an array task, ``<array id>_<task>``; it is returned as written.
+    for array tasks, ``<array id>_<tasks>``; it is returned as written.
     """
     per_job: dict[str, str] = {}
     other: list[str] = []

@@ -424,6 +424,62 @@ def test_compact_snapshot_lists_array_tasks_split_off_their_array(
         h.cleanup()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_priority_of_an_array_spares_the_tasks_split_off_it(
+        backend: str, adapter_slurm_conf: str, tmp_path: Path) -> None:
+    """A priority written to an array's own pending record reaches that record only, not a
+    task split off it (its own job id, still pending), which gets its own value from the same
+    call: ``scontrol update JobId=A`` would set the whole array (22.05.8). Also for an array
+    whose task expression squeue cuts (past 64 characters), and with the values either way
+    round. No record is split by the writes. The arrays wait for a begin time (a held job
+    refuses a priority)."""
+    tmp_path.chmod(0o777)
+    client = backend_client(backend, adapter_slurm_conf)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+    script = tmp_path / "job.sh"
+    script.write_text(_JOB_SCRIPT)
+
+    def array(tasks: str) -> int:
+        res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
+                              f"--array={tasks}", "--begin=now+3600",
+                              f"--output={tmp_path}/%A_%a.out", str(script)],
+                             capture_output=True, text=True, env=h.env, timeout=30,
+                             check=False)
+        assert res.returncode == 0, res.stderr
+        jid = int(res.stdout.strip().split(";")[0])
+        h.submitted.append(jid)
+        return jid
+
+    def records(array_id: int) -> dict[int, Job]:
+        truth = CliSlurmClient(slurm_conf=adapter_slurm_conf).snapshot()
+        return {j.job_id: j for j in truth.jobs if j.array_job_id == array_id}
+
+    try:
+        short = array("0-2")
+        long = array(",".join(f"{t}-{t + 1}" for t in range(0, 150, 3)))
+        for array_id in (short, long):
+            subprocess.run(["scontrol", "update", f"JobId={array_id}_0", "TimeLimit=100"],
+                           env=h.env, timeout=30, check=True)
+        split = {}
+        for array_id in (short, long):
+            (split[array_id],) = set(records(array_id)) - {array_id}
+        assert records(long)[long].array_tasks.endswith("...")   # squeue cut it
+        client.snapshot()
+        for values in ((900, 650), (650, 900)):
+            wanted = {}
+            for k, array_id in enumerate((short, long)):
+                wanted[array_id] = values[0] + k
+                wanted[split[array_id]] = values[1] + k
+            result = client.set_priorities(wanted)
+            assert sorted(result.done) == sorted(wanted) and result.skipped == ()
+            for array_id in (short, long):
+                got = {jid: job.priority for jid, job in records(array_id).items()}
+                assert got == {array_id: wanted[array_id],
+                               split[array_id]: wanted[split[array_id]]}, (values, got)
+    finally:
+        h.cleanup()
+
+
 def test_priorities_of_many_values_in_one_scontrol(adapter_slurm_conf: str,
                                                    tmp_path: Path) -> None:
     """Several distinct priorities go to one ``scontrol`` process reading one update line per

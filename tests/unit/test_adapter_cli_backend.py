@@ -8,7 +8,8 @@ printed for real.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
@@ -16,7 +17,7 @@ import pytest
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
-from hai_slurm.slurm_plugins.cli_backend import QOS_REFRESH, CliSlurmClient, fresh
+from hai_slurm.slurm_plugins.cli_backend import QOS_REFRESH, CliSlurmClient, fresh, task_ids
 from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
 from hai_slurm.slurm_plugins.types import SignalTarget, SkipReason
 from hai_slurm.slurm_plugins.version import QOS_COMMAND, parse_version, query_plan
@@ -385,3 +386,170 @@ def test_fresh_is_younger_than_its_ttl_and_never_from_the_future() -> None:
     assert not fresh(100.0, 105.0, 5.0)
     assert not fresh(None, 100.0, 5.0)
     assert not fresh(100.0, 99.0, 5.0)
+
+
+
+class ArraySlurmctld:
+    """slurmctld's priority updates on array 52, as 22.05.8 does them (checked on the testbed):
+    ``JobId=53`` is that record, ``JobId=52`` every record of the array, ``52_[TASKS]`` the
+    array's own record when TASKS hold all of its tasks (else Slurm splits them off: refused
+    here), ``52_T`` task T's record. ``squeue`` cuts a task expression past 64 characters
+    unless SLURM_BITSTR_LEN=0; other commands are answered from the 22.05 recordings."""
+
+    ARRAY = 52
+
+    def __init__(self, records: dict[int, dict[str, object]]) -> None:
+        self.records = records
+        self.replay = ReplayRunner(cluster_2205())
+        self.calls: list[tuple[str, ...]] = []
+        self.updates: list[str] = []
+
+    def priorities(self) -> dict[int, object]:
+        """Each record's priority now."""
+        return {j: r["priority"] for j, r in self.records.items()}
+
+    def _json(self) -> str:
+        jobs = []
+        for jid, r in self.records.items():
+            tasks = str(r.get("tasks", ""))
+            jobs.append({"job_id": jid, "array_job_id": self.ARRAY,
+                         "array_task_id": r.get("task"), "job_state": r["state"],
+                         "array_task_string": tasks if len(tasks) <= 64 else tasks[:61] + "...",
+                         "priority": r["priority"], "node_count": 1,
+                         "nodes": "n1" if r["state"] == "RUNNING" else ""})
+        return json.dumps({"jobs": jobs, "errors": []})
+
+    def _update(self, line: str) -> None:
+        self.updates.append(line)
+        _, ids, value = line.split()
+        for ref in re.findall(r"\d+(?:_(?:\[[^\]]*\]|\d+))?", ids.removeprefix("JobId=")):
+            head, _, tasks = ref.partition("_")
+            if int(head) != self.ARRAY:     # a split task's own id: that record
+                hit = [int(head)]
+            elif not tasks:
+                hit = list(self.records)
+            elif tasks.isdigit():
+                hit = [j for j, r in self.records.items() if r.get("task") == int(tasks)]
+            else:
+                named = task_ids(tasks.removeprefix("[").removesuffix("]"))
+                own = task_ids(str(self.records[self.ARRAY]["tasks"]))
+                assert named is not None and own is not None and own <= named, (
+                    f"JobId={ref} splits tasks off the array's record")
+                hit = [self.ARRAY]
+            for jid in hit:
+                self.records[jid]["priority"] = int(value.removeprefix("Priority="))
+
+    def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
+                 stdin: str | None = None, env: Mapping[str, str] | None = None,
+                 exact: bool = False) -> Completed:
+        """Answer as slurmctld would."""
+        key = tuple(argv)
+        self.calls.append(key)
+        env = dict(env or {})
+        while key[0] == "env":
+            name, _, value = key[1].partition("=")
+            env[name] = value
+            key = ("env", *key[2:]) if key[2] == "env" else key[2:]
+        if key == ("squeue", "--json"):
+            return ok(key, self._json())
+        if key == ("scontrol",) and stdin is not None:
+            for line in stdin.splitlines():
+                self._update(line)
+            return ok(key)
+        if key[:2] == ("scontrol", "update"):
+            self._update(" ".join(key[1:]))
+            return ok(key)
+        if key[0] == "squeue" and "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|" in key:
+            whole = env.get("SLURM_BITSTR_LEN") == "0"
+            return ok(key, "".join(f"{j}|{self.ARRAY}|"
+                                   f"{r.get('task', r.get('tasks')) if whole else 'cut...'}|\n"
+                                   for j, r in self.records.items()))
+        return self.replay(key)
+
+
+class PipedArraySlurmctld(ArraySlurmctld, SubprocessRunner):
+    """The same, as a SubprocessRunner: several values go to one scontrol reading stdin."""
+
+    def __init__(self, records: dict[int, dict[str, object]]) -> None:
+        ArraySlurmctld.__init__(self, records)
+        SubprocessRunner.__init__(self, "/nonexistent/slurm.conf")
+
+
+def array_52(own_tasks: str = "1-2") -> dict[int, dict[str, object]]:
+    """Array 52: its own pending record (tasks ``own_tasks``), task 0 split off as 53
+    (pending), task 3 running as 54."""
+    return {52: {"tasks": own_tasks, "state": "PENDING", "priority": 100},
+            53: {"task": 0, "state": "PENDING", "priority": 100},
+            54: {"task": 3, "state": "RUNNING", "priority": 100}}
+
+
+@pytest.mark.parametrize("piped", [False, True])
+def test_priority_of_an_array_leaves_its_split_off_tasks_alone(piped: bool) -> None:
+    """``JobId=52`` is the whole array 52 to scontrol, so its value went to task 53 split off
+    it too (22.05.8 testbed: {52: 900, 53: 650} left 53 at 900). The array's own record is
+    written as ``52_[1-2]``: each job ends with its own value and the running task keeps its
+    own, with one command per value or one scontrol reading stdin."""
+    slurmctld = (PipedArraySlurmctld if piped else ArraySlurmctld)(array_52())
+    client = CliSlurmClient(slurmctld)
+    client.snapshot()
+    res = client.set_priorities({52: 900, 53: 650})
+    assert slurmctld.priorities() == {52: 900, 53: 650, 54: 100}
+    assert sorted(res.done) == [52, 53] and res.skipped == ()
+    assert "update JobId=52_[1-2] Priority=900" in slurmctld.updates
+    res = client.set_priorities({53: 700, 52: 600})    # the other order of values
+    assert slurmctld.priorities() == {52: 600, 53: 700, 54: 100}
+
+
+@pytest.mark.parametrize("piped", [False, True])
+def test_array_task_expression_cut_by_squeue_is_read_again_whole(piped: bool) -> None:
+    """squeue ends a task expression past 64 characters in ``...``; naming only the tasks
+    before the cut would split the rest off the array's record (Slurm splits tasks named
+    apart from the rest). One ``squeue`` with SLURM_BITSTR_LEN=0 reads it whole. A ``%N``
+    throttle is left out of the name."""
+    long = ",".join(f"{t}-{t + 1}" for t in range(4, 150, 3))
+    slurmctld = (PipedArraySlurmctld if piped else ArraySlurmctld)(array_52(long))
+    client = CliSlurmClient(slurmctld)
+    assert client.snapshot().job(52).array_tasks.endswith("...")  # type: ignore[union-attr]
+    client.set_priorities({52: 900, 53: 650})
+    assert slurmctld.priorities() == {52: 900, 53: 650, 54: 100}
+    assert f"update JobId=52_[{long}] Priority=900" in slurmctld.updates
+    reads = [c for c in slurmctld.calls if "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|" in c]
+    assert len(reads) == 1
+    throttled = ArraySlurmctld(array_52("1-2%4"))
+    client = CliSlurmClient(throttled)
+    client.snapshot()
+    client.set_priority(52, 5)
+    assert throttled.updates == ["update JobId=52_[1-2] Priority=5"]
+
+
+def test_no_array_no_extra_work() -> None:
+    """Without arrays the writes are as before: ids only, no extra read."""
+    runner = ReplayRunner(cluster_2205())
+    client = CliSlurmClient(runner)
+    client.snapshot()
+    before = len(runner.calls)
+    client.set_priorities({1: 5, 2: 6})
+    assert runner.calls[before:] == [("scontrol", "update", "JobId=1", "Priority=5"),
+                                     ("scontrol", "update", "JobId=2", "Priority=6")]
+
+
+def test_messages_about_an_arrays_own_record() -> None:
+    """A held array's record, named ``52_[1-2]``, is reported as ``52_1-2`` (22.05.8): a HELD
+    skip of 52. Tasks that left the record since the snapshot are reported apart (``52_1:
+    Invalid job id``) beside ``No error`` for the record, which was written."""
+    answers = cluster_2205()
+    answers[("squeue", "--json")] = ok([], ArraySlurmctld(array_52())._json())
+    answers[("scontrol", "update")] = ok(
+        [], "", "52_1-2: Job is in held state, pending scheduler release\n", rc=1)
+    client = CliSlurmClient(ReplayRunner(answers))
+    client.snapshot()
+    res = client.set_priorities({52: 9, 53: 9})
+    assert res.done == (53,) and [(s.job_id, s.reason) for s in res.skipped] == [
+        (52, SkipReason.HELD)]
+    answers[("scontrol", "update")] = ok(
+        [], "", "52_1: Invalid job id specified\n52_2: No error\n", rc=1)
+    res = client.set_priorities({52: 9, 53: 9})
+    assert sorted(res.done) == [52, 53] and res.skipped == ()
+    answers[("scontrol", "update")] = ok([], "", "52_2: Access/permission denied\n", rc=1)
+    with pytest.raises(SlurmError, match="job 52_2: Access/permission denied"):
+        client.set_priorities({52: 9})

@@ -291,6 +291,18 @@ def test_job_messages_from_real_stderr() -> None:
     assert other == ["slurm_suspend error: Invalid job id specified"]
 
 
+def test_job_messages_name_an_arrays_tasks_by_range() -> None:
+    """scontrol names an array's pending tasks by range (recorded on 22.05.8, a priority
+    written to ``17`` and ``13_[1-4]``); ``No error`` lists the tasks that did change."""
+    per_job, other = job_messages("17_0-2: Job is in held state, pending scheduler release\n"
+                                  "13_1: Invalid job id specified\n13_2-4: No error\n"
+                                  "12_0-118:2: Invalid job id specified\n")
+    assert per_job == {"17_0-2": "Job is in held state, pending scheduler release",
+                       "13_1": "Invalid job id specified", "13_2-4": "No error",
+                       "12_0-118:2": "Invalid job id specified"}
+    assert other == []
+
+
 # squeue -O COMPACT_JOBS_FORMAT with SLURM_TIME_FORMAT=%s, recorded on the 22.05 testbed.
 _COMPACT = (
     "3663|3663|N/A|root|0|team-a|main|high|PENDING|6000|Priority|1796172925|1796172925|N/A|"
