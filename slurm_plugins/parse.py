@@ -630,6 +630,8 @@ def parse_job_details(text_output: str, fact_output: str,
         out.append({**txt, **fact, "job_id": job_id, "nodes": "", "restart_cnt": restarts or 0,
                     "gres_detail": []})
     return out
+
+
 _UNSET = ("", "N/A", "Unknown", "None", "(null)", "*")
 
 
