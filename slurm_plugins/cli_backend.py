@@ -93,14 +93,26 @@ cores): 1 id 13 ms (squeue asks slurmctld for that job alone), 10-100 ids 170 ms
 every job), 1,000 ids 0.27 s, 5,000 0.67 s, 10,000 2.1 s (it matches each job against each
 id), where ``squeue --json`` took 1.6 s to print and 1.9 s with ``json.loads``, and a whole
 JSON snapshot 3.5-4.9 s."""
-EACH_RECORD = "--array-unique"
-"""Given to every ``squeue`` that lists jobs: one line per job record, as ``squeue --json``
-lists them. Without it squeue prints the pending records of one array as one line (the array's
-own id, every pending task: ``7|7|0-2``), so a task split off its array (its own job id, still
-pending: after ``scontrol release 7_0``, or ``scontrol update JobId=7_0 ...``, which a priority
-write to one task is) would be missing from the listing, and the array's line would name that
-task too (22.05.8; ``squeue --json`` lists ``8`` with task 0 and ``7`` with ``1-2``). Not
-``--array``: that prints every pending task of an array on a line of its own."""
+ARRAY_UNIQUE = "--array-unique"
+"""Given (on 22.05, :meth:`CliSlurmClient.each_record`) to every ``squeue`` that lists jobs: one
+line per job record, as ``squeue --json`` lists them. Without it squeue prints the pending
+records of one array as one line (the array's own id, every pending task: ``7|7|0-2``), so a
+task split off its array (its own job id, still pending: after ``scontrol release 7_0``, or
+``scontrol update JobId=7_0 ...``, which a priority write to one task is) would be missing from
+the listing, and the array's line would name that task too (22.05.8; ``squeue --json`` lists
+``8`` with task 0 and ``7`` with ``1-2``). Not ``--array``: that prints every pending task of
+an array on a line of its own. Slurm 23.02 removed the option (squeue then always folds a
+split task with the same name and partition into its array's line, unless ``--array``):
+24.11 and 26.05 snapshots read ``squeue --json``, which lists every record, but their
+``squeue -O`` reads (job facts, pending briefs, switches) still miss such a task."""
+
+
+def each_record(version: SlurmVersion) -> tuple[str, ...]:
+    """The ``squeue`` option that lists one line per job record on ``version``
+    (:data:`ARRAY_UNIQUE`; none after 22.05, which has no such option)."""
+    return (ARRAY_UNIQUE,) if version.major < 23 else ()
+
+
 QOS_REFRESH = 300.0
 """Seconds a client keeps the QOS it read with ``sacctmgr show qos`` (0.2-0.3 s per read on
 the testbed, the largest fixed cost of a pyslurm snapshot). Nothing in a daemon cycle depends
@@ -209,6 +221,11 @@ class CliSlurmClient:
             self._plan = query_plan(self._version)
         return self._version
 
+    def each_record(self) -> tuple[str, ...]:
+        """The option that makes ``squeue`` list one line per job record here
+        (:func:`each_record` of the detected release)."""
+        return each_record(self.version())
+
     @property
     def plan(self) -> QueryPlan:
         """The read commands for the detected release."""
@@ -306,7 +323,7 @@ class CliSlurmClient:
         times as POSIX seconds)."""
         assert isinstance(self._run, SubprocessRunner)
         return check(self._run(["squeue", "--noheader", f"--Format={COMPACT_JOBS_FORMAT}",
-                                EACH_RECORD], env={"SLURM_TIME_FORMAT": "%s"}),
+                                *self.each_record()], env={"SLURM_TIME_FORMAT": "%s"}),
                      "squeue -O").stdout
 
     def job_details(self, job_ids: Sequence[int]) -> list[dict[str, Any]]:
@@ -326,7 +343,7 @@ class CliSlurmClient:
         job's owner cannot forge: no squeue column has them, ``scontrol show job -d`` prints
         them among the owner's text), a job that ended meanwhile, every job when there are more
         than :data:`DETAIL_FETCH_MAX`. Both list one line per job record
-        (:data:`EACH_RECORD`), so a task split off its array is read beside its array's record
+        (:meth:`each_record`), so a task split off its array is read beside its array's record
         (squeue would merge the two)."""
         ids = sorted(set(job_ids))
         if not ids or len(ids) > DETAIL_FETCH_MAX:
@@ -337,7 +354,7 @@ class CliSlurmClient:
         assert isinstance(self._run, SubprocessRunner)
         run = self._run
         with ThreadPoolExecutor(2) as pool:
-            done = list(pool.map(lambda fmt: run([*base, fmt, EACH_RECORD], exact=True),
+            done = list(pool.map(lambda fmt: run([*base, fmt, *self.each_record()], exact=True),
                                  [f"--format={text_format}", f"--Format={fact_format}"]))
         for res in done:
             if res.returncode != 0:
@@ -361,7 +378,7 @@ class CliSlurmClient:
                    for j in jobs):
             return tuple(j if j.switches is not None else replace(j, switches=0) for j in jobs)
         out = check(self._run(["squeue", "--noheader", "--states=PENDING",
-                               f"--Format={SWITCHES_FORMAT}", EACH_RECORD]),
+                               f"--Format={SWITCHES_FORMAT}", *self.each_record()]),
                     "squeue -O ReqSwitch").stdout
         asked = parse_switch_requests(out)
         filled = []
@@ -387,7 +404,7 @@ class CliSlurmClient:
             chunk = ids[i:i + CHUNK]
             res = self._run(["squeue", "--noheader", "--states=all",
                              "--jobs=" + ",".join(map(str, chunk)),
-                             f"--Format={JOB_FACTS_FORMAT}", EACH_RECORD])
+                             f"--Format={JOB_FACTS_FORMAT}", *self.each_record()])
             if res.returncode != 0:
                 if _classify(res.stderr + res.stdout, (_GONE,)) is not None:
                     continue        # every id in the chunk is gone
@@ -529,7 +546,7 @@ class CliSlurmClient:
         for i in range(0, len(cut), CHUNK):
             chunk = cut[i:i + CHUNK]
             argv = ["squeue", "--noheader", "--jobs=" + ",".join(map(str, chunk)),
-                    "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|", EACH_RECORD]
+                    "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|", *self.each_record()]
             if isinstance(self._run, SubprocessRunner):
                 res = self._run(argv, env=TASKS_IN_FULL)
             else:
@@ -737,7 +754,7 @@ class CliSlurmClient:
         with ``sdiag``), with ``SLURM_TIME_FORMAT=%s`` (through ``env`` for a runner that takes
         no environment)."""
         argv = ["squeue", "--noheader", "--states=PENDING", f"--Format={BRIEF_FORMAT}",
-                EACH_RECORD]
+                *self.each_record()]
         if isinstance(self._run, SubprocessRunner):
             res = self._run(argv, env={"SLURM_TIME_FORMAT": "%s"})
         else:
@@ -817,7 +834,7 @@ class CliSlurmClient:
             return False
         waiting = check(self._run(["squeue", "--noheader", "--states=PENDING",
                                    f"--reservation={name}", "--Format=JobID:|",
-                                   EACH_RECORD]),
+                                   *self.each_record()]),
                         "squeue --reservation").stdout
         ids = [int(x) for x in waiting.replace("|", " ").split() if x.isdigit()]
         if ids:

@@ -67,7 +67,6 @@ from hai_slurm.slurm_plugins.cli_backend import (
     _PENDING,
     _SIGNAL_RE,
     CHUNK,
-    EACH_RECORD,
     CliSlurmClient,
     _classify,
     _Harmless,
@@ -488,7 +487,8 @@ class PyslurmClient:
 
     def _read_requests(self, select: list[str]) -> dict[int, dict[str, str]]:
         """One ``squeue -O`` of the GPU requests (all active jobs, or those ``select`` names)."""
-        argv = ["squeue", "--noheader", *select, f"--Format={_GPU_FORMAT}", EACH_RECORD]
+        argv = ["squeue", "--noheader", *select, f"--Format={_GPU_FORMAT}",
+                *self._cli.each_record()]
         out = self._cli.read(argv)
         found: dict[int, dict[str, str]] = {}
         for line in out.splitlines():

@@ -22,6 +22,9 @@ class Runner:
         self.calls: list[tuple[str, ...]] = []
 
     def __call__(self, argv: Sequence[str], *, timeout: float | None = None) -> Completed:
+        if tuple(argv) == VERSION:  # the release, asked once (not logged): 22.05.8 by default
+            rc, out, err = self.answers.get(VERSION, (0, "slurm 22.05.8\n", ""))
+            return Completed(tuple(argv), rc, out, err)
         self.calls.append(tuple(argv))
         for prefix, (rc, out, err) in self.answers.items():
             if tuple(argv[:len(prefix)]) == prefix:
@@ -30,6 +33,7 @@ class Runner:
 
 
 SQUEUE = ("squeue",)
+VERSION = ("scontrol", "version")
 
 
 def test_facts_read_one_squeue_and_detect_holds() -> None:
@@ -49,6 +53,18 @@ def test_facts_read_one_squeue_and_detect_holds() -> None:
     assert facts[14].reservation == "hai-plan-3" and facts[12].reservation == ""
     assert facts[15].held and facts[15].reservation == ""
     assert 16 not in facts  # gone
+
+
+def test_facts_on_a_release_without_array_unique() -> None:
+    """Slurm 23.02 removed ``--array-unique`` (24.11's squeue refuses it): job facts on 24.11
+    are read without it."""
+    run = Runner({VERSION: (0, "slurm 24.11.5\n", ""),
+                  SQUEUE: (0, "12|RUNNING|0|1040|None||(null)|\n", "")})
+    facts = CliSlurmClient(run).job_facts([12])
+    assert run.calls == [("squeue", "--noheader", "--states=all", "--jobs=12",
+                          "--Format=JobID:|,State:|,RestartCnt:|,PriorityLong:|,Reason:|,"
+                          "ReqNodes:|,Reservation:|")]
+    assert facts[12].running
 
 
 def test_a_job_cannot_spoof_its_state() -> None:

@@ -207,6 +207,8 @@ class FakeSqueue(SubprocessRunner):
     def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
                  stdin: str | None = None, env: Mapping[str, str] | None = None,
                  exact: bool = False) -> Completed:
+        if list(argv) == ["scontrol", "version"]:
+            return Completed(tuple(argv), 0, "slurm 22.05.8\n", "")
         self.calls.append(list(argv))
         assert exact and argv[:2] == ["squeue", "--noheader"]
         ids = [int(i) for i in argv[2].removeprefix("--jobs=").split(",")]
@@ -343,6 +345,8 @@ class SplitSqueue(SubprocessRunner):
     def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
                  stdin: str | None = None, env: Mapping[str, str] | None = None,
                  exact: bool = False) -> Completed:
+        if list(argv) == ["scontrol", "version"]:
+            return Completed(tuple(argv), 0, "slurm 22.05.8\n", "")
         self.calls.append(list(argv))
         unique = "--array-unique" in argv
         fmt = next(a for a in argv if a.startswith(("--Format=", "--format=")))
