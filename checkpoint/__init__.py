@@ -43,6 +43,7 @@ from hai_slurm.checkpoint.protocol import (
     JobReport,
     Phase,
     PhaseRecord,
+    ReportReader,
     read_job_report,
 )
 from hai_slurm.checkpoint.sharded import DCP_FILES, Part, ShardedInfo, SharedFiles
@@ -60,6 +61,7 @@ __all__ = [
     "Part",
     "Phase",
     "PhaseRecord",
+    "ReportReader",
     "Serializer",
     "ShardedInfo",
     "SharedFiles",

@@ -15,6 +15,7 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -390,3 +391,7 @@ def read_job_report(control_dir: str | os.PathLike[str], job_id: str, expected_u
                         f"{not_before:.3f} (stale); refused")
         ack = None
     return JobReport(job_id, phase, ack, tuple(problems))
+
+
+ReportReader = Callable[..., JobReport]
+"""What reads a job's control directory: :func:`read_job_report` (tests pass their own)."""

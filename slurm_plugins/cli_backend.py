@@ -93,26 +93,6 @@ cores): 1 id 13 ms (squeue asks slurmctld for that job alone), 10-100 ids 170 ms
 every job), 1,000 ids 0.27 s, 5,000 0.67 s, 10,000 2.1 s (it matches each job against each
 id), where ``squeue --json`` took 1.6 s to print and 1.9 s with ``json.loads``, and a whole
 JSON snapshot 3.5-4.9 s."""
-ARRAY_UNIQUE = "--array-unique"
-"""Given (on 22.05, :meth:`CliSlurmClient.each_record`) to every ``squeue`` that lists jobs: one
-line per job record, as ``squeue --json`` lists them. Without it squeue prints the pending
-records of one array as one line (the array's own id, every pending task: ``7|7|0-2``), so a
-task split off its array (its own job id, still pending: after ``scontrol release 7_0``, or
-``scontrol update JobId=7_0 ...``, which a priority write to one task is) would be missing from
-the listing, and the array's line would name that task too (22.05.8; ``squeue --json`` lists
-``8`` with task 0 and ``7`` with ``1-2``). Not ``--array``: that prints every pending task of
-an array on a line of its own. Slurm 23.02 removed the option (squeue then always folds a
-split task with the same name and partition into its array's line, unless ``--array``):
-24.11 and 26.05 snapshots read ``squeue --json``, which lists every record, but their
-``squeue -O`` reads (job facts, pending briefs, switches) still miss such a task."""
-
-
-def each_record(version: SlurmVersion) -> tuple[str, ...]:
-    """The ``squeue`` option that lists one line per job record on ``version``
-    (:data:`ARRAY_UNIQUE`; none after 22.05, which has no such option)."""
-    return (ARRAY_UNIQUE,) if version.major < 23 else ()
-
-
 QOS_REFRESH = 300.0
 """Seconds a client keeps the QOS it read with ``sacctmgr show qos`` (0.2-0.3 s per read on
 the testbed, the largest fixed cost of a pyslurm snapshot). Nothing in a daemon cycle depends
@@ -223,14 +203,14 @@ class CliSlurmClient:
 
     def each_record(self) -> tuple[str, ...]:
         """The option that makes ``squeue`` list one line per job record here
-        (:func:`each_record` of the detected release)."""
-        return each_record(self.version())
+        (:attr:`~.version.QueryPlan.each_record` of the detected release)."""
+        return self.plan.each_record
 
     @property
     def plan(self) -> QueryPlan:
         """The read commands for the detected release."""
-        self.version()
-        assert self._plan is not None  # set together with _version
+        if self._plan is None:
+            self._plan = query_plan(self.version())
         return self._plan
 
     def accounting(self) -> bool:

@@ -52,6 +52,23 @@ class QueryPlan:
     nodes: tuple[str, ...]
     partitions: tuple[str, ...]
     partition_source: PartitionSource
+    each_record: tuple[str, ...] = ()
+    """The ``squeue`` option that lists one line per job record (:data:`ARRAY_UNIQUE` on 22.05;
+    none since 23.02, which removed it)."""
+
+
+ARRAY_UNIQUE = "--array-unique"
+"""Given (on 22.05) to every ``squeue`` that lists jobs: one line per job record, as ``squeue
+--json`` lists them. Without it squeue prints the pending records of one array as one line (the
+array's own id, every pending task: ``7|7|0-2``), so a task split off its array (its own job id,
+still pending: after ``scontrol release 7_0``, or ``scontrol update JobId=7_0 ...``, which a
+priority write to one task is) would be missing from the listing, and the array's line would
+name that task too (22.05.8; ``squeue --json`` lists ``8`` with task 0 and ``7`` with ``1-2``).
+Not ``--array``: that prints every pending task of an array on a line of its own. Slurm 23.02
+removed the option (squeue then always folds a split task with the same name and partition into
+its array's line, unless ``--array``): 24.11 and 26.05 snapshots read ``squeue --json``, which
+lists every record, but their ``squeue -O`` reads (job facts, pending briefs, switches) still
+miss such a task."""
 
 
 def parse_version(text: str) -> SlurmVersion:
@@ -72,7 +89,7 @@ def query_plan(version: SlurmVersion) -> QueryPlan:
     partitions = ("scontrol", "--oneliner", "show", "partition")  # text: see the module docstring
     if version < JSON_COMMANDS_SINCE:
         return QueryPlan(version, jobs, ("sinfo", "--json"), partitions,
-                         PartitionSource.SCONTROL_TEXT)
+                         PartitionSource.SCONTROL_TEXT, (ARRAY_UNIQUE,))
     return QueryPlan(version, jobs, ("scontrol", "show", "nodes", "--json"), partitions,
                      PartitionSource.SCONTROL_TEXT)
 

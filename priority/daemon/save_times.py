@@ -23,12 +23,12 @@ reads a few dozen small files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from hai_slurm.checkpoint import JobReport, read_job_report
+from hai_slurm.checkpoint import ReportReader, read_job_report
 from hai_slurm.checkpoint.protocol import control_dir_of
 
 REFRESH = 300.0
@@ -37,9 +37,6 @@ more is what it would show)."""
 
 READS_PER_PASS = 64
 """Most files read in one pass; the rest wait for later passes (oldest reads first)."""
-
-ReportReader = Callable[..., JobReport]
-
 
 @dataclass(frozen=True)
 class SaveSource:

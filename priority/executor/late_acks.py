@@ -13,9 +13,9 @@ in slurm.conf is the other safety net.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from hai_slurm.checkpoint import JobReport
+from hai_slurm.checkpoint import ReportReader
 from hai_slurm.priority.executor.types import VictimContext
 from hai_slurm.priority.store import AuditEntry
 from hai_slurm.priority.store.records import JsonValue
@@ -44,7 +44,7 @@ def remember(repo: Repository, plan_id: int, victims: Sequence[VictimContext], a
     repo.put_value(KEY, list(entries), at=now)
 
 
-def sweep(repo: Repository, slurm: SlurmClient, reader: Callable[..., JobReport],
+def sweep(repo: Repository, slurm: SlurmClient, reader: ReportReader,
           now: float, skew: float) -> list[AuditEntry]:
     """Requeue remembered victims that acknowledged and exited; forget expired entries."""
     entries = _entries(repo)

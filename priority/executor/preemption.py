@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import cast
 
-from hai_slurm.checkpoint import Ack, JobReport, Phase, read_job_report
+from hai_slurm.checkpoint import Ack, JobReport, Phase, ReportReader, read_job_report
 from hai_slurm.errors import SlurmError, StateError
 from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.executor import late_acks
@@ -76,7 +76,6 @@ from hai_slurm.slurm_plugins.types import (
 
 log = logging.getLogger("hai_slurm.priority.executor.preemption")
 
-ReportReader = Callable[..., JobReport]
 Hook = Callable[[str, int], None]
 """Called at named points (``"planned"``, ``"asked"``, ``"phase1_done"``, ``"requeued"``) with
 the plan id."""

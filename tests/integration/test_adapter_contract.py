@@ -96,6 +96,20 @@ class CliHarness:
         self.submitted.append(jid)
         return jid
 
+    def submit_array(self, *options: str) -> int:
+        """sbatch a job array (``--array=...`` among ``options``) of 1-GPU tasks that run until
+        cancelled; its id."""
+        script = self.workdir / "job.sh"
+        script.write_text(_JOB_SCRIPT)
+        res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
+                              f"--output={self.workdir}/%A_%a.out", *options, str(script)],
+                             capture_output=True, text=True, env=self.env, timeout=30,
+                             check=False)
+        assert res.returncode == 0, res.stderr
+        jid = int(res.stdout.strip().split(";")[0])
+        self.submitted.append(jid)
+        return jid
+
     def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
                  timeout: float = 30.0) -> Job | None:
         """Poll snapshots every 0.25 s until ``ok`` holds or ``timeout`` seconds pass."""
@@ -366,18 +380,7 @@ def test_compact_snapshot_lists_array_tasks_split_off_their_array(
     tmp_path.chmod(0o777)
     client = backend_client(backend, adapter_slurm_conf)
     h = CliHarness(adapter_slurm_conf, tmp_path)
-    script = tmp_path / "job.sh"
-    script.write_text(_JOB_SCRIPT)
-
-    def array(*options: str) -> int:
-        res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
-                              f"--output={tmp_path}/%A_%a.out", *options, str(script)],
-                             capture_output=True, text=True, env=h.env, timeout=30,
-                             check=False)
-        assert res.returncode == 0, res.stderr
-        jid = int(res.stdout.strip().split(";")[0])
-        h.submitted.append(jid)
-        return jid
+    array = h.submit_array
 
     def scontrol(*args: str) -> None:
         subprocess.run(["scontrol", "update", *args], env=h.env, timeout=30, check=True)
@@ -436,19 +439,9 @@ def test_priority_of_an_array_spares_the_tasks_split_off_it(
     tmp_path.chmod(0o777)
     client = backend_client(backend, adapter_slurm_conf)
     h = CliHarness(adapter_slurm_conf, tmp_path)
-    script = tmp_path / "job.sh"
-    script.write_text(_JOB_SCRIPT)
 
     def array(tasks: str) -> int:
-        res = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gres=gpu:1",
-                              f"--array={tasks}", "--begin=now+3600",
-                              f"--output={tmp_path}/%A_%a.out", str(script)],
-                             capture_output=True, text=True, env=h.env, timeout=30,
-                             check=False)
-        assert res.returncode == 0, res.stderr
-        jid = int(res.stdout.strip().split(";")[0])
-        h.submitted.append(jid)
-        return jid
+        return h.submit_array(f"--array={tasks}", "--begin=now+3600")
 
     def records(array_id: int) -> dict[int, Job]:
         truth = CliSlurmClient(slurm_conf=adapter_slurm_conf).snapshot()

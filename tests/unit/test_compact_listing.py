@@ -195,13 +195,12 @@ def test_jobs_with_nodes_are_left_out_and_outputs_that_differ_give_nothing() -> 
 _PENDING_RECORD = compact_job_records(_COMPACT)[0]
 
 
-class FakeSqueue(SubprocessRunner):
-    """Answers ``squeue --jobs=IDS -o/-O`` of :func:`detail_formats` from full records (the
-    way 22.05.8's squeue printed them: ``(null)`` for an unset comment or constraint)."""
+class Squeue2205(SubprocessRunner):
+    """A 22.05.8 ``squeue`` answered by :meth:`answer`; logs every squeue call (``scontrol
+    version`` is answered, not logged)."""
 
-    def __init__(self, records: Mapping[int, Mapping[str, Any]]) -> None:
+    def __init__(self) -> None:
         super().__init__(slurm_conf="/nonexistent/slurm.conf")
-        self.records = records
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
@@ -210,6 +209,21 @@ class FakeSqueue(SubprocessRunner):
         if list(argv) == ["scontrol", "version"]:
             return Completed(tuple(argv), 0, "slurm 22.05.8\n", "")
         self.calls.append(list(argv))
+        return self.answer(argv, exact)
+
+    def answer(self, argv: Sequence[str], exact: bool) -> Completed:
+        raise NotImplementedError
+
+
+class FakeSqueue(Squeue2205):
+    """Answers ``squeue --jobs=IDS -o/-O`` of :func:`detail_formats` from full records (the
+    way 22.05.8's squeue printed them: ``(null)`` for an unset comment or constraint)."""
+
+    def __init__(self, records: Mapping[int, Mapping[str, Any]]) -> None:
+        super().__init__()
+        self.records = records
+
+    def answer(self, argv: Sequence[str], exact: bool) -> Completed:
         assert exact and argv[:2] == ["squeue", "--noheader"]
         ids = [int(i) for i in argv[2].removeprefix("--jobs=").split(",")]
         fmt = argv[3]
@@ -334,20 +348,11 @@ _SPLIT_FACTS_UNIQUE = ("8|PENDING|0|2000|Resources||(null)|\n15|PENDING|0|700|Pr
                        "14|PENDING|0|700|Priority||(null)|\n7|PENDING|0|0|JobHeldUser||(null)|\n")
 
 
-class SplitSqueue(SubprocessRunner):
+class SplitSqueue(Squeue2205):
     """Answers squeue as 22.05.8 did with the split tasks above: one line per job record with
     ``--array-unique``, the merged lines without it."""
 
-    def __init__(self) -> None:
-        super().__init__(slurm_conf="/nonexistent/slurm.conf")
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: Sequence[str], *, timeout: float | None = None,
-                 stdin: str | None = None, env: Mapping[str, str] | None = None,
-                 exact: bool = False) -> Completed:
-        if list(argv) == ["scontrol", "version"]:
-            return Completed(tuple(argv), 0, "slurm 22.05.8\n", "")
-        self.calls.append(list(argv))
+    def answer(self, argv: Sequence[str], exact: bool) -> Completed:
         unique = "--array-unique" in argv
         fmt = next(a for a in argv if a.startswith(("--Format=", "--format=")))
         if fmt == f"--Format={COMPACT_JOBS_FORMAT}":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,32 @@ def test_the_library_publishes_its_restart_at_the_first_step_boundary(tmp_path: 
         assert ck.restart_seconds == 35.0
 
 
-@pytest.mark.parametrize("bad", [-1, "12", True, [3]])
+def test_the_first_boundary_does_not_hide_a_save_in_flight(tmp_path: Path) -> None:
+    """A background save started before the first step boundary: that boundary measures the
+    restart but leaves the phase ``saving`` (a ``computing`` there would let the daemon
+    interrupt the save); the save's completion publishes the restart with it."""
+    clock = Clock()
+    release = threading.Event()
+    with Checkpointer.from_env(environ=_environ(tmp_path), clock=clock, async_save=True,
+                               process_age=lambda: 2.0) as ck:
+        real_write = ck.store.write
+
+        def slow_write(*args: Any, **kwargs: Any) -> Any:
+            release.wait(10)
+            return real_write(*args, **kwargs)
+
+        ck.store.write = slow_write  # type: ignore[method-assign]
+        ck.save({"step": 0})
+        assert _phase(tmp_path)["phase"] == "saving"
+        assert not ck.requested(0)
+        assert ck.restart_seconds == 2.0
+        assert _phase(tmp_path)["phase"] == "saving"
+        release.set()
+        ck.wait()
+        assert _phase(tmp_path)["restart_seconds"] == 2.0
+
+
+@pytest.mark.parametrize("bad", [-1, "12", True, [3], float("nan"), float("inf")])
 def test_a_malformed_save_time_is_refused_with_the_reason(tmp_path: Path, bad: object) -> None:
     """save_seconds must be a number of seconds >= 0; anything else refuses the phase record
     and says why (as for every other field)."""
