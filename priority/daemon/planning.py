@@ -97,10 +97,8 @@ class SnapshotPlanner:
             view.now)
         saves = save_estimates({jid: (ckpt, grace) for jid, (ckpt, grace, _) in records.items()},
                                {j: m.save for j, m in measured.items() if m.save is not None})
-        cfg = self.config
         # a measured restart may lower the configured one, never raise it
-        restarts = {j: min(m.restart, cfg.restart_cost
-                           + cfg.restart_cost_per_node * (len(counts.get(j) or {}) or 1))
+        restarts = {j: min(m.restart, self.config.restart_for(len(counts.get(j) or {}) or 1))
                     for j, m in measured.items() if m.restart is not None}
         holders = tuple(
             replace(h, preemptible=False) if h.job_id in claims.victims else h

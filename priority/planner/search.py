@@ -94,7 +94,7 @@ def lost_seconds(holder: Holder, config: PlannerConfig, now: float,
     if restart is None:
         if nodes is None:
             nodes = len({g.node for g in holder.gpus})
-        restart = config.restart_cost + config.restart_cost_per_node * nodes
+        restart = config.restart_for(nodes)
     if holder.can_ack:
         save = holder.save_cost if holder.save_cost is not None else config.save_cost
         return max(0.0, save) + max(0.0, restart)

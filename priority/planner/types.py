@@ -160,6 +160,10 @@ class PlannerConfig:
     reserve_after: float = 0.0
     aged_preempt: bool = False
 
+    def restart_for(self, nodes: int) -> float:
+        """The configured restart cost of a victim on ``nodes`` nodes (seconds)."""
+        return self.restart_cost + self.restart_cost_per_node * nodes
+
     def min_run_for(self, cls: PriorityClass) -> float:
         """The minimum run time of a victim of class ``cls``."""
         return self.class_min_run_time.get(cls, self.min_run_time)

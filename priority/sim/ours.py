@@ -223,9 +223,7 @@ class HaiSlurm:
                  for r in running}
         # and its restart as it measured it (the daemon's SaveTimes), never above the
         # configured restart cost
-        cfg = self.planner
-        restarts = {r.job_id: float(min(costs.restart_time(n), cfg.restart_cost
-                                        + cfg.restart_cost_per_node * n))
+        restarts = {r.job_id: float(min(costs.restart_time(n), self.planner.restart_for(n)))
                     for r in running for n in (by_slurm[r.job_id].nodes,)}
         # Every job saves on request; its checkpoints are the engine's, and a job already
         # asked to save is no victim again (Holder built again: replace() costs 3x).
