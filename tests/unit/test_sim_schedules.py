@@ -183,7 +183,9 @@ def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
 
     Job 1 holds all 8 GPUs, so 4 of them are borrowed (quota 4 per team): protection covers it
     only with protect_borrowed; by default (second run) the borrowed job is reclaimed at the
-    cycle of 2010 exactly as when unprotected."""
+    first cycle after job 3's benefit outweighs the loss, exactly as when unprotected: job 1
+    loses (30 + 5 x 8 + 70) x 8 = 1,120 GPU-s, ABOVE_NORMAL weighs 5, so 5 x wait x 8 GPUs
+    passes it after 28 s, at the cycle of 2040."""
     engine = run("hai-slurm", PROTECT_ORDINARY, PROTECTED + "protect_borrowed = true\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
         (1005, 1, 2), (4620, 1, 3)]
@@ -191,7 +193,7 @@ def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
     assert engine.policy.counts["protections"] >= 1
     default = run("hai-slurm", PROTECT_ORDINARY, PROTECTED)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
-        (1005, 1, 2), (2010, 1, 3)]
+        (1005, 1, 2), (2040, 1, 3)]
     assert default.policy.counts["protections"] >= 1
 
 
