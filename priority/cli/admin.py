@@ -64,8 +64,10 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
     misses = ", ".join(f"{c.value} {cfg.policy.classes[c].on_deadline.value}"
                        for c in reversed(LADDER))
     via = f"SIG{ex.signal}" + (" + Redis" if cfg.redis_url and pre.redis else "")
+    urgent_min = min(pl.min_run_time, pl.urgent_min_run_time)
     return [
-        f"preemption: on; planner: victims run >= {format_duration(pl.min_run_time)}, restart "
+        f"preemption: on; planner: victims run >= {format_duration(pl.min_run_time)} ("
+        f"{format_duration(urgent_min)} for urgent work), restart "
         f"cost {format_duration(pl.restart_cost)}, save cost (jobs with a checkpoint dir and "
         f"no --grace) {format_duration(pl.save_cost)}, preempt when benefit > "
         f"{pl.benefit_threshold:g} x lost work, borrowed victims' loss counted "
@@ -81,7 +83,8 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
                                "spine (as topology/tree; a job's --switches=N limits it)"
                                if pl.allow_cross_leaf else "under one leaf switch only"),
         *([f"note: a job that has run less than {format_duration(pl.min_run_time)} is never a "
-           "victim, so a first try with short test jobs shows no preemption; "
+           f"victim (less than {format_duration(urgent_min)} for urgent work), so a first try "
+           "with short test jobs shows no preemption; "
            "priority/examples/first-try.toml sets min_run_time = \"10s\" for that"]
           if pl.min_run_time > 60 else []),
     ]

@@ -54,6 +54,8 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
     enabled = pl.get("enabled", True, boolean, "true or false")
     given = dict(
         min_run_time=pl.get("min_run_time", d.min_run_time, _duration, _DURATION),
+        urgent_min_run_time=pl.get("urgent_min_run_time", d.urgent_min_run_time, _duration,
+                                   _DURATION),
         class_weights=_weights(pl.sub("class_weights"), d),
         class_min_run_time=_min_runs(pl.sub("class_min_run_time")),
         benefit_threshold=pl.get("benefit_threshold", d.benefit_threshold, number(0.0),

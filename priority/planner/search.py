@@ -117,7 +117,8 @@ def shape(job: Waiting, max_node_gpus: int) -> tuple[int, int]:
 def _why_not(h: Holder, rank: int, claimed: Mapping[int, int], config: PlannerConfig,
              now: float, waive_protection: bool = False) -> tuple[str, str] | None:
     """(category, details) of why ``h`` may not give way to a job of ``rank``
-    (``waive_protection``: one that :attr:`Waiting.overrides_protection`); None: it may."""
+    (``waive_protection``: one that :attr:`Waiting.overrides_protection`, which also cuts the
+    minimum run time short); None: it may."""
     if h.job_id in claimed:
         return "given to other plans", f"already gives way to job {claimed[h.job_id]}"
     if RANK[h.effective] >= rank:
@@ -127,7 +128,7 @@ def _why_not(h: Holder, rank: int, claimed: Mapping[int, int], config: PlannerCo
     if h.protected and not waive_protection:
         return "protected", f"team {h.team} is protected"
     ran = now - h.start_time
-    least = config.min_run_for(h.effective)
+    least = config.min_run_for(h.effective, urgent=waive_protection)
     if ran < least:
         return "too young", f"too young (ran {_dur(ran)} < {_dur(least)})"
     return None
@@ -140,6 +141,10 @@ def victim_status(holder: Holder, config: PlannerConfig, now: float) -> str:
     if why is not None:
         reason = (f"no class is higher than {holder.effective.name}"
                   if why[0] == "not of a lower class" else why[1])
+        if why[0] == "too young" and _why_not(holder, top, {}, config, now, True) is None:
+            reason += (f"; urgent work (HIGH and above, or a job past its bound) may take it "
+                       f"now: it ran over urgent_min_run_time "
+                       f"{_dur(config.urgent_min_run_time)}")
         return f"not a victim now: {reason}"
     lost = lost_seconds(holder, config, now)
     return (f"may give way now to a job of a class higher than {holder.effective.name} "
@@ -168,6 +173,13 @@ def _victim_text(h: Holder, lost_work: float, secs: float, now: float) -> str:
 _PROTECTED_YOUNG = "protected, too young"
 """The category of a running job that is both (:meth:`_Pass.excluded` counts it as protected,
 or as too young for a job that overrides protection)."""
+_URGENT_YOUNG = "too young but not for urgent work"
+"""Younger than its minimum run time, older than ``urgent_min_run_time``: too young, except
+for a job that overrides protection."""
+_PROTECTED_URGENT_YOUNG = "protected, too young but not for urgent work"
+"""Both: protected (or too young), except for a job that overrides protection."""
+_WAIVED = frozenset({"protected", _URGENT_YOUNG, _PROTECTED_URGENT_YOUNG})
+"""The categories a job that overrides protection may take, besides None."""
 
 
 def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
@@ -184,8 +196,9 @@ def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
         cat = "not of a lower class" if r >= rank else why
         if cat == _PROTECTED_YOUNG:
             cat = "too young" if waive_protection else "protected"
-        elif waive_protection and cat == "protected":
-            cat = None
+        elif cat in _WAIVED:
+            cat = (None if waive_protection else "too young" if cat == _URGENT_YOUNG
+                   else "protected")
         if cat is not None:
             out[cat] = out.get(cat, 0) + n
     return out
@@ -278,10 +291,13 @@ class _Pass:
                                        config.borrowed_discount)
                 for node in masks:
                     self.on_node.setdefault(node, []).append(jid)
-                young = now - h.start_time < min_run(h.effective)
+                ran = now - h.start_time
+                # young: too young for every job (2), or except for urgent work (1)
+                young = (0 if ran >= min_run(h.effective)
+                         else 1 if ran >= min_run(h.effective, True) else 2)
                 cat = ("not preemptible" if not h.preemptible
-                       else (_PROTECTED_YOUNG if young else "protected") if h.protected
-                       else "too young" if young else None)
+                       else ("protected", _PROTECTED_URGENT_YOUNG, _PROTECTED_YOUNG)[young]
+                       if h.protected else (None, _URGENT_YOUNG, "too young")[young])
                 self.base[jid] = cat
                 self.left_out[rank, cat] = self.left_out.get((rank, cat), 0) + 1
         for node in sorted(closed):   # a guard's free GPUs: nobody else's in this pass
@@ -291,18 +307,21 @@ class _Pass:
                                  [j for j, cat in self.base.items() if cat is None],
                                  config.max_candidates_per_node)
         self._waived_index: VictimIndex | None = None
-        """The index a job that overrides protection searches (protected jobs too), made when
-        first needed."""
+        """The index a job that overrides protection searches (protected jobs too, and jobs
+        too young for others only), made when first needed."""
+        self._waivable = not _WAIVED.isdisjoint(self.base.values())
+        """Whether some running job may give way to a job that overrides protection only."""
 
     def _index_for(self, waive_protection: bool) -> VictimIndex:
         """The victim index of a job that overrides protection (``waive_protection``) or not
-        (the same one when no running job is protected)."""
-        if not waive_protection or "protected" not in self.base.values():
+        (the same one when no running job may give way to the first only)."""
+        if not waive_protection or not self._waivable:
             return self.index
         if self._waived_index is None:
             self._waived_index = VictimIndex(
                 self.view, self.cands, [j for j, cat in self.base.items()
-                                        if cat in (None, "protected") and j not in self.claimed],
+                                        if (cat is None or cat in _WAIVED)
+                                        and j not in self.claimed],
                 self.config.max_candidates_per_node)
         return self._waived_index
 
@@ -592,9 +611,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
             decisions[jid] = Decision(jid, _NO_VICTIMS, (
-                f"{lead}; no set of lower-class, {_victim_kind(waive_protection)} older than "
-                f"{_dur(config.min_run_time)} frees such a placement (running jobs left out: "
-                f"{_summary(excluded)})"))
+                f"{lead}; no set of lower-class, {_victim_kind(waive_protection, config)} "
+                f"frees such a placement (running jobs left out: {_summary(excluded)})"))
             continue
         best = options[0]
         loss = sum(st.cands[v].lost_work for v in best.victims)
@@ -720,16 +738,19 @@ def _kind(job: Waiting, view: ClusterView, config: PlannerConfig,
     fixed = None if impossible is None else (_IMPOSSIBLE, impossible)
     vkey: _VKey = (*shape_vkey, job.overrides_protection)
     none_text = (f"{lead}; no class is lower than {_NAME[cls]}" if rank == 0 else
-                 f"{lead}; no set of lower-class, {_victim_kind(job.overrides_protection)} "
-                 f"older than {_dur(config.min_run_time)} frees such a placement")
+                 f"{lead}; no set of lower-class, "
+                 f"{_victim_kind(job.overrides_protection, config)} frees such a placement")
     return (fixed, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text,
             (rank, *vkey), weight, [None, None])
 
 
-def _victim_kind(overrides_protection: bool) -> str:
+def _victim_kind(overrides_protection: bool, config: PlannerConfig) -> str:
     """The running jobs a job may take, in its NO_VICTIMS verdict."""
-    return ("preemptible jobs (protected teams' too: it is urgent or past its bound)"
-            if overrides_protection else "preemptible, unprotected jobs")
+    if not overrides_protection:
+        return f"preemptible, unprotected jobs older than {_dur(config.min_run_time)}"
+    age = min(config.min_run_time, config.urgent_min_run_time)
+    return ("preemptible jobs (protected teams' too: it is urgent or past its bound) "
+            f"{'of any age' if age <= 0 else f'older than {_dur(age)}'}")
 
 
 def _within(view: ClusterView, placement: Placement, leaves: int | None) -> bool:

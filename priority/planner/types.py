@@ -87,8 +87,10 @@ class Waiting:
     start the job on them). Give jobs with the same restriction the same set object: the pass
     keys its caches by it."""
     overrides_protection: bool = False
-    """A protected team's jobs may give way to this job too: it is urgent (HIGH and above:
-    the work preemption exists for), or it has waited past its class bound (a guarantee).
+    """A protected team's jobs may give way to this job too, and jobs younger than their
+    minimum run time once they ran ``PlannerConfig.urgent_min_run_time``: it is urgent (HIGH
+    and above: the work preemption exists for), or it has waited past its class bound (a
+    guarantee).
     Protection still shields a team that was preempted too often from every other job
     (:func:`~hai_slurm.priority.planner.inputs.overrides_protection`)."""
 
@@ -105,6 +107,14 @@ class PlannerConfig:
       taken again before it made about a restart's worth of progress; on the scenario matrix
       10 min kept top-class jobs waiting behind young lower-class jobs ("too young"), see
       ``priority/sim/README.md``.
+    * ``urgent_min_run_time``: the top classes cut the minimum run time short: a job that
+      :attr:`Waiting.overrides_protection` (HIGH and above, or past its class bound) may take
+      victims that ran this long, when that is shorter than their class's minimum
+      (:meth:`min_run_for` with ``urgent``). Default 1 min: on the scenario matrix the
+      class minimum of 2 min kept multi-node urgent jobs waiting behind small jobs that kept
+      starting on the nodes they needed; 0 met a few more delay targets but lost one
+      replay's bound, and a job younger than about its restart time may still be loading, with
+      nothing to save yet (``priority/sim/README.md``, "Urgent work and young victims").
     * ``class_weights``: benefit = weight of the beneficiary's class x wait x GPUs.
     * ``benefit_threshold``: preempt only when benefit > threshold x lost work.
     * ``borrowed_discount``: victim sets are compared first by their lost work with a borrowed
@@ -150,6 +160,7 @@ class PlannerConfig:
     """
 
     min_run_time: float = 120.0
+    urgent_min_run_time: float = 60.0
     class_weights: Mapping[PriorityClass, float] = field(default_factory=lambda: DEFAULT_WEIGHTS)
     class_min_run_time: Mapping[PriorityClass, float] = field(
         default_factory=lambda: MappingProxyType({}))
@@ -172,9 +183,11 @@ class PlannerConfig:
         """The configured restart cost of a victim on ``nodes`` nodes (seconds)."""
         return self.restart_cost + self.restart_cost_per_node * nodes
 
-    def min_run_for(self, cls: PriorityClass) -> float:
-        """The minimum run time of a victim of class ``cls``."""
-        return self.class_min_run_time.get(cls, self.min_run_time)
+    def min_run_for(self, cls: PriorityClass, urgent: bool = False) -> float:
+        """The minimum run time of a victim of class ``cls`` (``urgent``: for a beneficiary
+        that overrides protection, which may cut it short to ``urgent_min_run_time``)."""
+        least = self.class_min_run_time.get(cls, self.min_run_time)
+        return min(least, self.urgent_min_run_time) if urgent else least
 
     def limits(self, pending: int) -> tuple[int, int]:
         """(plans, victim searches) allowed in a cycle with ``pending`` jobs waiting."""
@@ -184,9 +197,9 @@ class PlannerConfig:
         return plans, max(self.max_searches, self.max_searches * plans // self.max_plans)
 
     def __post_init__(self) -> None:
-        for key in ("min_run_time", "benefit_threshold", "victim_age_wait", "restart_cost",
-                    "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending",
-                    "reserve_after"):
+        for key in ("min_run_time", "urgent_min_run_time", "benefit_threshold",
+                    "victim_age_wait", "restart_cost", "restart_cost_per_node", "save_cost",
+                    "max_staleness", "plans_per_pending", "reserve_after"):
             _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
         _check("borrowed_discount", self.borrowed_discount, "a number from 0 to 1",
                lambda v: 0 <= v <= 1)

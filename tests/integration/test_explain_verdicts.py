@@ -51,7 +51,7 @@ def test_explain_gives_every_verdict_kind(bed: Bed, tmp_path: Path) -> None:
                    sbatch=["-N1", "--gres=gpu:8"])
     wide = bed.toy("wide", steps=40, priority="HIGH", account="team-b",
                    sbatch=["-N3", "--gres=gpu:8", "--switches=1@1:00:00"])
-    young = _config(tmp_path, "young", 'min_run_time = "1h"')
+    young = _config(tmp_path, "young", 'min_run_time = "1h"\nurgent_min_run_time = "1h"')
     res = subprocess.run([HAI_SLURM, "daemon", "--config", str(young), "--once",
                           "--no-preempt"], capture_output=True, text=True, timeout=60,
                          check=False)

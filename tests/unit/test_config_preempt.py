@@ -32,6 +32,7 @@ redis_url = "redis://127.0.0.1:6379/0"
 [planner]
 enabled = true
 min_run_time = "90s"
+urgent_min_run_time = "20s"
 restart_cost = "1m"
 restart_cost_per_node = 5
 benefit_threshold = 0.25
@@ -51,6 +52,8 @@ redis = true
 """)
     pl, ex = cfg.preempt.planner, cfg.preempt.executor
     assert (pl.min_run_time, pl.restart_cost, pl.restart_cost_per_node) == (90, 60, 5)
+    assert pl.urgent_min_run_time == 20
+    assert (pl.min_run_for(P.LOW), pl.min_run_for(P.LOW, urgent=True)) == (90, 20)
     assert (pl.benefit_threshold, pl.max_staleness, pl.max_plans) == (0.25, 30, 2)
     assert (pl.max_searches, pl.max_candidates_per_node, pl.allow_cross_leaf) == (10, 4, True)
     assert pl.class_weights[P.HIGH] == 100 and pl.class_weights[P.LOW] == 0

@@ -48,11 +48,16 @@ def test_each_verdict_kind_reads_in_plain_words(tmp_path: Path) -> None:
     r.slurm.cancel(huge)
 
     _full_of_low(r)
-    young = r.submit(HIGH, gpus=8)
+    young = r.submit(PriorityClass.ABOVE_NORMAL, gpus=8)
     r.tick(60)
     text = _explain(r, young)
     assert "Planner: NO_VICTIMS: needs 8 GPUs on one node, none free" in text
     assert "running jobs left out: 4 too young" in text
+    urgent = r.submit(HIGH, gpus=8)   # urgent work cuts the minimum run time short
+    r.tick(30)
+    text = _explain(r, urgent)
+    assert "Planner: PREEMPT: job" in text and "ran 1m30s" in text, text
+    r.slurm.cancel(urgent)
 
     r.tick(3600)  # the LOW jobs are old enough now; the HIGH job waited an hour more
     r.daemon().run_once()
@@ -72,7 +77,13 @@ def test_a_running_job_says_whether_it_may_be_a_victim(tmp_path: Path) -> None:
     low = _full_of_low(r)[0]
     r.tick(30)
     r.daemon().run_once()
-    assert "Planner: not a victim now: too young (ran 30s < 2m00s)" in _explain(r, low)
+    text = _explain(r, low)
+    assert "Planner: not a victim now: too young (ran 30s < 2m00s)" in text
+    assert "urgent work" not in text   # younger than urgent_min_run_time (1 min) too
+    r.tick(60)
+    assert ("Planner: not a victim now: too young (ran 1m30s < 2m00s); urgent work (HIGH and "
+            "above, or a job past its bound) may take it now: it ran over urgent_min_run_time "
+            "1m00s") in _explain(r, low)
     r.tick(3600)
     assert "Planner: may give way now to a job of a class higher than LOW" in _explain(r, low)
     other = rig(tmp_path / "other")

@@ -76,6 +76,34 @@ def test_urgent_or_overdue_jobs_may_take_a_protected_teams_jobs() -> None:
     assert "protected teams' too: it is urgent or past its bound" in alone.decisions[10].reason
 
 
+def test_urgent_work_cuts_the_minimum_run_time_short() -> None:
+    """A job that ran 90 s (under min_run_time, 2 min, over urgent_min_run_time, 1 min) gives
+    way to a job that overrides protection, not to another; one that ran 30 s to neither, and
+    the verdicts say which age counted. A protected young job is counted as protected for the
+    others and taken by the urgent job. A class minimum below urgent_min_run_time stays."""
+    topo = gpu_cluster(1, 2)
+    young = holder(1, NORMAL, gpus("n1", *ALL8), start=NOW - 90)
+    baby = holder(2, NORMAL, gpus("n2", *ALL8), start=NOW - 30)
+    plain = waiting(9, HIGH, 8, wait=86400)
+    urgent = replace(plain, job_id=10, overrides_protection=True)
+    result = _plan(snapshot(topo, [young, baby], [plain, urgent]))
+    assert result.decisions[9].outcome is Outcome.NO_VICTIMS
+    assert "older than 2m00s" in result.decisions[9].reason
+    assert "running jobs left out: 2 too young" in result.decisions[9].reason
+    plan = result.plan_for(10)
+    assert plan is not None and plan.victim_ids == (1,)
+    both = replace(urgent, gpus=16, nodes=2)   # needs the baby's node too
+    reason = _plan(snapshot(topo, [young, baby], [both])).decisions[10].reason
+    assert "older than 1m00s" in reason and "running jobs left out: 1 too young" in reason
+    result = _plan(snapshot(topo, [replace(young, protected=True), baby], [plain, urgent]))
+    assert "running jobs left out: 1 protected, 1 too young" in result.decisions[9].reason
+    plan = result.plan_for(10)
+    assert plan is not None and plan.victim_ids == (1,)
+    short = PlannerConfig(class_min_run_time={NORMAL: 20.0})
+    plan = _plan(snapshot(topo, [young, baby], [both]), short).plan_for(10)
+    assert plan is not None and plan.victim_ids == (1, 2)
+
+
 def test_overrides_protection_for_urgent_classes_and_past_the_bound() -> None:
     """HIGH and above asked for (not reached by aging), or any class past its bound."""
     def decision(cls: PriorityClass, wait: float, bound: float, aged: int = 0) -> PendingDecision:

@@ -98,18 +98,27 @@ def test_hai_slurm_counts_a_checkpointing_victims_save_not_its_age() -> None:
         (1005, 1, 2)]
 
 
-def test_hai_slurm_never_preempts_a_job_younger_than_the_minimum_run_time() -> None:
-    """B arrives at 100 while A has run 100 s (< the default 2 min): the urgent looks at 101,
-    103, 106 and 111 find A too young; at the cycle of 120 A is old enough and the benefit
-    30 x 20 x 8 beats (70 + 120) x 8: A checkpoints 70 s, B runs 190-290. With min_run_time
-    10 min the plan waits for 600 (B runs 670-770)."""
-    pair = [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 100, 100, 8, "t2", P.HIGH)]
-    engine = run("hai-slurm", pair)
-    assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(120, 1)]
-    assert runs(engine)[2] == (190, 290, 0)
-    engine = run("hai-slurm", pair, "[planner]\nmin_run_time = '10m'\n")
-    assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(600, 1)]
-    assert runs(engine)[2] == (670, 770, 0)
+def test_hai_slurm_minimum_run_time_and_urgent_work() -> None:
+    """B arrives at 100 while A has run 100 s (< the default 2 min). A HIGH B is urgent work,
+    which cuts the minimum run time short (urgent_min_run_time 1 min): the look after its benefit
+    30 x wait x 8 beats A's (30 + 40 + 70) x 8 = 1,120 GPU-s (4.67 s), at 105, preempts A;
+    B runs 175-275. An ABOVE_NORMAL B waits for A to be 2 min old and for 5 x wait x 8 to beat
+    1,120 (28 s): the cycle of 150 preempts, B runs 220-320. With min_run_time 10 min the
+    ABOVE_NORMAL plan waits for 600 (B runs 670-770), the HIGH one only when
+    urgent_min_run_time is 10 min too."""
+    def pair(cls: P) -> list[TraceJob]:
+        return [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 100, 100, 8, "t2", cls)]
+
+    ten = "[planner]\nmin_run_time = '10m'\n"
+    for cls, extra, at, b in ((P.HIGH, "", 105, (175, 275, 0)),
+                              (P.HIGH, ten, 105, (175, 275, 0)),
+                              (P.HIGH, ten + "urgent_min_run_time = '10m'\n", 600,
+                               (670, 770, 0)),
+                              (P.ABOVE_NORMAL, "", 150, (220, 320, 0)),
+                              (P.ABOVE_NORMAL, ten, 600, (670, 770, 0))):
+        engine = run("hai-slurm", pair(cls), extra)
+        assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(at, 1)], (cls, extra)
+        assert runs(engine)[2] == b, (cls, extra)
 
 
 AGING = [job(1, 0, 300, 8, "t1", P.NORMAL), job(2, 10, 10, 8, "t1", P.LOW),
