@@ -37,6 +37,7 @@ from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, 
 _Best = tuple[tuple[float, ...], int, int, frozenset[int]] | None
 _Bound = tuple[float, float]
 _Elig = tuple[int, list[Candidate], int]
+_Pre = tuple[float, int, int, int]
 _Entry = tuple[float, float, tuple[float, ...], str, int, int, Option | None]
 """A ranking's heap entry: (key[0], key[1], key[2:], node, token, node version or -1, option
 or None); a key flattened so that heap comparisons mostly compare two floats, in the order
@@ -44,7 +45,7 @@ of (key, node, ...): a bound's key is (discounted loss, loss) and its tail (), w
 before any longer key with the same first two items, as the 2-tuple did."""
 
 
-def _ratio(part: tuple[float, int]) -> float:
+def _ratio(part: tuple[float, int] | _Pre) -> float:
     return part[0] / part[1] if part[1] else float("inf")
 
 
@@ -69,7 +70,7 @@ class _Node:
     """One node's candidates and what was derived from them, valid until the node changes
     (then :meth:`VictimIndex.touch` empties the caches and bumps the version)."""
 
-    __slots__ = ("best", "cands", "elig", "group", "low", "name", "parts", "version")
+    __slots__ = ("best", "cands", "elig", "group", "low", "name", "parts", "pre", "version")
 
     def __init__(self, name: str, group: str) -> None:
         self.name, self.group = name, group
@@ -82,6 +83,9 @@ class _Node:
         # per class bucket (+ 16: losses spread, see _share): the parts of the lower bounds,
         # (discounted loss, GPUs) and (loss, GPUs) of each candidate, by cost per GPU
         self.parts: dict[int, tuple[list[tuple[float, int]], list[tuple[float, int]]]] = {}
+        # the parts of every candidate the node had, (cost, GPUs, class, job id), by cost per
+        # GPU: made once a pass (see VictimIndex.lower)
+        self.pre: tuple[list[_Pre], list[_Pre]] | None = None
 
 
 class _Ranking:
@@ -111,19 +115,28 @@ class VictimIndex:
     def __init__(self, view: ClusterView, cands: dict[int, Candidate],
                  usable: Sequence[int], limit: int) -> None:
         self.view, self.cands, self.limit = view, cands, limit
+        # each node's GPUs, and the view's busy GPUs (the same dict, changed in place): a
+        # node's free GPUs read without a method call (``view.free``), thousands a pass
+        self.full = {n: lay.full for n, lay in view.nodes.items()}
+        self.busy = view.busy
         self.nodes: dict[str, _Node] = {n: _Node(n, lay.group) for n, lay in view.nodes.items()}
         for jid in usable:
             c = cands[jid]
             for node in c.masks:
                 self.nodes[node].cands.append(c)
         self.changes: list[str] = []
+        self.gone: set[int] = set()   # candidates claimed so far
         self.rankings: dict[tuple[int, int, frozenset[str] | None], _Ranking] = {}
-        self.group_version: dict[str, int] = dict.fromkeys(view.groups, 0)
+        # per leaf switch, its nodes' touches in order (its length: the leaf's version)
+        self.group_changes: dict[str, list[str]] = {g: [] for g in view.groups}
         self.changed = 0   # touches so far (the version of the whole cluster)
         self.token = 0     # heap entry tokens of the rankings
         self.greedy: dict[tuple[str | None, int, int, int, frozenset[str] | None],
                           tuple[int, Option | None]] = {}
-        self.bounds: dict[tuple[str, int, int, int], tuple[int, _Bound | None]] = {}
+        # per (leaf, nodes, GPUs per node, class): the leaf's version, the share bound of each
+        # of its nodes that can reach the GPUs, and the leaf's bound (see _group_bound)
+        self.bounds: dict[tuple[str, int, int, int],
+                          tuple[int, dict[str, _Bound], _Bound | None]] = {}
 
     def touch(self, node: str) -> None:
         """The node's busy GPUs or candidates changed."""
@@ -134,11 +147,12 @@ class VictimIndex:
         n.low.clear()
         n.parts.clear()
         self.changes.append(node)
-        self.group_version[n.group] += 1
+        self.group_changes[n.group].append(node)
         self.changed += 1
 
     def claim(self, jid: int) -> None:
         """``jid`` gives way to a plan: no later search counts it."""
+        self.gone.add(jid)
         for node in self.cands[jid].masks:
             n = self.nodes[node]
             n.cands = [c for c in n.cands if c.job_id != jid]
@@ -152,7 +166,7 @@ class VictimIndex:
         got = n.elig.get(rank)
         if got is None:
             out = [c for c in n.cands if c.rank < rank]
-            reach = self.view.free(node)
+            reach = self.full[node] & ~self.busy[node]
             bucket = -1
             for c in out:
                 reach |= c.masks[node]
@@ -238,26 +252,42 @@ class VictimIndex:
         ``per`` GPUs (fractional cover of the GPUs missing); None: the node has no option
         (it cannot hold ``per`` GPUs, or they are free). Cached until the node changes."""
         n = self.nodes[node]
-        bucket, cands, reach = n.elig.get(rank) or self.eligible(node, rank)
+        bucket, _, reach = n.elig.get(rank) or self.eligible(node, rank)
         key = per * 16 + bucket + 1
         try:
             return n.low[key]
         except KeyError:
             pass
-        need = per - self.view.free(node).bit_count()
+        need = per - (self.full[node] & ~self.busy[node]).bit_count()
         got: _Bound | None = None
         if need > 0 and reach.bit_count() >= per:
             parts = n.parts.get(bucket)
             if parts is None:
-                gpus = [c.masks[node].bit_count() for c in cands]
+                # the candidates below ``rank`` are those of a class up to the bucket not yet
+                # claimed; filtered from the node's parts sorted once a pass, they keep the
+                # order a stable sort of their own parts gives (candidates in job id order)
+                pre = n.pre or self._presort(n)
+                gone = self.gone
                 parts = n.parts[bucket] = (
-                    sorted([(c.cost[0], g) for c, g in zip(cands, gpus, strict=True)],
-                           key=_ratio),
-                    sorted([(c.lost_work, g) for c, g in zip(cands, gpus, strict=True)],
-                           key=_ratio))
+                    [(cost, g) for cost, g, r, j in pre[0] if r <= bucket and j not in gone],
+                    [(cost, g) for cost, g, r, j in pre[1] if r <= bucket and j not in gone])
             got = (_cover(need, parts[0]), _cover(need, parts[1]))
         n.low[key] = got
         return got
+
+    def _presort(self, n: _Node) -> tuple[list[_Pre], list[_Pre]]:
+        """The node's parts of :meth:`lower`, (discounted loss, GPUs, class, job id) and
+        (loss, GPUs, class, job id) of each of its candidates, by cost per GPU (a stable
+        sort of the job id order): the candidates only leave a node during a pass, so the
+        parts of any class bucket are these, filtered."""
+        name = n.name
+        gpus = [c.masks[name].bit_count() for c in n.cands]
+        n.pre = pre = (
+            sorted([(c.cost[0], g, c.rank, c.job_id) for c, g in zip(n.cands, gpus, strict=True)],
+                   key=_ratio),
+            sorted([(c.lost_work, g, c.rank, c.job_id)
+                    for c, g in zip(n.cands, gpus, strict=True)], key=_ratio))
+        return pre
 
     def _single(self, per: int, rank: int, keep: int,
                 allowed: frozenset[str] | None = None) -> list[Option]:
@@ -330,10 +360,23 @@ class VictimIndex:
     def _ranking(self, per: int, rank: int, allowed: frozenset[str] | None) -> _Ranking:
         """A new ranking of the ``allowed`` nodes (None: all): seeded lazily with the bounds of
         a higher class's ranking (it sees more candidates, so its bounds are lower) when there
-        is one, else computed now."""
+        is one, else with those of a ranking of fewer GPUs per node, of this class or a higher
+        one (fewer GPUs missing: a cover that costs no more), else computed now.
+
+        The walk goes from the highest class down, so the first ranking of each GPU count
+        has no higher class to take bounds from: computing its bounds for every node was most
+        of the rankings' setup. A node whose seeded bound reaches the top is bounded then,
+        as any node changed since its bound was made; the options found are the same (each
+        bound stays at or below the node's option), only fewer nodes are bounded."""
         r = _Ranking()
         donor = next((d for k in range(rank + 1, rank + 17)
                       if (d := self.rankings.get((per, k, allowed))) is not None), None)
+        if donor is None:
+            fewer = [(-p, k) for (p, k, a) in self.rankings
+                     if a == allowed and p < per and k >= rank]
+            if fewer:
+                p, k = min(fewer)   # the most GPUs per node, then the closest class
+                donor = self.rankings[-p, k, allowed]
         r.seen = {name: n.version for name, n in self.nodes.items()
                   if allowed is None or name in allowed}
         token = self.token
@@ -392,28 +435,38 @@ class VictimIndex:
         chosen; with each victim's loss spread over all its GPUs (:meth:`_share`), the
         ``nodes`` nodes picked need at least the sum of their bounds, so at least the sum of
         the ``nodes`` smallest bounds of the leaf (nodes that cannot reach ``per`` GPUs are
-        never picked)."""
-        ver = self.group_version[group]
+        never picked).
+
+        The nodes' bounds are kept per key, and only the nodes touched since (the leaf's
+        change log) are bounded again: a multi-node search comes every few plans, and by then
+        most leaves have had a touch or two, so bounding all 20 nodes of each leaf again was
+        most of this. The smallest bounds are the same whatever order they are kept in."""
+        log = self.group_changes[group]
         key = (group, nodes, per, rank)
         hit = self.bounds.get(key)
-        if hit is not None and hit[0] == ver:
-            return hit[1]
-        lows: list[_Bound] = []
+        if hit is not None:
+            if hit[0] == len(log):
+                return hit[2]
+            names: Sequence[str] | set[str] = set(log[hit[0]:])
+            lows = hit[1]
+        else:
+            names, lows = self.view.groups[group], {}
         nodes_ = self.nodes
         share = 1024 + per * 16 + 1   # + bucket: _share's cache key
-        for name in self.view.groups[group]:
+        for name in names:
             n = nodes_[name]
             e = n.elig.get(rank) or self.eligible(name, rank)
             if e[2].bit_count() >= per:
-                lows.append(n.low.get(share + e[0]) or self._share(name, per, rank))
+                lows[name] = n.low.get(share + e[0]) or self._share(name, per, rank)
+            else:   # a node's reach only shrinks within a pass
+                lows.pop(name, None)
         got: _Bound | None = None
         if len(lows) >= nodes:
-            lows.sort()
-            low = lows[:nodes]
+            low = sorted(lows.values())[:nodes]
             # kept a hair low so that rounding in the sums never lifts it above
             got = (max(0.0, sum(b[0] for b in low) * (1 - 1e-9) - 1e-6),
                    max(0.0, sum(b[1] for b in low) * (1 - 1e-9) - 1e-6))
-        self.bounds[key] = (ver, got)
+        self.bounds[key] = (len(log), lows, got)
         return got
 
     def _group(self, group: str | None, nodes: int, per: int, rank: int,
@@ -422,7 +475,7 @@ class VictimIndex:
         """The greedy's option for one leaf switch (None: the whole cluster), over its
         ``allowed`` nodes (None: all; ``members``: those nodes, when known), cached until one of
         its nodes changes."""
-        ver = self.changed if group is None else self.group_version[group]
+        ver = self.changed if group is None else len(self.group_changes[group])
         key = (group, nodes, per, rank, allowed)
         hit = self.greedy.get(key)
         if hit is not None and hit[0] == ver:
@@ -438,7 +491,11 @@ class VictimIndex:
         """The plain search's greedy over ``members`` (see victims._greedy_group)."""
         view = self.view
         # nodes that cannot reach ``per`` GPUs even with every candidate gone are never picked
-        left = [name for name in members if self.eligible(name, rank)[2].bit_count() >= per]
+        nodes_ = self.nodes
+        left: list[str] = []
+        for name in members:
+            if (nodes_[name].elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
+                left.append(name)
         if len(left) < nodes:
             return None
         paid: frozenset[int] = frozenset()
