@@ -32,7 +32,6 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from operator import attrgetter
 from typing import NamedTuple, overload
 
 from hai_slurm.classes import PriorityClass
@@ -524,10 +523,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         return _refused(st.problem, snapshot.pending)
     view = st.view
     pending = snapshot.pending
-    # highest class first, input order within a class (a stable sort; reversed, it still is)
-    ranks = list(map(RANK.__getitem__, map(_effective, pending)))
-    jobs = list(map(pending.__getitem__,
-                    sorted(range(len(pending)), key=ranks.__getitem__, reverse=True)))
+    # highest class first, input order within a class (a stable sort)
+    jobs = [pending[i] for i in sorted(range(len(pending)),
+                                       key=[-RANK[w.effective] for w in pending].__getitem__)]
     decisions: dict[int, Decision] = {}
     plans: list[PreemptionPlan] = []
     # shapes are (nodes, --switches limit or 0, allowed nodes[, GPUs per node])
@@ -669,7 +667,6 @@ _decision = tuple.__new__
 tuple's Python-level ``__new__`` (10,000 of them a pass)."""
 
 
-_effective = attrgetter("effective")
 
 _Asked = tuple[int, int | None, int | None, frozenset[str] | None]
 """A job's asked shape: GPUs, nodes, --switches limit, allowed nodes."""
