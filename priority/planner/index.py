@@ -101,14 +101,13 @@ class _Ranking:
     bound (``low``) and looked at only when that reaches the top. Each node has one live heap
     entry (``live`` holds its token); entries with another token are dead."""
 
-    __slots__ = ("cursor", "heap", "live", "low", "seen")
+    __slots__ = ("cursor", "heap", "live", "low")
 
     def __init__(self) -> None:
         # entries as _Entry (key flattened, node, token, node version or -1, option); option
         # None: the key is a lower bound of 2 items (tail ()), and with version -1 one from an
         # earlier version (computed again first)
         self.heap: list[_Entry] = []
-        self.seen: dict[str, int] = {}
         self.live: dict[str, int] = {}
         self.low: dict[str, _Bound] = {}   # nodes that may ever have an option: a lower bound
         self.cursor = 0
@@ -294,23 +293,24 @@ class VictimIndex:
 
     def _single(self, per: int, rank: int, keep: int,
                 allowed: frozenset[str] | None = None) -> list[Option]:
-        nodes = self.nodes
         r = self.rankings.get((per, rank, allowed))
         if r is None:
             r = self.rankings[per, rank, allowed] = self._ranking(per, rank, allowed)
         else:
-            seen = r.seen
-            for name in self.changes[r.cursor:]:
-                ver = nodes[name].version
-                if seen.get(name, ver) == ver:   # unchanged, or not an allowed node
-                    continue
-                r.seen[name] = ver
-                low = r.low.get(name)
-                if low is not None:  # still a bound: the node only got worse
-                    self.token += 1
-                    r.live[name] = self.token
-                    heapq.heappush(r.heap, (low[0], low[1], (), name, self.token, -1, None))
-            r.cursor = len(self.changes)
+            changes = self.changes
+            if r.cursor < len(changes):
+                # each node changed since the last search, once (the order of the pushes
+                # does not matter: live entries never tie, their nodes differ); nodes without a
+                # bound here have no option, or are not among the allowed ones
+                low_of, live, heap, token = r.low, r.live, r.heap, self.token
+                for name in set(changes[r.cursor:]):
+                    low = low_of.get(name)
+                    if low is not None:  # still a bound: the node only got worse
+                        token += 1
+                        live[name] = token
+                        heapq.heappush(heap, (low[0], low[1], (), name, token, -1, None))
+                self.token = token
+                r.cursor = len(changes)
         taken: list[_Entry] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
@@ -380,8 +380,7 @@ class VictimIndex:
             if fewer:
                 p, k = min(fewer)   # the most GPUs per node, then the closest class
                 donor = self.rankings[-p, k, allowed]
-        r.seen = {name: n.version for name, n in self.nodes.items()
-                  if allowed is None or name in allowed}
+        names = self.view.members(None, allowed)
         token = self.token
         if donor is not None:
             r.low = low = dict(donor.low)
@@ -389,7 +388,7 @@ class VictimIndex:
             r.heap = [(b[0], b[1], (), name, live[name], -1, None) for name, b in low.items()]
             self.token = token + len(low)
         else:
-            for name in r.seen:
+            for name in names:
                 self.token += 1
                 r.live[name] = self.token
                 r.low[name] = (0.0, 0.0)

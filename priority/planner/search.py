@@ -95,13 +95,16 @@ def lost_seconds(holder: Holder, config: PlannerConfig, now: float,
         if nodes is None:
             nodes = len({g.node for g in holder.gpus})
         restart = config.restart_for(nodes)
+    # ``x if x > 0.0 else 0.0`` is max(0.0, x) (NaN too), without a builtin call: 2,000 a pass
+    restart = restart if restart > 0.0 else 0.0
     if holder.can_ack:
         save = holder.save_cost if holder.save_cost is not None else config.save_cost
-        return max(0.0, save) + max(0.0, restart)
+        return (save if save > 0.0 else 0.0) + restart
     since = holder.start_time
     if holder.last_checkpoint is not None and holder.last_checkpoint > since:
         since = holder.last_checkpoint
-    return max(0.0, now - since) + max(0.0, restart)
+    ran = now - since
+    return (ran if ran > 0.0 else 0.0) + restart
 
 
 def shape(job: Waiting, max_node_gpus: int) -> tuple[int, int]:
@@ -606,7 +609,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         limit = 1
         found, excluded = st.options(nodes, per, rank, cross=cross, allowed=allowed,
                                      waive_protection=waive_protection)
-        options = [o for o in found if _within(view, o.placement, leaves)]
+        options = found if leaves is None else [o for o in found
+                                                if _within(view, o.placement, leaves)]
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
             decisions[jid] = Decision(jid, _NO_VICTIMS, (
