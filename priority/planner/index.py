@@ -50,7 +50,7 @@ of (key, node, ...): a bound's key is (discounted loss, loss) and its tail (), w
 before any longer key with the same first two items, as the 2-tuple did."""
 
 
-def _ratio(part: tuple[float, int]) -> float:
+def _ratio(part: tuple[float, int] | _Pre) -> float:
     return part[0] / part[1] if part[1] else float("inf")
 
 
@@ -284,13 +284,11 @@ class VictimIndex:
         parts of any class bucket are these, filtered."""
         name = n.name
         gpus = [c.masks[name].bit_count() for c in n.cands]
-        # sorted by (cost per GPU, position): the stable sort by _ratio, compared in C (a
-        # candidate holds at least one GPU on each of its nodes)
-        by0 = sorted([(c.cost[0] / g, i, (c.cost[0], g, c.rank, c.job_id))
-                      for i, (c, g) in enumerate(zip(n.cands, gpus, strict=True))])
-        by1 = sorted([(c.lost_work / g, i, (c.lost_work, g, c.rank, c.job_id))
-                      for i, (c, g) in enumerate(zip(n.cands, gpus, strict=True))])
-        n.pre = pre = ([p for _, _, p in by0], [p for _, _, p in by1])
+        n.pre = pre = (
+            sorted([(c.cost[0], g, c.rank, c.job_id) for c, g in zip(n.cands, gpus, strict=True)],
+                   key=_ratio),
+            sorted([(c.lost_work, g, c.rank, c.job_id)
+                    for c, g in zip(n.cands, gpus, strict=True)], key=_ratio))
         return pre
 
     def _single(self, per: int, rank: int, keep: int,

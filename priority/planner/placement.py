@@ -276,7 +276,7 @@ class Placement:
     @property
     def nodes(self) -> tuple[str, ...]:
         """The nodes of the placement."""
-        return tuple([n for n, _ in self.masks])   # a list: cheaper than a generator
+        return tuple(n for n, _ in self.masks)
 
     def gpus(self, view: ClusterView) -> tuple[GpuRef, ...]:
         """The GPUs of the placement, sorted."""

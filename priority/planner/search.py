@@ -644,15 +644,14 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             st.occupy(node, mask)
         version += 1
         borrowed = sum([v.borrowed for v in victims])
-        pnodes = best.placement.nodes
         reason = (f"job {jid} ({_NAME[cls]}, team {job.team}, {what}) preempts "
                   f"{len(victims)} job(s) ({borrowed} borrowed): {_victim_list(best)} on "
-                  f"{','.join(pnodes)} (in-node level "
+                  f"{','.join(best.placement.nodes)} (in-node level "
                   f"{_NAME[best.placement.level]}); lost work {_gs(loss)} x threshold "
                   f"{config.benefit_threshold:g} < {weighed}")
         plans.append(PreemptionPlan(
             beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
-            placement=best.placement.gpus(view), nodes=pnodes,
+            placement=best.placement.gpus(view), nodes=best.placement.nodes,
             gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
             not_chosen=not_chosen))
         decisions[jid] = Decision(jid, _PREEMPT, reason)
