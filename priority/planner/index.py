@@ -99,9 +99,13 @@ class _Ranking:
     Within a pass a node only gets worse (plans take its free GPUs and its candidates), so a
     lower bound computed once stays a lower bound: a changed node is pushed again with its last
     bound (``low``) and looked at only when that reaches the top. Each node has one live heap
-    entry (``live`` holds its token); entries with another token are dead."""
+    entry (``live`` holds its token); entries with another token are dead.
 
-    __slots__ = ("cursor", "heap", "live", "low")
+    The exact options a search returned are kept out of the heap, best first (``top``): the
+    next search starts from them (those whose node has not changed since) instead of popping
+    and pushing back the same four entries every time."""
+
+    __slots__ = ("cursor", "heap", "live", "low", "top")
 
     def __init__(self) -> None:
         # entries as _Entry (key flattened, node, token, node version or -1, option); option
@@ -111,6 +115,7 @@ class _Ranking:
         self.live: dict[str, int] = {}
         self.low: dict[str, _Bound] = {}   # nodes that may ever have an option: a lower bound
         self.cursor = 0
+        self.top: list[_Entry] = []   # exact options below every entry of the heap, in order
 
 
 class VictimIndex:
@@ -316,10 +321,25 @@ class VictimIndex:
         sets: set[frozenset[int]] = set()
         heap, live = r.heap, r.live
         pop, push = heapq.heappop, heapq.heappush
-        while heap and len(out) < keep:
-            entry: _Entry | None = pop(heap)
+        top = [e for e in r.top if live[e[3]] == e[4]]   # of nodes not changed since
+        ti, tn = 0, len(top)
+        while len(out) < keep:
+            entry: _Entry | None
+            if ti < tn and (not heap or top[ti] < heap[0]):
+                entry, ti = top[ti], ti + 1
+                option = entry[6]
+                assert option is not None
+                taken.append(entry)
+                if option.victims not in sets:
+                    sets.add(option.victims)
+                    out.append(option)
+                continue
+            if not heap:
+                break
+            entry = pop(heap)
             # an entry replaced by a new one for its node (a bound, an exact option) is pushed
-            # back, unless it is below the heap's top: then it would be popped next anyway
+            # back, unless it is below the heap's top and the kept options: then it would be
+            # taken next anyway
             while entry is not None:
                 _, _, _, name, token, ver, option = entry
                 if token != live[name]:
@@ -339,11 +359,13 @@ class VictimIndex:
                         sets.add(option.victims)
                         out.append(option)
                     break
-                if entry is not None and heap and heap[0] < entry:
+                if entry is not None and ((heap and heap[0] < entry)
+                                          or (ti < tn and top[ti] < entry)):
                     push(heap, entry)
                     break
-        for entry in taken:
-            push(heap, entry)
+        # taken in order, each below the kept options not reached: still in order
+        taken.extend(top[ti:])
+        r.top = taken
         return out
 
     def _bound(self, r: _Ranking, name: str, per: int, rank: int, token: int) -> _Entry | None:
