@@ -37,6 +37,12 @@ from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, 
 _Best = tuple[tuple[float, ...], int, int, frozenset[int]] | None
 _Bound = tuple[float, float]
 _Elig = tuple[int, list[Candidate], int]
+_NO_BEST: _Best = ((), -1, 0, frozenset())
+_NO_BOUND: _Bound = (-1.0, -1.0)
+"""Defaults of ``dict.get`` on the per-node caches, told apart by identity: not cached (None
+is a cached answer). Most reads there are misses (a node is bounded again after each
+touch), and a raised ``KeyError`` costs about twenty times a ``get``."""
+_Pre = tuple[float, int, int, int]
 _Entry = tuple[float, float, tuple[float, ...], str, int, int, Option | None]
 """A ranking's heap entry: (key[0], key[1], key[2:], node, token, node version or -1, option
 or None); a key flattened so that heap comparisons mostly compare two floats, in the order
@@ -44,7 +50,7 @@ of (key, node, ...): a bound's key is (discounted loss, loss) and its tail (), w
 before any longer key with the same first two items, as the 2-tuple did."""
 
 
-def _ratio(part: tuple[float, int]) -> float:
+def _ratio(part: tuple[float, int] | _Pre) -> float:
     return part[0] / part[1] if part[1] else float("inf")
 
 
@@ -69,7 +75,7 @@ class _Node:
     """One node's candidates and what was derived from them, valid until the node changes
     (then :meth:`VictimIndex.touch` empties the caches and bumps the version)."""
 
-    __slots__ = ("best", "cands", "elig", "group", "low", "name", "parts", "version")
+    __slots__ = ("best", "cands", "elig", "group", "low", "name", "parts", "pre", "version")
 
     def __init__(self, name: str, group: str) -> None:
         self.name, self.group = name, group
@@ -82,6 +88,9 @@ class _Node:
         # per class bucket (+ 16: losses spread, see _share): the parts of the lower bounds,
         # (discounted loss, GPUs) and (loss, GPUs) of each candidate, by cost per GPU
         self.parts: dict[int, tuple[list[tuple[float, int]], list[tuple[float, int]]]] = {}
+        # the parts of every candidate the node had, (cost, GPUs, class, job id), by cost per
+        # GPU: made once a pass (see VictimIndex.lower)
+        self.pre: tuple[list[_Pre], list[_Pre]] | None = None
 
 
 class _Ranking:
@@ -90,19 +99,23 @@ class _Ranking:
     Within a pass a node only gets worse (plans take its free GPUs and its candidates), so a
     lower bound computed once stays a lower bound: a changed node is pushed again with its last
     bound (``low``) and looked at only when that reaches the top. Each node has one live heap
-    entry (``live`` holds its token); entries with another token are dead."""
+    entry (``live`` holds its token); entries with another token are dead.
 
-    __slots__ = ("cursor", "heap", "live", "low", "seen")
+    The exact options a search returned are kept out of the heap, best first (``top``): the
+    next search starts from them (those whose node has not changed since) instead of popping
+    and pushing back the same four entries every time."""
+
+    __slots__ = ("cursor", "heap", "live", "low", "top")
 
     def __init__(self) -> None:
         # entries as _Entry (key flattened, node, token, node version or -1, option); option
         # None: the key is a lower bound of 2 items (tail ()), and with version -1 one from an
         # earlier version (computed again first)
         self.heap: list[_Entry] = []
-        self.seen: dict[str, int] = {}
         self.live: dict[str, int] = {}
         self.low: dict[str, _Bound] = {}   # nodes that may ever have an option: a lower bound
         self.cursor = 0
+        self.top: list[_Entry] = []   # exact options below every entry of the heap, in order
 
 
 class VictimIndex:
@@ -111,19 +124,28 @@ class VictimIndex:
     def __init__(self, view: ClusterView, cands: dict[int, Candidate],
                  usable: Sequence[int], limit: int) -> None:
         self.view, self.cands, self.limit = view, cands, limit
+        # each node's GPUs, and the view's busy GPUs (the same dict, changed in place): a
+        # node's free GPUs read without a method call (``view.free``), thousands a pass
+        self.full = {n: lay.full for n, lay in view.nodes.items()}
+        self.busy = view.busy
         self.nodes: dict[str, _Node] = {n: _Node(n, lay.group) for n, lay in view.nodes.items()}
         for jid in usable:
             c = cands[jid]
             for node in c.masks:
                 self.nodes[node].cands.append(c)
         self.changes: list[str] = []
+        self.gone: set[int] = set()   # candidates claimed so far
         self.rankings: dict[tuple[int, int, frozenset[str] | None], _Ranking] = {}
-        self.group_version: dict[str, int] = dict.fromkeys(view.groups, 0)
+        # per leaf switch, its nodes' touches in order (its length: the leaf's version)
+        self.group_changes: dict[str, list[str]] = {g: [] for g in view.groups}
         self.changed = 0   # touches so far (the version of the whole cluster)
         self.token = 0     # heap entry tokens of the rankings
         self.greedy: dict[tuple[str | None, int, int, int, frozenset[str] | None],
                           tuple[int, Option | None]] = {}
-        self.bounds: dict[tuple[str, int, int, int], tuple[int, _Bound | None]] = {}
+        # per (leaf, nodes, GPUs per node, class): the leaf's version, the share bound of each
+        # of its nodes that can reach the GPUs, and the leaf's bound (see _group_bound)
+        self.bounds: dict[tuple[str, int, int, int],
+                          tuple[int, dict[str, _Bound], _Bound | None]] = {}
 
     def touch(self, node: str) -> None:
         """The node's busy GPUs or candidates changed."""
@@ -134,11 +156,12 @@ class VictimIndex:
         n.low.clear()
         n.parts.clear()
         self.changes.append(node)
-        self.group_version[n.group] += 1
+        self.group_changes[n.group].append(node)
         self.changed += 1
 
     def claim(self, jid: int) -> None:
         """``jid`` gives way to a plan: no later search counts it."""
+        self.gone.add(jid)
         for node in self.cands[jid].masks:
             n = self.nodes[node]
             n.cands = [c for c in n.cands if c.job_id != jid]
@@ -152,7 +175,7 @@ class VictimIndex:
         got = n.elig.get(rank)
         if got is None:
             out = [c for c in n.cands if c.rank < rank]
-            reach = self.view.free(node)
+            reach = self.full[node] & ~self.busy[node]
             bucket = -1
             for c in out:
                 reach |= c.masks[node]
@@ -166,11 +189,10 @@ class VictimIndex:
         n = self.nodes[node]
         bucket, cands, reach = n.elig.get(rank) or self.eligible(node, rank)
         key = per * 16 + bucket + 1
-        try:
-            return n.best[key]
-        except KeyError:
-            pass
-        got: _Best = None
+        got = n.best.get(key, _NO_BEST)
+        if got is not _NO_BEST:
+            return got
+        got = None
         if reach.bit_count() >= per:  # else best_on_node finds nothing either
             got = best_on_node(self.view, node, per, cands, frozenset(), self.limit)
         n.best[key] = got
@@ -238,55 +260,86 @@ class VictimIndex:
         ``per`` GPUs (fractional cover of the GPUs missing); None: the node has no option
         (it cannot hold ``per`` GPUs, or they are free). Cached until the node changes."""
         n = self.nodes[node]
-        bucket, cands, reach = n.elig.get(rank) or self.eligible(node, rank)
+        bucket, _, reach = n.elig.get(rank) or self.eligible(node, rank)
         key = per * 16 + bucket + 1
-        try:
-            return n.low[key]
-        except KeyError:
-            pass
-        need = per - self.view.free(node).bit_count()
+        hit = n.low.get(key, _NO_BOUND)
+        if hit is not _NO_BOUND:
+            return hit
+        need = per - (self.full[node] & ~self.busy[node]).bit_count()
         got: _Bound | None = None
         if need > 0 and reach.bit_count() >= per:
             parts = n.parts.get(bucket)
             if parts is None:
-                gpus = [c.masks[node].bit_count() for c in cands]
+                # the candidates below ``rank`` are those of a class up to the bucket not yet
+                # claimed; filtered from the node's parts sorted once a pass, they keep the
+                # order a stable sort of their own parts gives (candidates in job id order)
+                pre = n.pre or self._presort(n)
+                gone = self.gone
                 parts = n.parts[bucket] = (
-                    sorted([(c.cost[0], g) for c, g in zip(cands, gpus, strict=True)],
-                           key=_ratio),
-                    sorted([(c.lost_work, g) for c, g in zip(cands, gpus, strict=True)],
-                           key=_ratio))
+                    [(cost, g) for cost, g, r, j in pre[0] if r <= bucket and j not in gone],
+                    [(cost, g) for cost, g, r, j in pre[1] if r <= bucket and j not in gone])
             got = (_cover(need, parts[0]), _cover(need, parts[1]))
         n.low[key] = got
         return got
 
+    def _presort(self, n: _Node) -> tuple[list[_Pre], list[_Pre]]:
+        """The node's parts of :meth:`lower`, (discounted loss, GPUs, class, job id) and
+        (loss, GPUs, class, job id) of each of its candidates, by cost per GPU (a stable
+        sort of the job id order): the candidates only leave a node during a pass, so the
+        parts of any class bucket are these, filtered."""
+        name = n.name
+        gpus = [c.masks[name].bit_count() for c in n.cands]
+        n.pre = pre = (
+            sorted([(c.cost[0], g, c.rank, c.job_id) for c, g in zip(n.cands, gpus, strict=True)],
+                   key=_ratio),
+            sorted([(c.lost_work, g, c.rank, c.job_id)
+                    for c, g in zip(n.cands, gpus, strict=True)], key=_ratio))
+        return pre
+
     def _single(self, per: int, rank: int, keep: int,
                 allowed: frozenset[str] | None = None) -> list[Option]:
-        nodes = self.nodes
         r = self.rankings.get((per, rank, allowed))
         if r is None:
             r = self.rankings[per, rank, allowed] = self._ranking(per, rank, allowed)
         else:
-            seen = r.seen
-            for name in self.changes[r.cursor:]:
-                ver = nodes[name].version
-                if seen.get(name, ver) == ver:   # unchanged, or not an allowed node
-                    continue
-                r.seen[name] = ver
-                low = r.low.get(name)
-                if low is not None:  # still a bound: the node only got worse
-                    self.token += 1
-                    r.live[name] = self.token
-                    heapq.heappush(r.heap, (low[0], low[1], (), name, self.token, -1, None))
-            r.cursor = len(self.changes)
+            changes = self.changes
+            if r.cursor < len(changes):
+                # each node changed since the last search, once (the order of the pushes
+                # does not matter: live entries never tie, their nodes differ); nodes without a
+                # bound here have no option, or are not among the allowed ones
+                low_of, live, heap, token = r.low, r.live, r.heap, self.token
+                for name in set(changes[r.cursor:]):
+                    low = low_of.get(name)
+                    if low is not None:  # still a bound: the node only got worse
+                        token += 1
+                        live[name] = token
+                        heapq.heappush(heap, (low[0], low[1], (), name, token, -1, None))
+                self.token = token
+                r.cursor = len(changes)
         taken: list[_Entry] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
         heap, live = r.heap, r.live
         pop, push = heapq.heappop, heapq.heappush
-        while heap and len(out) < keep:
-            entry: _Entry | None = pop(heap)
+        top = [e for e in r.top if live[e[3]] == e[4]]   # of nodes not changed since
+        ti, tn = 0, len(top)
+        while len(out) < keep:
+            entry: _Entry | None
+            if ti < tn and (not heap or top[ti] < heap[0]):
+                entry, ti = top[ti], ti + 1
+                option = entry[6]
+                assert option is not None
+                taken.append(entry)
+                if option.victims not in sets:
+                    sets.add(option.victims)
+                    out.append(option)
+                continue
+            if not heap:
+                break
+            entry = pop(heap)
             # an entry replaced by a new one for its node (a bound, an exact option) is pushed
-            # back, unless it is below the heap's top: then it would be popped next anyway
+            # back, unless it is below the heap's top and the kept options: then it would be
+            # taken next anyway
             while entry is not None:
                 _, _, _, name, token, ver, option = entry
                 if token != live[name]:
@@ -306,11 +359,13 @@ class VictimIndex:
                         sets.add(option.victims)
                         out.append(option)
                     break
-                if entry is not None and heap and heap[0] < entry:
+                if entry is not None and ((heap and heap[0] < entry)
+                                          or (ti < tn and top[ti] < entry)):
                     push(heap, entry)
                     break
-        for entry in taken:
-            push(heap, entry)
+        # taken in order, each below the kept options not reached: still in order
+        taken.extend(top[ti:])
+        r.top = taken
         return out
 
     def _bound(self, r: _Ranking, name: str, per: int, rank: int, token: int) -> _Entry | None:
@@ -330,12 +385,24 @@ class VictimIndex:
     def _ranking(self, per: int, rank: int, allowed: frozenset[str] | None) -> _Ranking:
         """A new ranking of the ``allowed`` nodes (None: all): seeded lazily with the bounds of
         a higher class's ranking (it sees more candidates, so its bounds are lower) when there
-        is one, else computed now."""
+        is one, else with those of a ranking of fewer GPUs per node, of this class or a higher
+        one (fewer GPUs missing: a cover that costs no more), else computed now.
+
+        The walk goes from the highest class down, so the first ranking of each GPU count
+        has no higher class to take bounds from: computing its bounds for every node was most
+        of the rankings' setup. A node whose seeded bound reaches the top is bounded then,
+        as any node changed since its bound was made; the options found are the same (each
+        bound stays at or below the node's option), only fewer nodes are bounded."""
         r = _Ranking()
         donor = next((d for k in range(rank + 1, rank + 17)
                       if (d := self.rankings.get((per, k, allowed))) is not None), None)
-        r.seen = {name: n.version for name, n in self.nodes.items()
-                  if allowed is None or name in allowed}
+        if donor is None:
+            fewer = [(-p, k) for (p, k, a) in self.rankings
+                     if a == allowed and p < per and k >= rank]
+            if fewer:
+                p, k = min(fewer)   # the most GPUs per node, then the closest class
+                donor = self.rankings[-p, k, allowed]
+        names = self.view.members(None, allowed)
         token = self.token
         if donor is not None:
             r.low = low = dict(donor.low)
@@ -343,7 +410,7 @@ class VictimIndex:
             r.heap = [(b[0], b[1], (), name, live[name], -1, None) for name, b in low.items()]
             self.token = token + len(low)
         else:
-            for name in r.seen:
+            for name in names:
                 self.token += 1
                 r.live[name] = self.token
                 r.low[name] = (0.0, 0.0)
@@ -392,28 +459,38 @@ class VictimIndex:
         chosen; with each victim's loss spread over all its GPUs (:meth:`_share`), the
         ``nodes`` nodes picked need at least the sum of their bounds, so at least the sum of
         the ``nodes`` smallest bounds of the leaf (nodes that cannot reach ``per`` GPUs are
-        never picked)."""
-        ver = self.group_version[group]
+        never picked).
+
+        The nodes' bounds are kept per key, and only the nodes touched since (the leaf's
+        change log) are bounded again: a multi-node search comes every few plans, and by then
+        most leaves have had a touch or two, so bounding all 20 nodes of each leaf again was
+        most of this. The smallest bounds are the same whatever order they are kept in."""
+        log = self.group_changes[group]
         key = (group, nodes, per, rank)
         hit = self.bounds.get(key)
-        if hit is not None and hit[0] == ver:
-            return hit[1]
-        lows: list[_Bound] = []
+        if hit is not None:
+            if hit[0] == len(log):
+                return hit[2]
+            names: Sequence[str] | set[str] = set(log[hit[0]:])
+            lows = hit[1]
+        else:
+            names, lows = self.view.groups[group], {}
         nodes_ = self.nodes
         share = 1024 + per * 16 + 1   # + bucket: _share's cache key
-        for name in self.view.groups[group]:
+        for name in names:
             n = nodes_[name]
             e = n.elig.get(rank) or self.eligible(name, rank)
             if e[2].bit_count() >= per:
-                lows.append(n.low.get(share + e[0]) or self._share(name, per, rank))
+                lows[name] = n.low.get(share + e[0]) or self._share(name, per, rank)
+            else:   # a node's reach only shrinks within a pass
+                lows.pop(name, None)
         got: _Bound | None = None
         if len(lows) >= nodes:
-            lows.sort()
-            low = lows[:nodes]
+            low = sorted(lows.values())[:nodes]
             # kept a hair low so that rounding in the sums never lifts it above
             got = (max(0.0, sum(b[0] for b in low) * (1 - 1e-9) - 1e-6),
                    max(0.0, sum(b[1] for b in low) * (1 - 1e-9) - 1e-6))
-        self.bounds[key] = (ver, got)
+        self.bounds[key] = (len(log), lows, got)
         return got
 
     def _group(self, group: str | None, nodes: int, per: int, rank: int,
@@ -422,7 +499,7 @@ class VictimIndex:
         """The greedy's option for one leaf switch (None: the whole cluster), over its
         ``allowed`` nodes (None: all; ``members``: those nodes, when known), cached until one of
         its nodes changes."""
-        ver = self.changed if group is None else self.group_version[group]
+        ver = self.changed if group is None else len(self.group_changes[group])
         key = (group, nodes, per, rank, allowed)
         hit = self.greedy.get(key)
         if hit is not None and hit[0] == ver:
@@ -438,7 +515,11 @@ class VictimIndex:
         """The plain search's greedy over ``members`` (see victims._greedy_group)."""
         view = self.view
         # nodes that cannot reach ``per`` GPUs even with every candidate gone are never picked
-        left = [name for name in members if self.eligible(name, rank)[2].bit_count() >= per]
+        nodes_ = self.nodes
+        left: list[str] = []
+        for name in members:
+            if (nodes_[name].elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
+                left.append(name)
         if len(left) < nodes:
             return None
         paid: frozenset[int] = frozenset()

@@ -95,13 +95,16 @@ def lost_seconds(holder: Holder, config: PlannerConfig, now: float,
         if nodes is None:
             nodes = len({g.node for g in holder.gpus})
         restart = config.restart_for(nodes)
+    # ``x if x > 0.0 else 0.0`` is max(0.0, x) (NaN too), without a builtin call: 2,000 a pass
+    restart = restart if restart > 0.0 else 0.0
     if holder.can_ack:
         save = holder.save_cost if holder.save_cost is not None else config.save_cost
-        return max(0.0, save) + max(0.0, restart)
+        return (save if save > 0.0 else 0.0) + restart
     since = holder.start_time
     if holder.last_checkpoint is not None and holder.last_checkpoint > since:
         since = holder.last_checkpoint
-    return max(0.0, now - since) + max(0.0, restart)
+    ran = now - since
+    return (ran if ran > 0.0 else 0.0) + restart
 
 
 def shape(job: Waiting, max_node_gpus: int) -> tuple[int, int]:
@@ -326,7 +329,13 @@ class _Pass:
         return self._waived_index
 
     def occupy(self, node: str, mask: int) -> None:
-        """Take ``mask`` on ``node`` for the rest of the pass."""
+        """Take ``mask`` on ``node`` for the rest of the pass.
+
+        A plan's placement mostly takes only GPUs its victims hold, which stay busy in the
+        view: then nothing changes, and the indexes are not touched again (the claims did;
+        a touch empties the node's caches and is logged for every ranking to look at)."""
+        if not mask & ~self.view.busy[node]:
+            return
         self.view.occupy(node, mask)
         self.index.touch(node)
         if self._waived_index is not None:
@@ -389,7 +398,8 @@ class _Pass:
 
     def youngest(self, victims: frozenset[int]) -> float:
         """The shortest run time (seconds until now) among ``victims``."""
-        return max(0.0, min(self.now - self.holders[v].start_time for v in victims))
+        holders, now = self.holders, self.now
+        return max(0.0, min([now - holders[v].start_time for v in victims]))
 
     def victim(self, jid: int) -> Victim:
         h, c = self.holders[jid], self.cands[jid]
@@ -534,9 +544,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     if st.problem is not None:
         return _refused(st.problem, snapshot.pending)
     view = st.view
+    pending = snapshot.pending
     # highest class first, input order within a class (a stable sort)
-    order = sorted(range(len(snapshot.pending)),
-                   key=[-RANK[w.effective] for w in snapshot.pending].__getitem__)
+    jobs = [pending[i] for i in sorted(range(len(pending)),
+                                       key=[-RANK[w.effective] for w in pending].__getitem__)]
     decisions: dict[int, Decision] = {}
     plans: list[PreemptionPlan] = []
     # shapes are (nodes, --switches limit or 0, allowed nodes[, GPUs per node])
@@ -547,29 +558,31 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     not_worth: dict[_NWKey, tuple[int, float, float]] = {}
     worth_in: dict[int, float] = {}
     version = searches = 0
-    max_plans, max_searches = config.limits(len(snapshot.pending))
+    max_plans, max_searches = config.limits(len(pending))
     shapes: dict[_Asked, _Shape] = {}  # per asked shape
-    # per asked shape and class: what the walk derives from them (_Kind), once per pass
+    # per asked shape and class: what the walk derives from them (_Kind), once per pass, in
+    # a cell shared by the jobs that ask alike (a verdict final for the rest of the pass
+    # replaces it)
     kinds: dict[tuple[int, int | None, int | None, frozenset[str] | None, PriorityClass, bool],
-                _Kind] = {}
-    pending = snapshot.pending
+                list[_Kind]] = {}
     limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
     # once limited, which limit (it stays: no search, so no plan, is made after)
     limit = 0 if max_plans <= 0 else 1
-    for i in order:
-        job = pending[i]
-        jid, cls = job.job_id, job.effective
-        leaves, allowed = job.max_leaves, job.allowed
-        waive_protection = job.overrides_protection
-        asked = (job.gpus, job.nodes, leaves, allowed, cls, waive_protection)
-        derived = kinds.get(asked)
-        if derived is None:
-            derived = kinds[asked] = _kind(job, view, config, shapes)
-        (fixed, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text, nw_key,
-         weight, skipped) = derived
-        if fixed is not None:   # needs no GPUs, or cannot fit in this cluster
-            decisions[jid] = _decision(Decision, (jid, *fixed))
+    for job in jobs:
+        jid = job.job_id
+        asked = (job.gpus, job.nodes, job.max_leaves, job.allowed, job.effective,
+                 job.overrides_protection)
+        cell = kinds.get(asked)
+        if cell is None:
+            cell = kinds[asked] = [_kind(job, view, config, shapes)]
+        derived = cell[0]
+        fixed = derived[0]
+        if fixed is not None:   # no GPUs, cannot fit in this cluster, or a final verdict
+            decisions[jid] = _decision(Decision, (jid, fixed[0], fixed[1]))
             continue
+        (_, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text, nw_key,
+         weight, skipped) = derived
+        _, _, leaves, allowed, cls, waive_protection = asked
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross, allowed=allowed)
             if free is not None and not _within(view, free, leaves):
@@ -584,6 +597,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 continue
             no_free[shape_key] = per
         if rank == 0 or no_victims.get(vkey, -1) >= rank:   # no class lower; none found
+            # final for the rest of the pass: free GPUs only get fewer (the free check just
+            # failed, or had), and a search that found none is not asked again: later jobs
+            # of this shape and class take the verdict as a fixed one, without those lookups
+            cell[0] = ((_NO_VICTIMS, none_text), *derived[1:])
             decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, none_text))
             continue
         seen = not_worth.get(nw_key)
@@ -600,6 +617,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             if text is None:
                 text = skipped[limit] = (f"{lead}; this cycle's limit of "
                                          f"{_LIMITS[limit]} was reached")
+            if seen is None or seen[0] != version:
+                # final too: no search is made once limited, so no not-worth verdict is
+                # noted after (and a stale one stays stale: the version only grows)
+                cell[0] = ((_SKIPPED, text), *derived[1:])
             decisions[jid] = _decision(Decision, (jid, _SKIPPED, text))
             continue
         searches += 1
@@ -607,7 +628,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         limit = 1
         found, excluded = st.options(nodes, per, rank, cross=cross, allowed=allowed,
                                      waive_protection=waive_protection)
-        options = [o for o in found if _within(view, o.placement, leaves)]
+        options = found if leaves is None else [o for o in found
+                                                if _within(view, o.placement, leaves)]
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
             decisions[jid] = Decision(jid, _NO_VICTIMS, (
@@ -615,7 +637,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 f"frees such a placement (running jobs left out: {_summary(excluded)})"))
             continue
         best = options[0]
-        loss = sum(st.cands[v].lost_work for v in best.victims)
+        cands = st.cands
+        loss = sum([cands[v].lost_work for v in best.victims])   # lists: cheaper than generators
         floor = config.victim_age_wait * st.youngest(best.victims)
         wait = max(0.0, job.wait, floor)
         benefit = weight * wait * job.gpus
@@ -630,14 +653,15 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"))
             continue
-        victims = tuple(st.victim(v) for v in sorted(best.victims))
+        ids = sorted(best.victims)
+        victims = tuple([st.victim(v) for v in ids])
         not_chosen = st.passed_over(job, best, options[1:], excluded)
-        for v in sorted(best.victims):
+        for v in ids:
             st.claim(v, jid)
         for node, mask in best.placement.masks:
             st.occupy(node, mask)
         version += 1
-        borrowed = sum(v.borrowed for v in victims)
+        borrowed = sum([v.borrowed for v in victims])
         reason = (f"job {jid} ({_NAME[cls]}, team {job.team}, {what}) preempts "
                   f"{len(victims)} job(s) ({borrowed} borrowed): {_victim_list(best)} on "
                   f"{','.join(best.placement.nodes)} (in-node level "
@@ -663,6 +687,7 @@ def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: f
 _decision = tuple.__new__
 """``_decision(Decision, (job id, outcome, reason))``: a :class:`Decision` without the named
 tuple's Python-level ``__new__`` (10,000 of them a pass)."""
+
 
 
 _Asked = tuple[int, int | None, int | None, frozenset[str] | None]
