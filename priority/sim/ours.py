@@ -97,6 +97,8 @@ class HaiSlurm:
         self._memo = CycleMemo()
         """What :func:`decide` keeps from one call to the next, as the daemon keeps it."""
         self.inflight: dict[int, int] = {}
+        self._charges: dict[int, tuple[float, float]] = {}
+        """:meth:`_charge` of each Slurm job id planned with."""
         self.counts: Counter[str] = Counter()
 
     def attach(self, engine: Engine) -> None:
@@ -209,6 +211,15 @@ class HaiSlurm:
         self.eng.slurm.reserve(keep)
         self.counts["reserved_job_cycles"] += len(keep)
 
+    def _charge(self, job: SimJob) -> tuple[float, float]:
+        """(save, restart) seconds the planner charges ``job`` as a victim: its checkpoint time
+        by the cost model, and its restart as it measured it (the daemon's SaveTimes), never
+        above the configured restart cost. Functions of the job's size only (fixed for a
+        trace job), so worked out once per job (see ``_charges``)."""
+        costs, n = self.eng.costs, job.nodes
+        return (float(costs.checkpoint_time(job.gpus)),
+                float(min(costs.restart_time(n), self.planner.restart_for(n))))
+
     def _plan(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
               result: PolicyResult, taken_at: float, now: int,
               focus: frozenset[int] | None = None) -> None:
@@ -218,13 +229,13 @@ class HaiSlurm:
         if not pending:
             return
         gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
-        by_slurm, costs = eng.by_slurm, eng.costs
-        saves = {r.job_id: float(costs.checkpoint_time(by_slurm[r.job_id].gpus))
-                 for r in running}
-        # and its restart as it measured it (the daemon's SaveTimes), never above the
-        # configured restart cost
-        restarts = {r.job_id: float(min(costs.restart_time(n), self.planner.restart_for(n)))
-                    for r in running for n in (by_slurm[r.job_id].nodes,)}
+        by_slurm = eng.by_slurm
+        charges = self._charges
+        for r in running:
+            if r.job_id not in charges:
+                charges[r.job_id] = self._charge(by_slurm[r.job_id])
+        saves = {r.job_id: charges[r.job_id][0] for r in running}
+        restarts = {r.job_id: charges[r.job_id][1] for r in running}
         # Every job saves on request; its checkpoints are the engine's, and a job already
         # asked to save is no victim again (Holder built again: replace() costs 3x).
         holders = tuple(
