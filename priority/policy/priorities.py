@@ -100,15 +100,19 @@ def _running(
     classes: dict[int, tuple[PriorityClass, bool]] = {}
     by_team: defaultdict[str, list[tuple[RunningJob, PriorityClass]]] = defaultdict(list)
     class_usage: defaultdict[str, dict[PriorityClass, int]] = defaultdict(dict)
+    demote_rank = RANK[config.fairness.demote_from]
+    decay = config.decay
     for run in running:
-        if run.start_class is not None:
-            start = run.start_class
-            # Started below what it asked for (demoted): no decay on top of the demotion.
-            demoted_start = (isinstance(run.requested, PriorityClass)
-                             and RANK[run.requested] > RANK[start]
-                             and RANK[run.requested] >= RANK[config.fairness.demote_from])
-            cls, _, dec = _base_class(start, False, run.run_time, config,
-                                      decay=not demoted_start)
+        start = run.start_class
+        if start is not None:
+            # _base_class(start, False, ...) inlined (a running job's start class is its class
+            # unless it decays; 10,000 running jobs a cycle). Started below what it asked for
+            # (demoted): no decay on top of the demotion.
+            asked = run.requested
+            dec = decays(start, run.run_time, decay) and not (
+                isinstance(asked, PriorityClass) and RANK[asked] > RANK[start]
+                and RANK[asked] >= demote_rank)
+            cls = decay.target if dec else start
         else:
             req = run.requested if isinstance(run.requested, PriorityClass) else (
                 config.default_class)  # AUTO without a recorded start class
@@ -123,12 +127,14 @@ def _running(
     borrowed: set[int] = set()
     for team, jobs in by_team.items():
         borrowed |= borrowed_jobs(jobs, config.quota(team))
-    out = {run.job_id: RunningDecision(
-        job_id=run.job_id, team=run.team, effective=classes[run.job_id][0],
-        decayed=classes[run.job_id][1], borrowed=run.job_id in borrowed,
-        protected=run.team in protected and (
-            config.fairness.protect_borrowed or run.job_id not in borrowed),
-        preemptible=run.preemptible) for run in running}
+    protect_borrowed = config.fairness.protect_borrowed
+    out: dict[int, RunningDecision] = {}
+    for run in running:
+        job_id = run.job_id
+        cls, dec = classes[job_id]
+        lent = job_id in borrowed
+        out[job_id] = RunningDecision(job_id, run.team, cls, dec, lent, run.team in protected
+                                      and (protect_borrowed or not lent), run.preemptible)
     return out, dict(class_usage)
 
 

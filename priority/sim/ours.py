@@ -47,7 +47,7 @@ from dataclasses import replace
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
-from hai_slurm.priority.daemon.cycle import CycleMemo, decide
+from hai_slurm.priority.daemon.cycle import CycleMemo, decide, policy_decisions
 from hai_slurm.priority.daemon.urgent import (
     LOOK_MARGIN,
     URGENT_LOOKS,
@@ -164,12 +164,14 @@ class HaiSlurm:
         snap = self.eng.slurm.snapshot()
         window = now - self.config.policy.fairness.window
         events = tuple(e for e in self.events if e.time >= window)
-        protections = {t: p for t, p in self.protections.items() if p.until > now}
-        d = decide(snap, tracked=self.tracked, events=events, state=self.state,
-                   protections=protections, config=self.config.policy, now=float(now),
-                   memo=self._memo)
-        self._plan(d.inputs.pending, d.inputs.running, d.result, float(snap.time), now,
-                   focus=with_jobs_ahead(focus, d.result.priorities))
+        # The daemon's look runs decide() and uses only its inputs and result (the writes and
+        # records it also works out are dropped: a look writes nothing), so only those are
+        # worked out here.
+        inputs, result = policy_decisions(snap, tracked=self.tracked, events=events,
+                                          state=self.state, config=self.config.policy,
+                                          now=float(now), memo=self._memo)
+        self._plan(inputs.pending, inputs.running, result, float(snap.time), now,
+                   focus=with_jobs_ahead(focus, result.priorities))
 
     def on_cycle(self, now: int) -> None:
         """One daemon cycle at ``now`` (see the module docstring)."""
@@ -228,6 +230,18 @@ class HaiSlurm:
         self.inflight = {b: t for b, t in self.inflight.items() if t > now}
         if not pending:
             return
+        waiting_jobs = [p for p in pending if p.job_id not in self.inflight
+                        and (focus is None or p.job_id in focus)]
+        nodes = {p.job_id: eng.by_slurm[p.job_id].nodes for p in waiting_jobs
+                 if eng.by_slurm[p.job_id].trace.nodes > 0}
+        waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes,
+                                      aged_preempt=self.planner.aged_preempt)
+        if not waiting and taken_at == now:
+            # Nothing to plan for: the planner would make no plan, find no job worth a later
+            # look and refuse nothing (it refuses a stale snapshot, not one of now, or an
+            # inconsistent one: two running jobs on one GPU, or a GPU outside the topology,
+            # which SimSlurm's placements never give), so it is not asked.
+            return
         gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
         by_slurm = eng.by_slurm
         charges = self._charges
@@ -247,12 +261,6 @@ class HaiSlurm:
             for h in holders_from_policy(running, result.running, gpus, saves=saves,
                                          restart_costs=restarts)
             for job in (by_slurm[h.job_id],))
-        waiting_jobs = [p for p in pending if p.job_id not in self.inflight
-                        and (focus is None or p.job_id in focus)]
-        nodes = {p.job_id: eng.by_slurm[p.job_id].nodes for p in waiting_jobs
-                 if eng.by_slurm[p.job_id].trace.nodes > 0}
-        waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes,
-                                      aged_preempt=self.planner.aged_preempt)
         plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at,
                                               slurm.guarded_nodes()),
                                  config=self.planner, now=float(now))
