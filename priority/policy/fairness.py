@@ -33,6 +33,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hai_slurm.priority.policy.settings import FairnessConfig
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
@@ -114,17 +115,35 @@ def protected_until(times: tuple[float, ...], now: float, cfg: FairnessConfig, *
     """When the team's protection ends, or None if it is not protected at ``now``.
 
     ``everyone``: all teams' PREEMPTED times, sorted; ``fraction``: the team's part of the
-    quotas (without them, or with ``protect_excess`` 0, the limit is N)."""
-    until = None
+    quotas (without them, or with ``protect_excess`` 0, the limit is N).
+
+    Each event at ``t`` that put the team over its limit protects it until
+    ``t + protect_for``; the latest such event up to ``now`` ends last (see
+    :func:`protecting_events`)."""
+    starts = protecting_events(times, cfg, everyone, fraction)
+    i = bisect_right(starts, now)
+    if i == 0:
+        return None
+    end = starts[i - 1] + cfg.protect_for
+    return end if end > now else None
+
+
+@lru_cache(maxsize=256)
+def protecting_events(times: tuple[float, ...], cfg: FairnessConfig,
+                      everyone: tuple[float, ...] = (), fraction: float = 1.0
+                      ) -> tuple[float, ...]:
+    """The times among the sorted ``times`` (a team's PREEMPTED events) whose event put the
+    team over its limit in the window ending there: each protects it for ``protect_for``.
+
+    Whether one did depends on the events up to it alone, not on ``now``, so they are worked
+    out once per team's events (remembered: a cycle asks for every team, and the events change
+    far less often than ``now``)."""
+    out: list[float] = []
     for i, t in enumerate(times):
-        if t > now:
-            break
         own = i + 1 - bisect_right(times, t - cfg.window)
         if own > protect_limit(own, everyone, fraction, t, cfg):
-            end = t + cfg.protect_for
-            if end > now and (until is None or end > until):
-                until = end
-    return until
+            out.append(t)
+    return tuple(out)
 
 
 def demote_limit(own: int, everyone: tuple[float, ...], fraction: float, at: float,
