@@ -162,14 +162,22 @@ def compute_priorities(
     protected: dict[str, float] = {}
     demoting: set[str] = set()
     fractions = quota_fractions(teams, config) if teams else {}
+    # A team without events of a kind is never protected (nothing put it over a limit) and,
+    # with demote_after >= 0 (the loader's rule), never demoting (0 events are over no limit):
+    # most teams of a cycle, so they are not asked.
+    may_demote_idle = fair_cfg.demote_after < 0
     for team in teams:
-        until = fairness.protected_until(index.preempted.get(team, _EMPTY), now, fair_cfg,
-                                         everyone=index.all_preempted,
-                                         fraction=fractions[team])
-        if until is not None:
-            protected[team] = until
-        if fairness.demoting(index.preempting.get(team, _EMPTY), now, fair_cfg,
-                             everyone=index.all_preempting, fraction=fractions[team]):
+        preempted = index.preempted.get(team)
+        if preempted:
+            until = fairness.protected_until(preempted, now, fair_cfg,
+                                             everyone=index.all_preempted,
+                                             fraction=fractions[team])
+            if until is not None:
+                protected[team] = until
+        preempting = index.preempting.get(team)
+        if (preempting or may_demote_idle) and fairness.demoting(
+                preempting or _EMPTY, now, fair_cfg, everyone=index.all_preempting,
+                fraction=fractions[team]):
             demoting.add(team)
 
     running_out, class_usage = _running(running, config, index, protected, demoting,
