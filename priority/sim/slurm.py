@@ -294,11 +294,21 @@ class SimSlurm(FakeSlurm):
 
     def _pass(self, queue: list[_FakeJob], started: list[int], failed: dict[int, int],
               free_total: int, held: dict[str, int], guard_held: dict[str, int]) -> None:
+        pins, reserved = self.pins, self.reserved
         for j in queue:
             if j.held or j.priority == 0:
                 continue
             if j.eligible_time > self.now:
                 j.reason = "BeginTime"
+                continue
+            if not held and j.job_id not in pins and j.job_id not in reserved and (
+                    j.gpus_per_node * j.node_count > free_total
+                    or j.gpus_per_node >= failed.get(j.node_count, j.gpus_per_node + 1)):
+                # what _step gives such a job, without its bookkeeping: no reservation to
+                # bypass, no guarded node of its own to open, none to close; it cannot fit
+                j.reason = "Resources"
+                if not self.backfill:
+                    break
                 continue
             opened: list[str] = []
             if guard_held:   # guarded nodes are open to their own jobs only
