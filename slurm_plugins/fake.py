@@ -118,6 +118,9 @@ class _FakeJob:
 
 
 _fields_of = attrgetter(*(f.name for f in fields(_FakeJob)))
+_job_id = attrgetter("job_id")
+_LISTED = frozenset(s for s in JobState if s.active)
+"""The states a snapshot lists (:attr:`JobState.active`)."""
 
 
 def _minus(free: tuple[int, int, int], job: _FakeJob) -> tuple[int, int, int]:
@@ -163,6 +166,10 @@ class FakeSlurm:
         self._next_id = 1
         self._values: dict[int, tuple[object, Job]] = {}
         """The last Job value of each job, with the fields it was made from."""
+        self._node_values: dict[str, tuple[FakeNode, int, int, int, bool, Node]] = {}
+        """The last Node value of each node, with the node, its free GPUs, CPUs and MiB and
+        its reserved flag it was made from (a snapshot lists every node; most did not change
+        since the last one)."""
 
     # -- driving the fake -------------------------------------------------------------------
     def submit(self, *, name: str = "job", user: str = "alice", uid: int = 1000,
@@ -210,10 +217,12 @@ class FakeSlurm:
             raise ValueError(f"time cannot go back: now={self.now}, asked {now}")
         self.now = now
 
-    def _free(self) -> dict[str, tuple[int, int, int]]:
+    def _free(self, jobs: Iterable[_FakeJob] | None = None) -> dict[str, tuple[int, int, int]]:
+        """Each usable node's free (GPUs, CPUs, MiB) under the jobs that hold nodes; ``jobs``:
+        a subset of :attr:`jobs` that holds every such job (None: all of them)."""
         free = {n.name: (n.gpus, n.cpus, n.memory_mb) for n in self.nodes.values()
                 if n.state not in ("DOWN", "DRAIN")}
-        for j in self.jobs.values():
+        for j in self.jobs.values() if jobs is None else jobs:
             if j.state in (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING):
                 for n in j.nodes:
                     if n in free:
@@ -311,26 +320,36 @@ class FakeSlurm:
             raise SlurmError("squeue --json failed (exit 1): slurm_load_jobs error: Unable to "
                              "contact slurm controller (connect failure)",
                              command=["squeue", "--json"], returncode=1)
-        jobs = tuple(self._job_value(j) for j in sorted(self.jobs.values(),
-                                                        key=lambda j: j.job_id)
-                     if j.state.active)
+        # The active jobs only (a long run keeps every finished job), in job id order.
+        listed = [j for j in self.jobs.values() if j.state in _LISTED]
+        listed.sort(key=_job_id)
+        jobs = tuple(map(self._job_value, listed))
         if len(self._values) > 2 * len(jobs) + 64:  # forget the values of ended jobs
             active = {j.job_id for j in jobs}
             self._values = {k: v for k, v in self._values.items() if k in active}
-        free = self._free()
+        free = self._free(listed)
         self._purge_reservations()
         reserved = {n for r in self.resvs.values() for n in r.nodes}
         nodes = []
+        last_nodes = self._node_values
         for n in self.nodes.values():
             g, c, m = free.get(n.name, (n.gpus, n.cpus, n.memory_mb))
+            is_reserved = n.name in reserved
+            last = last_nodes.get(n.name)
+            if (last is not None and last[0] is n and last[1] == g and last[2] == c
+                    and last[3] == m and last[4] is is_reserved):
+                nodes.append(last[5])  # the same node, usage and flag: the same value
+                continue
             used_c = n.cpus - c
             state = n.state if n.state != "IDLE" else (
                 "IDLE" if used_c == 0 and g == n.gpus else
                 "ALLOCATED" if c == 0 else "MIXED")
-            flags = ("RESERVED",) if n.name in reserved else ()  # as sinfo shows it
-            nodes.append(Node(n.name, state, flags, n.cpus, used_c, n.memory_mb,
-                              n.memory_mb - m, n.gpus, n.gpus - g, n.partitions,
-                              registered=n.registered, features=n.features))
+            flags = ("RESERVED",) if is_reserved else ()  # as sinfo shows it
+            node = Node(n.name, state, flags, n.cpus, used_c, n.memory_mb,
+                        n.memory_mb - m, n.gpus, n.gpus - g, n.partitions,
+                        registered=n.registered, features=n.features)
+            last_nodes[n.name] = (n, g, c, m, is_reserved, node)
+            nodes.append(node)
         return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
                                nodes=tuple(nodes), partitions=self.partitions, qos=self.qos)
 

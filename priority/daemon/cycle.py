@@ -352,6 +352,22 @@ def catch_up(tracked: Mapping[int, TrackedJob], snap: ClusterSnapshot,
     return out
 
 
+def policy_decisions(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
+                     events: Iterable[FairnessEvent], state: PolicyState, config: PolicyConfig,
+                     now: float, memo: CycleMemo | None = None
+                     ) -> tuple[PolicyInputs, PolicyResult]:
+    """The policy's inputs from ``snap`` and its decisions on them: the ``inputs`` and
+    ``result`` of :func:`decide`'s :class:`Decision`, without the writes and records it works
+    out from them (what an urgent look uses: it writes nothing). ``memo``: as :func:`decide`'s
+    (what a call without the records leaves in it is still only ever reused for the very
+    objects it was made from)."""
+    inputs = build_inputs(snap, tracked, events, config, now, memo)
+    result = compute_priorities(inputs.pending, inputs.running, config=config,
+                                cluster=inputs.cluster, events=inputs.events, state=state,
+                                now=now)
+    return inputs, result
+
+
 def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
            events: Iterable[FairnessEvent], state: PolicyState,
            protections: Mapping[str, Protection], config: PolicyConfig,
@@ -360,10 +376,8 @@ def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
     ``memo``: :class:`CycleMemo`). ``max_writes`` > 0 bounds the writes
     (:func:`~hai_slurm.priority.policy.scoring.budget_writes`: the top of the queue first); the
     records of the jobs left over keep Slurm's value, so the next cycle writes them."""
-    inputs = build_inputs(snap, tracked, events, config, now, memo)
-    result = compute_priorities(inputs.pending, inputs.running, config=config,
-                                cluster=inputs.cluster, events=inputs.events, state=state,
-                                now=now)
+    inputs, result = policy_decisions(snap, tracked=tracked, events=events, state=state,
+                                      config=config, now=now, memo=memo)
     current = {j.job_id: inputs.jobs[j.job_id].priority for j in inputs.pending}
     wanted = {j: p for j, p in result.priorities.items() if j not in inputs.held}
     needed = diff_priorities(current, wanted)

@@ -33,6 +33,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hai_slurm.priority.policy.settings import FairnessConfig
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
@@ -51,7 +52,27 @@ class FairnessIndex:
 
 
 def index_events(events: Iterable[FairnessEvent]) -> FairnessIndex:
-    """Group and sort event times by kind and by team and user."""
+    """Group and sort event times by kind and by team and user.
+
+    The index of the last events given is kept (:data:`_last_index`): consecutive cycles
+    (and the urgent looks between them) mostly see the very same events, and an index is a
+    function of the events alone (frozen values; its mappings are never changed after they
+    are made), so equal events give an equal index."""
+    global _last_index
+    given = tuple(events)
+    last = _last_index
+    if last is not None and last[0] == given:
+        return last[1]
+    index = _index(given)
+    _last_index = (given, index)
+    return index
+
+
+_last_index: tuple[tuple[FairnessEvent, ...], FairnessIndex] | None = None
+"""The events :func:`index_events` was last given, and their index."""
+
+
+def _index(events: tuple[FairnessEvent, ...]) -> FairnessIndex:
     groups: dict[tuple[EventKind, bool], defaultdict[str, list[float]]] = {
         (kind, by_user): defaultdict(list) for kind in EventKind for by_user in (False, True)}
     for event in events:
@@ -94,17 +115,35 @@ def protected_until(times: tuple[float, ...], now: float, cfg: FairnessConfig, *
     """When the team's protection ends, or None if it is not protected at ``now``.
 
     ``everyone``: all teams' PREEMPTED times, sorted; ``fraction``: the team's part of the
-    quotas (without them, or with ``protect_excess`` 0, the limit is N)."""
-    until = None
+    quotas (without them, or with ``protect_excess`` 0, the limit is N).
+
+    Each event at ``t`` that put the team over its limit protects it until
+    ``t + protect_for``; the latest such event up to ``now`` ends last (see
+    :func:`protecting_events`)."""
+    starts = protecting_events(times, cfg, everyone, fraction)
+    i = bisect_right(starts, now)
+    if i == 0:
+        return None
+    end = starts[i - 1] + cfg.protect_for
+    return end if end > now else None
+
+
+@lru_cache(maxsize=256)
+def protecting_events(times: tuple[float, ...], cfg: FairnessConfig,
+                      everyone: tuple[float, ...] = (), fraction: float = 1.0
+                      ) -> tuple[float, ...]:
+    """The times among the sorted ``times`` (a team's PREEMPTED events) whose event put the
+    team over its limit in the window ending there: each protects it for ``protect_for``.
+
+    Whether one did depends on the events up to it alone, not on ``now``, so they are worked
+    out once per team's events (remembered: a cycle asks for every team, and the events change
+    far less often than ``now``)."""
+    out: list[float] = []
     for i, t in enumerate(times):
-        if t > now:
-            break
         own = i + 1 - bisect_right(times, t - cfg.window)
         if own > protect_limit(own, everyone, fraction, t, cfg):
-            end = t + cfg.protect_for
-            if end > now and (until is None or end > until):
-                until = end
-    return until
+            out.append(t)
+    return tuple(out)
 
 
 def demote_limit(own: int, everyone: tuple[float, ...], fraction: float, at: float,

@@ -100,15 +100,19 @@ def _running(
     classes: dict[int, tuple[PriorityClass, bool]] = {}
     by_team: defaultdict[str, list[tuple[RunningJob, PriorityClass]]] = defaultdict(list)
     class_usage: defaultdict[str, dict[PriorityClass, int]] = defaultdict(dict)
+    demote_rank = RANK[config.fairness.demote_from]
+    decay = config.decay
     for run in running:
-        if run.start_class is not None:
-            start = run.start_class
-            # Started below what it asked for (demoted): no decay on top of the demotion.
-            demoted_start = (isinstance(run.requested, PriorityClass)
-                             and RANK[run.requested] > RANK[start]
-                             and RANK[run.requested] >= RANK[config.fairness.demote_from])
-            cls, _, dec = _base_class(start, False, run.run_time, config,
-                                      decay=not demoted_start)
+        start = run.start_class
+        if start is not None:
+            # _base_class(start, False, ...) inlined (a running job's start class is its class
+            # unless it decays; 10,000 running jobs a cycle). Started below what it asked for
+            # (demoted): no decay on top of the demotion.
+            asked = run.requested
+            dec = decays(start, run.run_time, decay) and not (
+                isinstance(asked, PriorityClass) and RANK[asked] > RANK[start]
+                and RANK[asked] >= demote_rank)
+            cls = decay.target if dec else start
         else:
             req = run.requested if isinstance(run.requested, PriorityClass) else (
                 config.default_class)  # AUTO without a recorded start class
@@ -123,12 +127,14 @@ def _running(
     borrowed: set[int] = set()
     for team, jobs in by_team.items():
         borrowed |= borrowed_jobs(jobs, config.quota(team))
-    out = {run.job_id: RunningDecision(
-        job_id=run.job_id, team=run.team, effective=classes[run.job_id][0],
-        decayed=classes[run.job_id][1], borrowed=run.job_id in borrowed,
-        protected=run.team in protected and (
-            config.fairness.protect_borrowed or run.job_id not in borrowed),
-        preemptible=run.preemptible) for run in running}
+    protect_borrowed = config.fairness.protect_borrowed
+    out: dict[int, RunningDecision] = {}
+    for run in running:
+        job_id = run.job_id
+        cls, dec = classes[job_id]
+        lent = job_id in borrowed
+        out[job_id] = RunningDecision(job_id, run.team, cls, dec, lent, run.team in protected
+                                      and (protect_borrowed or not lent), run.preemptible)
     return out, dict(class_usage)
 
 
@@ -156,14 +162,22 @@ def compute_priorities(
     protected: dict[str, float] = {}
     demoting: set[str] = set()
     fractions = quota_fractions(teams, config) if teams else {}
+    # A team without events of a kind is never protected (nothing put it over a limit) and,
+    # with demote_after >= 0 (the loader's rule), never demoting (0 events are over no limit):
+    # most teams of a cycle, so they are not asked.
+    may_demote_idle = fair_cfg.demote_after < 0
     for team in teams:
-        until = fairness.protected_until(index.preempted.get(team, _EMPTY), now, fair_cfg,
-                                         everyone=index.all_preempted,
-                                         fraction=fractions[team])
-        if until is not None:
-            protected[team] = until
-        if fairness.demoting(index.preempting.get(team, _EMPTY), now, fair_cfg,
-                             everyone=index.all_preempting, fraction=fractions[team]):
+        preempted = index.preempted.get(team)
+        if preempted:
+            until = fairness.protected_until(preempted, now, fair_cfg,
+                                             everyone=index.all_preempted,
+                                             fraction=fractions[team])
+            if until is not None:
+                protected[team] = until
+        preempting = index.preempting.get(team)
+        if (preempting or may_demote_idle) and fairness.demoting(
+                preempting or _EMPTY, now, fair_cfg, everyone=index.all_preempting,
+                fraction=fractions[team]):
             demoting.add(team)
 
     running_out, class_usage = _running(running, config, index, protected, demoting,

@@ -47,7 +47,7 @@ from dataclasses import replace
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.config.loader import DaemonConfig
-from hai_slurm.priority.daemon.cycle import CycleMemo, decide
+from hai_slurm.priority.daemon.cycle import CycleMemo, decide, policy_decisions
 from hai_slurm.priority.daemon.urgent import (
     LOOK_MARGIN,
     URGENT_LOOKS,
@@ -97,6 +97,11 @@ class HaiSlurm:
         self._memo = CycleMemo()
         """What :func:`decide` keeps from one call to the next, as the daemon keeps it."""
         self.inflight: dict[int, int] = {}
+        self._holders: dict[int, tuple[Holder, int | None, bool, Holder]] = {}
+        """The holders of the last planner pass by job id: the one the planner's inputs gave,
+        the checkpoint time and preemptible flag set on it, and the holder made of them."""
+        self._charges: dict[int, tuple[float, float]] = {}
+        """:meth:`_charge` of each Slurm job id planned with."""
         self.counts: Counter[str] = Counter()
 
     def attach(self, engine: Engine) -> None:
@@ -162,12 +167,14 @@ class HaiSlurm:
         snap = self.eng.slurm.snapshot()
         window = now - self.config.policy.fairness.window
         events = tuple(e for e in self.events if e.time >= window)
-        protections = {t: p for t, p in self.protections.items() if p.until > now}
-        d = decide(snap, tracked=self.tracked, events=events, state=self.state,
-                   protections=protections, config=self.config.policy, now=float(now),
-                   memo=self._memo)
-        self._plan(d.inputs.pending, d.inputs.running, d.result, float(snap.time), now,
-                   focus=with_jobs_ahead(focus, d.result.priorities))
+        # The daemon's look runs decide() and uses only its inputs and result (the writes and
+        # records it also works out are dropped: a look writes nothing), so only those are
+        # worked out here.
+        inputs, result = policy_decisions(snap, tracked=self.tracked, events=events,
+                                          state=self.state, config=self.config.policy,
+                                          now=float(now), memo=self._memo)
+        self._plan(inputs.pending, inputs.running, result, float(snap.time), now,
+                   focus=with_jobs_ahead(focus, result.priorities))
 
     def on_cycle(self, now: int) -> None:
         """One daemon cycle at ``now`` (see the module docstring)."""
@@ -209,6 +216,15 @@ class HaiSlurm:
         self.eng.slurm.reserve(keep)
         self.counts["reserved_job_cycles"] += len(keep)
 
+    def _charge(self, job: SimJob) -> tuple[float, float]:
+        """(save, restart) seconds the planner charges ``job`` as a victim: its checkpoint time
+        by the cost model, and its restart as it measured it (the daemon's SaveTimes), never
+        above the configured restart cost. Functions of the job's size only (fixed for a
+        trace job), so worked out once per job (see ``_charges``)."""
+        costs, n = self.eng.costs, job.nodes
+        return (float(costs.checkpoint_time(job.gpus)),
+                float(min(costs.restart_time(n), self.planner.restart_for(n))))
+
     def _plan(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
               result: PolicyResult, taken_at: float, now: int,
               focus: frozenset[int] | None = None) -> None:
@@ -217,32 +233,48 @@ class HaiSlurm:
         self.inflight = {b: t for b, t in self.inflight.items() if t > now}
         if not pending:
             return
-        gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
-        by_slurm, costs = eng.by_slurm, eng.costs
-        saves = {r.job_id: float(costs.checkpoint_time(by_slurm[r.job_id].gpus))
-                 for r in running}
-        # and its restart as it measured it (the daemon's SaveTimes), never above the
-        # configured restart cost
-        restarts = {r.job_id: float(min(costs.restart_time(n), self.planner.restart_for(n)))
-                    for r in running for n in (by_slurm[r.job_id].nodes,)}
-        # Every job saves on request; its checkpoints are the engine's, and a job already
-        # asked to save is no victim again (Holder built again: replace() costs 3x).
-        holders = tuple(
-            Holder(h.job_id, h.team, h.effective, h.gpus, h.start_time,
-                   last_checkpoint=eng.periodic_checkpoint(job, now),
-                   restart_cost=h.restart_cost, borrowed=h.borrowed, protected=h.protected,
-                   preemptible=h.preemptible and job.signalled is None, user=h.user,
-                   can_ack=h.can_ack, save_cost=h.save_cost)
-            for h in holders_from_policy(running, result.running, gpus, saves=saves,
-                                         restart_costs=restarts)
-            for job in (by_slurm[h.job_id],))
         waiting_jobs = [p for p in pending if p.job_id not in self.inflight
                         and (focus is None or p.job_id in focus)]
         nodes = {p.job_id: eng.by_slurm[p.job_id].nodes for p in waiting_jobs
                  if eng.by_slurm[p.job_id].trace.nodes > 0}
         waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes,
                                       aged_preempt=self.planner.aged_preempt)
-        plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at,
+        if not waiting and taken_at == now:
+            # Nothing to plan for: the planner would make no plan, find no job worth a later
+            # look and refuse nothing (it refuses a stale snapshot, not one of now, or an
+            # inconsistent one: two running jobs on one GPU, or a GPU outside the topology,
+            # which SimSlurm's placements never give), so it is not asked.
+            return
+        gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
+        by_slurm = eng.by_slurm
+        charges = self._charges
+        for r in running:
+            if r.job_id not in charges:
+                charges[r.job_id] = self._charge(by_slurm[r.job_id])
+        saves = {r.job_id: charges[r.job_id][0] for r in running}
+        restarts = {r.job_id: charges[r.job_id][1] for r in running}
+        # Every job saves on request; its checkpoints are the engine's, and a job already
+        # asked to save is no victim again (Holder built again: replace() costs 3x; the one
+        # of the previous pass when made from an equal holder with the same two values).
+        last, made = self._holders, {}
+        holders = []
+        for h in holders_from_policy(running, result.running, gpus, saves=saves,
+                                     restart_costs=restarts):
+            job = by_slurm[h.job_id]
+            ckpt = eng.periodic_checkpoint(job, now)
+            may = h.preemptible and job.signalled is None
+            k = last.get(h.job_id)
+            if k is not None and k[1] == ckpt and k[2] is may and k[0] == h:
+                holder = k[3]
+            else:
+                holder = Holder(h.job_id, h.team, h.effective, h.gpus, h.start_time,
+                                last_checkpoint=ckpt, restart_cost=h.restart_cost,
+                                borrowed=h.borrowed, protected=h.protected, preemptible=may,
+                                user=h.user, can_ack=h.can_ack, save_cost=h.save_cost)
+            made[h.job_id] = (h, ckpt, may, holder)
+            holders.append(holder)
+        self._holders = made
+        plans = plan_preemptions(PlanSnapshot(slurm.topology, tuple(holders), waiting, taken_at,
                                               slurm.guarded_nodes()),
                                  config=self.planner, now=float(now))
         if plans.refused:

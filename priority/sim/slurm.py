@@ -64,6 +64,8 @@ class SimSlurm(FakeSlurm):
         self.used_gpus = 0
         self.placed: dict[int, tuple[tuple[str, int], ...]] = {}
         """Exact GPUs (node, bit mask) of every running job."""
+        self._gpus: dict[int, tuple[tuple[tuple[str, int], ...], tuple[GpuRef, ...]]] = {}
+        """:meth:`gpus_of`'s answers, with the placement each was read from."""
         self.pins: dict[int, tuple[str, ...]] = {}
         self.guards: dict[int, int] = {}
         """Pinned jobs whose nodes are guarded, and until when (see the module docstring)."""
@@ -104,6 +106,7 @@ class SimSlurm(FakeSlurm):
         view = self.view
         for jid in job_ids:
             masks = self.placed.pop(jid, ())
+            self._gpus.pop(jid, None)
             for node, mask in masks:
                 before = view.free(node).bit_count()
                 view.release(node, mask)
@@ -206,9 +209,18 @@ class SimSlurm(FakeSlurm):
 
     # -- placement -----------------------------------------------------------------------------
     def gpus_of(self, job_id: int) -> tuple[GpuRef, ...]:
-        """The exact GPUs a running job holds (what gres_detail shows)."""
-        return tuple(sorted(g for node, mask in self.placed.get(job_id, ())
-                            for g in self.view.nodes[node].gpus(mask)))
+        """The exact GPUs a running job holds (what gres_detail shows).
+
+        Remembered with the placement it was read from: a placement is a new tuple each time a
+        job starts, and node layouts never change, so the same tuple gives the same GPUs (every
+        cycle asks for every running job's)."""
+        masks = self.placed.get(job_id, ())
+        known = self._gpus.get(job_id)
+        if known is not None and known[0] is masks:
+            return known[1]
+        gpus = tuple(sorted(g for node, mask in masks for g in self.view.nodes[node].gpus(mask)))
+        self._gpus[job_id] = (masks, gpus)
+        return gpus
 
     def _place_one(self, count: int) -> Placement | None:
         """The single-node placement :func:`~hai_slurm.priority.planner.placement.place_free`
@@ -282,11 +294,21 @@ class SimSlurm(FakeSlurm):
 
     def _pass(self, queue: list[_FakeJob], started: list[int], failed: dict[int, int],
               free_total: int, held: dict[str, int], guard_held: dict[str, int]) -> None:
+        pins, reserved = self.pins, self.reserved
         for j in queue:
             if j.held or j.priority == 0:
                 continue
             if j.eligible_time > self.now:
                 j.reason = "BeginTime"
+                continue
+            if not held and j.job_id not in pins and j.job_id not in reserved and (
+                    j.gpus_per_node * j.node_count > free_total
+                    or j.gpus_per_node >= failed.get(j.node_count, j.gpus_per_node + 1)):
+                # what _step gives such a job, without its bookkeeping: no reservation to
+                # bypass, no guarded node of its own to open, none to close; it cannot fit
+                j.reason = "Resources"
+                if not self.backfill:
+                    break
                 continue
             opened: list[str] = []
             if guard_held:   # guarded nodes are open to their own jobs only
