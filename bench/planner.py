@@ -2,7 +2,9 @@
 
 500 nodes x 8 GPUs (25 leaf switches of 20 nodes), 2,000 running and 10,000 pending jobs of every
 class. Prints the median time of one planning pass with the default limits (4 plans, 64 victim
-searches a cycle), with the limits lifted (up to 64 plans, unlimited searches), and with the
+searches a cycle, growing with the queue by ``plans_per_pending``: 500 plans and 8,000 searches
+at 10,000 pending; each line prints the limits it ran with), with the limits lifted (at least 64
+plans, unlimited searches), and with the
 default limits and the pending jobs of HIGH and above marked as overriding protection (as the
 daemon marks them: ``Waiting.overrides_protection``, a second victim index), what the passes
 decided, and the peak memory of one pass. Wall and CPU times are both printed: on a
@@ -49,6 +51,12 @@ def _timed(snap: PlanSnapshot, config: PlannerConfig, runs: int
         times.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
     return times, cpu, result
+
+
+def _limits(config: PlannerConfig, snap: PlanSnapshot) -> str:
+    """The plan and search limits of a pass over ``snap`` ("500 plans, 8000 searches")."""
+    plans, searches = config.limits(len(snap.pending))
+    return f"{plans} plans, {searches if searches < 1_000_000 else 'unlimited'} searches"
 
 
 def _profile(snap: PlanSnapshot) -> None:
@@ -102,8 +110,8 @@ def main() -> None:
         replace(w, overrides_protection=RANK[w.effective] >= RANK[URGENT_FROM])
         for w in snap.pending))
     for name, config, s in (
-            ("default limits (4 plans, 64 searches)", default, snap),
-            ("lifted limits (64 plans, no search limit)", lifted, snap),
+            (f"default limits ({_limits(default, snap)})", default, snap),
+            (f"lifted limits ({_limits(lifted, snap)})", lifted, snap),
             ("default limits, urgent jobs overriding protection as the daemon sets them",
              default, urgent)):
         times, cpu, result = _timed(s, config, args.runs)
