@@ -436,7 +436,7 @@ class _Pass:
             if claim_no.get(jid, claims) < claims:   # given before this plan was made
                 why = f"already gives way to job {self.claimed[jid]}"
             else:   # not given then (later plans' claims are not counted)
-                no = _why_not(h, rank, {}, self.config, self.now)
+                no = _why_not(h, rank, {}, self.config, self.now, job.overrides_protection)
                 why = "not needed" if no is None else no[1]
             out.append(f"job {jid} on {','.join(sorted(nodes & self.cands[jid].masks.keys()))} "
                        f"kept: {why}")

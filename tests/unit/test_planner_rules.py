@@ -99,6 +99,11 @@ def test_urgent_work_cuts_the_minimum_run_time_short() -> None:
     assert "running jobs left out: 1 protected, 1 too young" in result.decisions[9].reason
     plan = result.plan_for(10)
     assert plan is not None and plan.victim_ids == (1,)
+    shared = [replace(young, gpus=gpus("n1", *ALL8[1:])), baby,
+              holder(3, NORMAL, gpus("n1", 0), start=NOW - 90)]
+    plan = _plan(snapshot(topo, shared, [replace(urgent, gpus=1)])).plan_for(10)
+    assert plan is not None and plan.victim_ids == (3,)
+    assert "job 1 on n1 kept: not needed" in plan.not_chosen   # not "too young": it may
     short = PlannerConfig(class_min_run_time={NORMAL: 20.0})
     plan = _plan(snapshot(topo, [young, baby], [both]), short).plan_for(10)
     assert plan is not None and plan.victim_ids == (1, 2)
