@@ -64,7 +64,7 @@ def _preempt_summary(cfg: DaemonConfig) -> list[str]:
     misses = ", ".join(f"{c.value} {cfg.policy.classes[c].on_deadline.value}"
                        for c in reversed(LADDER))
     via = f"SIG{ex.signal}" + (" + Redis" if cfg.redis_url and pre.redis else "")
-    urgent_min = min(pl.min_run_time, pl.urgent_min_run_time)
+    urgent_min = pl.urgent_min_run
     return [
         f"preemption: on; planner: victims run >= {format_duration(pl.min_run_time)} ("
         f"{format_duration(urgent_min)} for urgent work), restart "

@@ -773,7 +773,7 @@ def _victim_kind(overrides_protection: bool, config: PlannerConfig) -> str:
     """The running jobs a job may take, in its NO_VICTIMS verdict."""
     if not overrides_protection:
         return f"preemptible, unprotected jobs older than {_dur(config.min_run_time)}"
-    age = min(config.min_run_time, config.urgent_min_run_time)
+    age = config.urgent_min_run
     return ("preemptible jobs (protected teams' too: it is urgent or past its bound) "
             f"{'of any age' if age <= 0 else f'older than {_dur(age)}'}")
 

@@ -183,6 +183,12 @@ class PlannerConfig:
         """The configured restart cost of a victim on ``nodes`` nodes (seconds)."""
         return self.restart_cost + self.restart_cost_per_node * nodes
 
+    @property
+    def urgent_min_run(self) -> float:
+        """The minimum run time urgent work sees in a victim of a class without a minimum of
+        its own (``min_run_time`` cut short to ``urgent_min_run_time``)."""
+        return min(self.min_run_time, self.urgent_min_run_time)
+
     def min_run_for(self, cls: PriorityClass, urgent: bool = False) -> float:
         """The minimum run time of a victim of class ``cls`` (``urgent``: for a beneficiary
         that overrides protection, which may cut it short to ``urgent_min_run_time``)."""

@@ -54,24 +54,14 @@ class FairnessIndex:
 def index_events(events: Iterable[FairnessEvent]) -> FairnessIndex:
     """Group and sort event times by kind and by team and user.
 
-    The index of the last events given is kept (:data:`_last_index`): consecutive cycles
-    (and the urgent looks between them) mostly see the very same events, and an index is a
-    function of the events alone (frozen values; its mappings are never changed after they
-    are made), so equal events give an equal index."""
-    global _last_index
-    given = tuple(events)
-    last = _last_index
-    if last is not None and last[0] == given:
-        return last[1]
-    index = _index(given)
-    _last_index = (given, index)
-    return index
+    The index of the last events given is kept (:func:`_index` is remembered, one entry):
+    consecutive cycles (and the urgent looks between them) mostly see the very same events, and
+    an index is a function of the events alone (frozen values; its mappings are never changed
+    after they are made), so equal events give an equal index."""
+    return _index(tuple(events))
 
 
-_last_index: tuple[tuple[FairnessEvent, ...], FairnessIndex] | None = None
-"""The events :func:`index_events` was last given, and their index."""
-
-
+@lru_cache(maxsize=1)
 def _index(events: tuple[FairnessEvent, ...]) -> FairnessIndex:
     groups: dict[tuple[EventKind, bool], defaultdict[str, list[float]]] = {
         (kind, by_user): defaultdict(list) for kind in EventKind for by_user in (False, True)}

@@ -92,6 +92,8 @@ def test_enabled_false_turns_preemption_off() -> None:
      r"planner\.enabled = 'yes': expected true or false"),
     ("[planner]\nenabeld = true",
      r"planner\.enabeld: unknown key \(did you mean 'enabled'\?\); known keys here: "),
+    ('[planner]\nurgent_min_run_time = "-1m"',
+     r"planner\.urgent_min_run_time = '-1m': .*allowed: seconds"),
     ("[planner.class_weights]\nHIHG = 2",
      r"planner\.class_weights\.HIHG: unknown priority class 'HIHG' \(did you mean 'HIGH'\?\)"),
     ("[planner.class_weights]\nHIGH = -2",
@@ -132,7 +134,7 @@ def test_config_check_summary_mentions_planner_and_executor() -> None:
     on = "\n".join(summary(parse_config(
         'redis_url = "redis://h:1/0"\n[planner]\nmin_run_time = "90s"\n'
         '[executor]\ndefault_grace = "45s"\n[classes.HIGH]\non_deadline = "force"\n')))
-    assert "preemption: on; planner: victims run >= 1m30s" in on
+    assert "preemption: on; planner: victims run >= 1m30s (1m for urgent work)" in on
     assert "checkpoint request by SIGUSR2 + Redis" in on and "(default 45s)" in on
     assert "HIGH force" in on and "LOW force" in on
     off = summary(parse_config("[planner]\nenabled = false\n"))
