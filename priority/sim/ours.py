@@ -54,9 +54,13 @@ from hai_slurm.priority.daemon.urgent import (
     may_preempt,
     with_jobs_ahead,
 )
-from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
+from hai_slurm.priority.planner.inputs import (
+    HolderMemo,
+    holders_from_policy,
+    waiting_from_policy,
+)
 from hai_slurm.priority.planner.search import plan_preemptions
-from hai_slurm.priority.planner.types import Holder, PlannerConfig, PlanSnapshot
+from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy.state import (
     EventKind,
     FairnessEvent,
@@ -97,9 +101,8 @@ class HaiSlurm:
         self._memo = CycleMemo()
         """What :func:`decide` keeps from one call to the next, as the daemon keeps it."""
         self.inflight: dict[int, int] = {}
-        self._holders: dict[int, tuple[Holder, int | None, bool, Holder]] = {}
-        """The holders of the last planner pass by job id: the one the planner's inputs gave,
-        the checkpoint time and preemptible flag set on it, and the holder made of them."""
+        self._holders = HolderMemo()
+        """The holders of the last planner pass (reused when unchanged)."""
         self._charges: dict[int, tuple[float, float]] = {}
         """:meth:`_charge` of each Slurm job id planned with."""
         self.counts: Counter[str] = Counter()
@@ -254,27 +257,13 @@ class HaiSlurm:
         saves = {r.job_id: charges[r.job_id][0] for r in running}
         restarts = {r.job_id: charges[r.job_id][1] for r in running}
         # Every job saves on request; its checkpoints are the engine's, and a job already
-        # asked to save is no victim again (Holder built again: replace() costs 3x; the one
-        # of the previous pass when made from an equal holder with the same two values).
-        last, made = self._holders, {}
-        holders = []
-        for h in holders_from_policy(running, result.running, gpus, saves=saves,
-                                     restart_costs=restarts):
-            job = by_slurm[h.job_id]
-            ckpt = eng.periodic_checkpoint(job, now)
-            may = h.preemptible and job.signalled is None
-            k = last.get(h.job_id)
-            if k is not None and k[1] == ckpt and k[2] is may and k[0] == h:
-                holder = k[3]
-            else:
-                holder = Holder(h.job_id, h.team, h.effective, h.gpus, h.start_time,
-                                last_checkpoint=ckpt, restart_cost=h.restart_cost,
-                                borrowed=h.borrowed, protected=h.protected, preemptible=may,
-                                user=h.user, can_ack=h.can_ack, save_cost=h.save_cost)
-            made[h.job_id] = (h, ckpt, may, holder)
-            holders.append(holder)
-        self._holders = made
-        plans = plan_preemptions(PlanSnapshot(slurm.topology, tuple(holders), waiting, taken_at,
+        # asked to save is no victim again.
+        ckpts = {r.job_id: eng.periodic_checkpoint(by_slurm[r.job_id], now) for r in running}
+        asked = {r.job_id for r in running if by_slurm[r.job_id].signalled is not None}
+        holders = holders_from_policy(running, result.running, gpus, saves=saves,
+                                      restart_costs=restarts, checkpoints=ckpts, victims=asked,
+                                      memo=self._holders)
+        plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at,
                                               slurm.guarded_nodes()),
                                  config=self.planner, now=float(now))
         if plans.refused:
