@@ -109,7 +109,7 @@ def _running(
             # unless it decays; 10,000 running jobs a cycle). Started below what it asked for
             # (demoted): no decay on top of the demotion.
             asked = run.requested
-            dec = decays(start, run.run_time, decay) and not (
+            dec = start is decay.source and decays(start, run.run_time_at(now), decay) and not (
                 isinstance(asked, PriorityClass) and RANK[asked] > RANK[start]
                 and RANK[asked] >= demote_rank)
             cls = decay.target if dec else start
@@ -119,7 +119,7 @@ def _running(
             dem = run.team in demoting and fairness.demoted(
                 index.preempting.get(run.team, _EMPTY), run.submit_time, now, config.fairness,
                 everyone=index.all_preempting, fraction=fractions[run.team])
-            cls, _, dec = _base_class(req, dem, run.run_time, config)
+            cls, _, dec = _base_class(req, dem, run.run_time_at(now), config)
         classes[run.job_id] = (cls, dec)
         by_team[run.team].append((run, cls))
         usage = class_usage[run.team]

@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
+from hai_slurm.conf.topology import GpuRef
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import CycleMemo, decide, policy_decisions
 from hai_slurm.priority.daemon.urgent import (
@@ -103,8 +104,10 @@ class HaiSlurm:
         self.inflight: dict[int, int] = {}
         self._holders = HolderMemo()
         """The holders of the last planner pass (reused when unchanged)."""
-        self._charges: dict[int, tuple[float, float]] = {}
-        """:meth:`_charge` of each Slurm job id planned with."""
+        self._saves: dict[int, float | None] = {}
+        self._restarts: dict[int, float] = {}
+        """:meth:`_charge` of each Slurm job id planned with (save, restart seconds): kept for
+        the whole run, as they never change for a job (the planner reads the running ones)."""
         self.counts: Counter[str] = Counter()
 
     def attach(self, engine: Engine) -> None:
@@ -223,7 +226,7 @@ class HaiSlurm:
         """(save, restart) seconds the planner charges ``job`` as a victim: its checkpoint time
         by the cost model, and its restart as it measured it (the daemon's SaveTimes), never
         above the configured restart cost. Functions of the job's size only (fixed for a
-        trace job), so worked out once per job (see ``_charges``)."""
+        trace job), so worked out once per job (see ``_saves``)."""
         costs, n = self.eng.costs, job.nodes
         return (float(costs.checkpoint_time(job.gpus)),
                 float(min(costs.restart_time(n), self.planner.restart_for(n))))
@@ -248,18 +251,22 @@ class HaiSlurm:
             # inconsistent one: two running jobs on one GPU, or a GPU outside the topology,
             # which SimSlurm's placements never give), so it is not asked.
             return
-        gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
-        by_slurm = eng.by_slurm
-        charges = self._charges
-        for r in running:
-            if r.job_id not in charges:
-                charges[r.job_id] = self._charge(by_slurm[r.job_id])
-        saves = {r.job_id: charges[r.job_id][0] for r in running}
-        restarts = {r.job_id: charges[r.job_id][1] for r in running}
         # Every job saves on request; its checkpoints are the engine's, and a job already
-        # asked to save is no victim again.
-        ckpts = {r.job_id: eng.periodic_checkpoint(by_slurm[r.job_id], now) for r in running}
-        asked = {r.job_id for r in running if by_slurm[r.job_id].signalled is not None}
+        # asked to save is no victim again. One walk over the running jobs.
+        by_slurm, gpus_of, checkpoint = eng.by_slurm, slurm.gpus_of, eng.periodic_checkpoint
+        saves, restarts = self._saves, self._restarts
+        gpus: dict[int, tuple[GpuRef, ...]] = {}
+        ckpts: dict[int, float | None] = {}
+        asked: set[int] = set()
+        for r in running:
+            jid = r.job_id
+            job = by_slurm[jid]
+            if jid not in saves:
+                saves[jid], restarts[jid] = self._charge(job)
+            gpus[jid] = gpus_of(jid)
+            ckpts[jid] = checkpoint(job, now)
+            if job.signalled is not None:
+                asked.add(jid)
         holders = holders_from_policy(running, result.running, gpus, saves=saves,
                                       restart_costs=restarts, checkpoints=ckpts, victims=asked,
                                       memo=self._holders)

@@ -22,6 +22,7 @@ from hai_slurm.priority.policy.state import EventKind, FairnessEvent, Resources
 from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 TOPO = gpu_cluster(1, 3)
+_Build = Callable[[HolderMemo | None], tuple[Holder, ...]]
 CLUSTER = Resources(24, 3 * 128, 3 * 1024 * 1024)
 
 
@@ -112,8 +113,7 @@ def test_holder_memo_reuses_only_unchanged_holders() -> None:
 
     decisions = {**policy.running, 2: policy.running[2]._replace(protected=True)}
     moved = {**held, 2: gpus("n3", *range(8))}
-    Build = Callable[[HolderMemo | None], tuple[Holder, ...]]
-    cases: list[tuple[Build, Callable[[Holder], bool]]] = [
+    cases: list[tuple[_Build, Callable[[Holder], bool]]] = [
         (lambda m: holders_from_policy(running, decisions, held, memo=m),
          lambda h: h.protected),
         (lambda m: holders_from_policy(running, policy.running, held, memo=m,
