@@ -17,7 +17,7 @@ from operator import attrgetter
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.daemon import job_values
-from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.priorities import PolicyMemo, compute_priorities
 from hai_slurm.priority.policy.scoring import budget_writes, diff_priorities
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
@@ -106,6 +106,8 @@ class CycleMemo:
     pending: PendingMemo = dataclass_field(default_factory=dict)
     kept: KeptMemo = dataclass_field(default_factory=dict)
     running: RunningMemo = dataclass_field(default_factory=dict)
+    policy: PolicyMemo = dataclass_field(default_factory=PolicyMemo)
+    """The policy's own (:func:`compute_priorities`' running decisions)."""
 
 
 def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
@@ -360,7 +362,7 @@ def policy_decisions(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob]
     inputs = build_inputs(snap, tracked, events, config, now, memo)
     result = compute_priorities(inputs.pending, inputs.running, config=config,
                                 cluster=inputs.cluster, events=inputs.events, state=state,
-                                now=now)
+                                now=now, memo=memo.policy if memo is not None else None)
     return inputs, result
 
 
