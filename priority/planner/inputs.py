@@ -95,12 +95,12 @@ def preempt_class(job: PendingJob, decision: PendingDecision, *,
 
 @dataclass
 class HolderMemo:
-    """The holders of the last :func:`holders_from_policy` call by job id, each with the values
-    it was made from. Owned by the caller (one per planning loop) and passed to each call: a
-    running job whose values are all equal to last time's gets the same :class:`Holder` object
-    again instead of a new one (most running jobs of a pass are unchanged; a holder costs
-    several times the comparison). Equal values give an equal holder, so what the memo gives is
-    what building afresh gives."""
+    """The holders of the last :func:`holders_from_policy` call by job id, each with what it was
+    made from (the running job, its decision and the values given for it). Owned by the caller
+    (one per planning loop) and passed to each call: a running job whose inputs are all equal
+    to last time's gets the same :class:`Holder` object again instead of a new one (most
+    running jobs of a pass are unchanged; a holder costs several times the comparison). Equal
+    inputs give an equal holder, so what the memo gives is what building afresh gives."""
 
     holders: dict[int, tuple[tuple[object, ...], Holder]] = field(default_factory=dict)
 
@@ -133,21 +133,20 @@ def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, R
         d = decisions.get(job_id)
         if d is None:
             continue
-        key = (job.team, victim_class(job, d) if aged_yield else d.effective,
-               gpus.get(job_id, ()), job.start_time,
-               ckpts.get(job_id, job.last_checkpoint), costs.get(job_id),
-               d.borrowed, d.protected, d.preemptible and job_id not in victims, job.user,
-               job_id in acks, acks.get(job_id))
+        # The job and decision themselves (the same objects from pass to pass when the
+        # policy's memos kept them: compared by identity first) and the values given with them
+        key = (job, d, aged_yield, gpus.get(job_id, ()), ckpts.get(job_id, job.last_checkpoint),
+               costs.get(job_id), job_id in victims, job_id in acks, acks.get(job_id))
         m = last.get(job_id)
         if m is not None and m[0] == key:
             holder = m[1]
         else:
-            (team, effective, held, start, ckpt, restart, borrowed, protected, preemptible,
-             user, can_ack, save) = key
-            holder = Holder(job_id, team, effective, held, start, last_checkpoint=ckpt,
-                            restart_cost=restart, borrowed=borrowed, protected=protected,
-                            preemptible=preemptible, user=user, can_ack=can_ack,
-                            save_cost=save)
+            _, _, _, held, ckpt, restart, victim, can_ack, save = key
+            holder = Holder(job_id, job.team, victim_class(job, d) if aged_yield else d.effective,
+                            held, job.start_time, last_checkpoint=ckpt, restart_cost=restart,
+                            borrowed=d.borrowed, protected=d.protected,
+                            preemptible=d.preemptible and not victim, user=job.user,
+                            can_ack=can_ack, save_cost=save)
         made[job_id] = (key, holder)
         out.append(holder)
     if memo is not None:
