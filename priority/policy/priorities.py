@@ -118,6 +118,18 @@ class PolicyMemo:
     """Teams with a running job without a start class."""
     since: float = math.inf
     decay_at: float = -math.inf
+    events: tuple[FairnessEvent, ...] | None = None
+    index: fairness.FairnessIndex | None = None
+    """The last events and their index (an index is a function of the events alone)."""
+
+    def index_of(self, events: Iterable[FairnessEvent]) -> fairness.FairnessIndex:
+        """:func:`fairness.index_events` of ``events``, the kept one when they equal the last
+        ones: compared element by element, the same event objects by identity, where the
+        index's own cache hashes every event."""
+        given = tuple(events)
+        if self.index is None or given != self.events:
+            self.events, self.index = given, fairness.index_events(given)
+        return self.index
 
     def same_running(self, running: Sequence[RunningJob], config: PolicyConfig) -> bool:
         """Whether ``running`` and ``config`` are the very objects of the last pass; if not,
@@ -248,7 +260,7 @@ def compute_priorities(
     """
     state = state or PolicyState()
     fair_cfg = config.fairness
-    index = fairness.index_events(events)
+    index = fairness.index_events(events) if memo is None else memo.index_of(events)
     same = memo is not None and memo.same_running(running, config)
     if memo is not None and same:
         usage = memo.usage

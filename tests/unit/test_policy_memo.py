@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.policy import fairness
 from hai_slurm.priority.policy.priorities import PolicyMemo, compute_priorities
 from hai_slurm.priority.policy.settings import FairnessConfig, PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import (
@@ -127,3 +128,16 @@ def test_random_passes_with_and_without_the_memo_agree() -> None:
         _both(memo, list(jobs.values()), now, window, pending=pending)
         reused += before is not None and memo.decisions is before
     assert reused > 50   # the memo was used, not only filled
+
+
+def test_kept_event_index_follows_the_events() -> None:
+    """The memo's event index is the kept one only for equal events; other events give their
+    own index, equal to index_events'."""
+    memo = PolicyMemo()
+    one = (FairnessEvent(EventKind.PREEMPTED, "a", "u1", NOW - 60),)
+    two = (*one, FairnessEvent(EventKind.PREEMPTING, "b", "u2", NOW - 30))
+    first = memo.index_of(one)
+    assert memo.index_of(list(one)) is first   # equal events, another container
+    second = memo.index_of(two)
+    assert second == fairness.index_events(two) and second != first
+    assert memo.index_of(one) == first
