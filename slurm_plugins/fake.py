@@ -121,6 +121,8 @@ _fields_of = attrgetter(*(f.name for f in fields(_FakeJob)))
 _job_id = attrgetter("job_id")
 _LISTED = frozenset(s for s in JobState if s.active)
 """The states a snapshot lists (:attr:`JobState.active`)."""
+_HOLDING = frozenset((JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING))
+"""The states of jobs that hold their nodes' resources."""
 
 
 def _minus(free: tuple[int, int, int], job: _FakeJob) -> tuple[int, int, int]:
@@ -223,10 +225,13 @@ class FakeSlurm:
         free = {n.name: (n.gpus, n.cpus, n.memory_mb) for n in self.nodes.values()
                 if n.state not in ("DOWN", "DRAIN")}
         for j in self.jobs.values() if jobs is None else jobs:
-            if j.state in (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING):
+            if j.state in _HOLDING:
+                # _minus inlined: every snapshot walks every running job's nodes
+                per_g, per_c, per_m = j.gpus_per_node, j.cpus_per_node, j.memory_per_node
                 for n in j.nodes:
-                    if n in free:
-                        free[n] = _minus(free[n], j)
+                    have = free.get(n)
+                    if have is not None:
+                        free[n] = (have[0] - per_g, have[1] - per_c, have[2] - per_m)
         return free
 
     def schedule(self, now: int | None = None) -> tuple[int, ...]:

@@ -154,7 +154,7 @@ def explain(jobid: int, snapshot_path: str | None, config_path: str | None) -> N
                                 cluster=snap.cluster, events=snap.events, state=snap.state,
                                 now=snap.now)
     text = explain_job(jobid, snap.pending, snap.running, result, cfg.policy,
-                       borrowed_discount(cfg))
+                       borrowed_discount(cfg), now=snap.now)
     if text is None:
         raise ConfigError(f"job {jobid} is neither pending nor running in the snapshot",
                           source=snapshot_path)

@@ -17,7 +17,7 @@ from operator import attrgetter
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.daemon import job_values
-from hai_slurm.priority.policy.priorities import compute_priorities
+from hai_slurm.priority.policy.priorities import PolicyMemo, compute_priorities
 from hai_slurm.priority.policy.scoring import budget_writes, diff_priorities
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import (
@@ -88,12 +88,11 @@ KeptMemo = dict[int, tuple[PendingJob, TrackedJob, PriorityClass, ClassOrigin, i
 that was decided from: the job's policy value, its tracked job, and the effective class, origin
 and priority compared (see :func:`decide`)."""
 
-RunningMemo = dict[int, tuple[Job, TrackedJob | None, PriorityClass, RunningJob, float, float,
-                              bool | None]]
+RunningMemo = dict[int, tuple[Job, TrackedJob | None, PriorityClass, RunningJob, bool | None]]
 """The running jobs' policy values of the previous cycle, by job id: the Slurm job, tracked job
-and default class each was made from, the value, the run time it had before its current stretch
-and when that stretch began (its ``run_time`` is the first plus the time since the second), and
-the ``decayed`` of the decision its record was last found unchanged with (None: not found so)."""
+and default class each was made from, the value (its run time is kept as the time before its
+current stretch and when that began, so ``now`` does not change it), and the ``decayed`` of the
+decision its record was last found unchanged with (None: not found so)."""
 
 
 @dataclass
@@ -107,6 +106,8 @@ class CycleMemo:
     pending: PendingMemo = dataclass_field(default_factory=dict)
     kept: KeptMemo = dataclass_field(default_factory=dict)
     running: RunningMemo = dataclass_field(default_factory=dict)
+    policy: PolicyMemo = dataclass_field(default_factory=PolicyMemo)
+    """The policy's own (:func:`compute_priorities`' running decisions)."""
 
 
 def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
@@ -117,9 +118,10 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
     ``memo`` (kept by the caller from cycle to cycle, updated here): a pending job whose Slurm
     job and tracked job are the very objects its last value was made from (the backends give
     the same ``Job`` for an unchanged job, the store the same ``TrackedJob`` for an unchanged
-    record; both are frozen) gets that value again, and a running one that value with its run
-    time brought up to ``now``. A job without a submit time (pending) or start time (running)
-    is made anew: its value depends on ``now`` otherwise."""
+    record; both are frozen) gets that value again, a running one too (its run time is kept as
+    the time before its current stretch and the stretch's start: ``RunningJob.run_time_at``). A
+    job without a submit time (pending) or start time (running) is made anew: its value depends
+    on ``now`` otherwise."""
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     jobs: dict[int, Job] = {}
@@ -149,17 +151,13 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
         elif job.state is JobState.RUNNING:
             r = last_run.get(job_id)
             if r is not None and r[0] is job and r[1] is t and r[2] is default:
-                before, since = r[4], r[5]
-                run_time = before + (now - since if now > since else 0.0)
-                rjob = r[3] if run_time == r[3].run_time else job_values.with_run_time(
-                    r[3], run_time)
-                kept_decay = r[6]
+                rjob = r[3]
+                kept_decay = r[4]
             else:
                 rjob = job_values.running_job(job, t, default, now)
-                before, since = job_values.run_stretch(job, t)
                 kept_decay = None
             if memo is not None and job.start_time is not None and job.submit_time is not None:
-                memo.running[job_id] = (job, t, default, rjob, before, since, kept_decay)
+                memo.running[job_id] = (job, t, default, rjob, kept_decay)
             running.append(rjob)
         else:
             continue
@@ -306,7 +304,7 @@ def _running_record(job: RunningJob, slurm: Job, d: RunningDecision, t: TrackedJ
         job_id=job.job_id, team=job.team, user=job.user, requested_class=_requested_name(job),
         effective_class=start.value, class_origin=origin,
         original_submit_at=job.submit_time, first_seen_at=t.first_seen_at if t else now,
-        updated_at=now, run_seconds=job.run_time,
+        updated_at=now, run_seconds=job.run_time_at(now),
         wait_seconds=job_values.wait_seconds(slurm, t), last_state=JobState.RUNNING.value,
         preemptions=t.preemptions if t else 0, checkpoint_at=t.checkpoint_at if t else None,
         checkpoint_step=t.checkpoint_step if t else None, priority=t.priority if t else None,
@@ -364,7 +362,7 @@ def policy_decisions(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob]
     inputs = build_inputs(snap, tracked, events, config, now, memo)
     result = compute_priorities(inputs.pending, inputs.running, config=config,
                                 cluster=inputs.cluster, events=inputs.events, state=state,
-                                now=now)
+                                now=now, memo=memo.policy if memo is not None else None)
     return inputs, result
 
 
@@ -414,14 +412,14 @@ def decide(snap: ClusterSnapshot, *, tracked: Mapping[int, TrackedJob],
         t = tracked.get(job_id)
         d_run = result.running[job_id]
         r = memo.running.get(job_id) if memo is not None else None
-        if t is not None and r is not None and r[6] is d_run.decayed:
+        if t is not None and r is not None and r[4] is d_run.decayed:
             same = True  # as a cycle with the same job, record, default and decay found
         else:
             rec = _running_record(rjob, inputs.jobs[job_id], d_run, t, config.default_class, now)
             same = t is not None and _kept(rec) == _kept(t)
             if same and memo is not None and r is not None:
-                memo.running[job_id] = (*r[:6], d_run.decayed)
-        if same and t is not None and _ran_on(rjob.run_time, t, now):
+                memo.running[job_id] = (*r[:4], d_run.decayed)
+        if same and t is not None and _ran_on(rjob.run_time_at(now), t, now):
             continue  # the record would equal t apart from the run time: no write yet
         records.append(_running_record(rjob, inputs.jobs[job_id], d_run, t,
                                        config.default_class, now))

@@ -143,28 +143,21 @@ def start_class(tracked: TrackedJob | None) -> PriorityClass | None:
         return None
 
 
-def with_run_time(job: RunningJob, run_time: float) -> RunningJob:
-    """``job`` with another ``run_time`` (the one field of a running job's value that moves
-    with ``now``; :func:`dataclasses.replace` costs several times this)."""
-    return RunningJob(
-        job_id=job.job_id, user=job.user, team=job.team, requested=job.requested,
-        submit_time=job.submit_time, start_time=job.start_time, resources=job.resources,
-        source=job.source, run_time=run_time, restarts=job.restarts,
-        preemptible=job.preemptible, start_class=job.start_class,
-        last_checkpoint=job.last_checkpoint, nodes=job.nodes)
-
-
 def running_job(job: Job, tracked: TrackedJob | None, default_class: PriorityClass,
                 now: float) -> RunningJob:
-    """The policy's view of a running job."""
+    """The policy's view of a running job: its run time as (seconds before the current
+    stretch, when that began; see :func:`run_stretch`), which ``now`` does not move (infinite
+    ``since``, no stretch: None)."""
     cls = job_class(job, default_class)
     start = float(job.start_time) if job.start_time is not None else now
     gpus = job.gpus_allocated or job.gpus_requested
+    before, since = run_stretch(job, tracked)
     return RunningJob(
         job_id=job.job_id, user=job.user, team=cls.team, requested=cls.requested,
         submit_time=original_submit(job, tracked, now), start_time=start,
         resources=Resources(gpus, job.cpus, job.memory_mb), source=cls.source,
-        run_time=run_seconds(job, tracked, now), restarts=job.restart_count,
+        run_time=before, running_since=None if since == math.inf else since,
+        restarts=job.restart_count,
         preemptible=cls.preemptible, start_class=start_class(tracked),
         last_checkpoint=tracked.checkpoint_at if tracked is not None else None,
         nodes=job.nodes,

@@ -39,9 +39,10 @@ from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
 def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
                 result: PolicyResult, config: PolicyConfig,
-                borrowed_discount: float | None = None) -> str | None:
+                borrowed_discount: float | None = None, now: float | None = None) -> str | None:
     """The plain-words explanation of one pending or running job, or None if it is neither
-    (``borrowed_discount``: the planner's ``borrowed_discount``, when preemption is on)."""
+    (``borrowed_discount``: the planner's ``borrowed_discount``, when preemption is on;
+    ``now``: the time the policy decided at, for a running job's run time)."""
     for job in pending:
         if job.job_id == job_id:
             mine = result.priorities[job_id]
@@ -51,7 +52,8 @@ def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[Run
     for run in running:
         if run.job_id == job_id:
             return explain_running(run, result.running[job_id], result.teams.get(run.team),
-                                   config=config, borrowed_discount=borrowed_discount)
+                                   config=config, borrowed_discount=borrowed_discount,
+                                   now=now)
     return None
 
 
@@ -117,7 +119,7 @@ def explain_live(job_id: int, slurm: SlurmClient, repo: Repository, config: Daem
     at = time.time() if now is None else now
     snap, tracked, decision = live_decision(slurm, repo, config.policy, at)
     text = explain_job(job_id, decision.inputs.pending, decision.inputs.running,
-                       decision.result, config.policy, borrowed_discount(config))
+                       decision.result, config.policy, borrowed_discount(config), now=at)
     if text is None:
         raise ConfigError(f"job {job_id} is neither pending nor running in Slurm now",
                           key="JOBID", value=job_id)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from types import MappingProxyType
 
 from hai_slurm.classes import PriorityClass
@@ -21,6 +20,7 @@ from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.priority.daemon.save_times import SaveSource, SaveTimes
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.inputs import (
+    HolderMemo,
     allowed_nodes,
     gpus_from_counts,
     holders_from_policy,
@@ -63,6 +63,8 @@ class SnapshotPlanner:
         self._usable: tuple[Topology, frozenset[str], Topology] | None = None
         self._gpus: tuple[Topology, dict[int, dict[str, int]],
                           Mapping[int, tuple[GpuRef, ...]]] | None = None
+        self._holders = HolderMemo()
+        """The last pass's holders, reused for running jobs whose values did not change."""
 
     def snapshot(self, view: CycleView) -> PlanSnapshot:
         """The planner's inputs for this cycle."""
@@ -100,10 +102,9 @@ class SnapshotPlanner:
         # a measured restart may lower the configured one, never raise it
         restarts = {j: min(m.restart, self.config.restart_for(len(counts.get(j) or {}) or 1))
                     for j, m in measured.items() if m.restart is not None}
-        holders = tuple(
-            replace(h, preemptible=False) if h.job_id in claims.victims else h
-            for h in holders_from_policy(running, view.result.running, gpus, saves=saves,
-                                         restart_costs=restarts))
+        holders = holders_from_policy(running, view.result.running, gpus, saves=saves,
+                                      restart_costs=restarts, victims=claims.victims,
+                                      memo=self._holders)
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}

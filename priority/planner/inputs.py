@@ -24,7 +24,9 @@ below their aged class, which the jobs they preempted then did in turn (issue 16
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Topology
@@ -32,6 +34,8 @@ from hai_slurm.priority.planner.placement import ClusterView
 from hai_slurm.priority.planner.types import Holder, Waiting
 from hai_slurm.priority.policy.ladder import LADDER, RANK, URGENT_FROM
 from hai_slurm.priority.policy.state import PendingDecision, PendingJob, RunningDecision, RunningJob
+
+_job_id = attrgetter("job_id")
 
 
 def gpus_from_counts(topology: Topology, counts: Mapping[int, Mapping[str, int]],
@@ -89,30 +93,64 @@ def preempt_class(job: PendingJob, decision: PendingDecision, *,
     return eff
 
 
+@dataclass
+class HolderMemo:
+    """The holders of the last :func:`holders_from_policy` call by job id, each with what it was
+    made from (the running job, its decision and the values given for it). Owned by the caller
+    (one per planning loop) and passed to each call: a running job whose inputs are all equal
+    to last time's gets the same :class:`Holder` object again instead of a new one (most
+    running jobs of a pass are unchanged; a holder costs several times the comparison). Equal
+    inputs give an equal holder, so what the memo gives is what building afresh gives."""
+
+    holders: dict[int, tuple[tuple[object, ...], Holder]] = field(default_factory=dict)
+
+
 def holders_from_policy(running: Sequence[RunningJob], decisions: Mapping[int, RunningDecision],
                         gpus: Mapping[int, tuple[GpuRef, ...]], *,
                         restart_costs: Mapping[int, float] | None = None,
                         saves: Mapping[int, float | None] | None = None,
-                        aged_yield: bool = True) -> tuple[Holder, ...]:
+                        aged_yield: bool = True,
+                        checkpoints: Mapping[int, float | None] | None = None,
+                        victims: Container[int] = (),
+                        memo: HolderMemo | None = None) -> tuple[Holder, ...]:
     """One :class:`Holder` per running job the policy decided on, in job id order.
 
     ``saves`` holds the jobs that save on request (``Holder.can_ack``) and their save-time
     estimates (None: the planner's ``save_cost``); see :func:`save_estimates`. With
-    ``aged_yield`` a job's class is its :func:`victim_class` (aged-in jobs one class lower)."""
+    ``aged_yield`` a job's class is its :func:`victim_class` (aged-in jobs one class lower).
+    ``checkpoints``: each job's last checkpoint when known better than the job's own
+    ``last_checkpoint`` (the simulator's periodic saves); ``victims``: jobs an open plan
+    already asked to save, no victims again (not preemptible); ``memo``: see
+    :class:`HolderMemo`."""
     costs = restart_costs or {}
     acks = saves or {}
+    ckpts = checkpoints or {}
+    last = memo.holders if memo is not None else {}
+    made: dict[int, tuple[tuple[object, ...], Holder]] = {}
     out = []
-    for job in sorted(running, key=lambda j: j.job_id):
-        d = decisions.get(job.job_id)
+    for job in sorted(running, key=_job_id):
+        job_id = job.job_id
+        d = decisions.get(job_id)
         if d is None:
             continue
-        out.append(Holder(
-            job_id=job.job_id, team=job.team,
-            effective=victim_class(job, d) if aged_yield else d.effective,
-            gpus=gpus.get(job.job_id, ()), start_time=job.start_time,
-            last_checkpoint=job.last_checkpoint, restart_cost=costs.get(job.job_id),
-            borrowed=d.borrowed, protected=d.protected, preemptible=d.preemptible,
-            user=job.user, can_ack=job.job_id in acks, save_cost=acks.get(job.job_id)))
+        # The job and decision themselves (the same objects from pass to pass when the
+        # policy's memos kept them: compared by identity first) and the values given with them
+        key = (job, d, aged_yield, gpus.get(job_id, ()), ckpts.get(job_id, job.last_checkpoint),
+               costs.get(job_id), job_id in victims, job_id in acks, acks.get(job_id))
+        m = last.get(job_id)
+        if m is not None and m[0] == key:
+            holder = m[1]
+        else:
+            _, _, _, held, ckpt, restart, victim, can_ack, save = key
+            holder = Holder(job_id, job.team, victim_class(job, d) if aged_yield else d.effective,
+                            held, job.start_time, last_checkpoint=ckpt, restart_cost=restart,
+                            borrowed=d.borrowed, protected=d.protected,
+                            preemptible=d.preemptible and not victim, user=job.user,
+                            can_ack=can_ack, save_cost=save)
+        made[job_id] = (key, holder)
+        out.append(holder)
+    if memo is not None:
+        memo.holders = made
     return tuple(out)
 
 

@@ -16,8 +16,12 @@ ordered by Slurm itself by submit time, then job id.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from operator import is_
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -81,6 +85,105 @@ def _base_class(cls: PriorityClass, demote: bool, run_time: float,
     return cls, demoted, decayed
 
 
+DECAY_MARGIN = 1.0
+"""Seconds before a running job's decay threshold at which :class:`PolicyMemo` stops reusing
+decisions (its run time is a sum of floats: the exact crossing is left to a fresh pass)."""
+
+
+@dataclass
+class PolicyMemo:
+    """What :func:`compute_priorities` keeps from one call to the next for the running jobs, so
+    a pass in which none of them changed does not decide them again (most passes of a cycle or
+    an urgent look start or end no job). Owned by the caller, who passes the same one to each
+    call (the daemon's and the simulator's :class:`~hai_slurm.priority.daemon.cycle.CycleMemo`
+    holds one).
+
+    The running jobs' decisions, each team's usage and GPUs per class, and the decayed jobs
+    are reused only when the call's running jobs are the very same (frozen) objects, in the
+    same order, as last time's, with the same config object and the same teams protected, and
+    nothing that moves with ``now`` can have changed them: ``now`` did not go back, no job that
+    may still decay has come within :data:`DECAY_MARGIN` of its threshold (``decay_at``), and no
+    team with a running job without a start class is demoting (that job's demotion depends on
+    ``now`` and the events). Reused, they are what computing afresh gives."""
+
+    running: tuple[RunningJob, ...] = ()
+    config: PolicyConfig | None = None
+    usage: dict[str, Resources] = dataclass_field(default_factory=dict)
+    decisions: dict[int, RunningDecision] | None = None
+    """None: nothing to reuse (the last pass's could not be: see :meth:`keep`)."""
+    class_usage: dict[str, dict[PriorityClass, int]] = dataclass_field(default_factory=dict)
+    decayed: tuple[int, ...] = ()
+    protected: frozenset[str] = frozenset()
+    no_start: frozenset[str] = frozenset()
+    """Teams with a running job without a start class."""
+    since: float = math.inf
+    decay_at: float = -math.inf
+    events: tuple[FairnessEvent, ...] | None = None
+    index: fairness.FairnessIndex | None = None
+    """The last events and their index (an index is a function of the events alone)."""
+
+    def index_of(self, events: Iterable[FairnessEvent]) -> fairness.FairnessIndex:
+        """:func:`fairness.index_events` of ``events``, the kept one when they equal the last
+        ones: compared element by element, the same event objects by identity, where the
+        index's own cache hashes every event."""
+        given = tuple(events)
+        if self.index is None or given != self.events:
+            self.events, self.index = given, fairness.index_events(given)
+        return self.index
+
+    def same_running(self, running: Sequence[RunningJob], config: PolicyConfig) -> bool:
+        """Whether ``running`` and ``config`` are the very objects of the last pass; if not,
+        they become the memo's, with nothing to reuse yet."""
+        if (config is self.config and len(running) == len(self.running)
+                and all(map(is_, running, self.running))):
+            return True
+        self.running, self.config, self.decisions = tuple(running), config, None
+        return False
+
+    def reusable(self, protected: Mapping[str, float], demoting: set[str],
+                 now: float) -> bool:
+        """Whether the kept decisions hold for this pass (see the class docstring); call
+        after :meth:`same_running` said the jobs are the same."""
+        return (self.decisions is not None and self.since <= now < self.decay_at
+                and protected.keys() == self.protected and demoting.isdisjoint(self.no_start))
+
+    def keep(self, running: Sequence[RunningJob], config: PolicyConfig,
+             decisions: dict[int, RunningDecision],
+             class_usage: dict[str, dict[PriorityClass, int]], protected: Mapping[str, float],
+             demoting: set[str], now: float) -> None:
+        """Remember this pass's running decisions (not when a job without a start class was
+        demoted or may be: those depend on ``now`` and the events)."""
+        no_start = frozenset(r.team for r in running if r.start_class is None)
+        if not demoting.isdisjoint(no_start):
+            self.decisions = None
+            return
+        self.decisions, self.class_usage = decisions, class_usage
+        self.decayed = tuple(j for j, d in decisions.items() if d.decayed)
+        self.protected, self.no_start, self.since = frozenset(protected), no_start, now
+        self.decay_at = _next_decay(running, decisions, config, now)
+
+
+def _next_decay(running: Sequence[RunningJob], decisions: Mapping[int, RunningDecision],
+                config: PolicyConfig, now: float) -> float:
+    """The earliest time, less :data:`DECAY_MARGIN`, at which a running job not decayed at
+    ``now`` may reach the decay threshold (infinite: none can): a job of the decay's source
+    class, or without a start class (its class is worked out each pass), that runs now."""
+    decay = config.decay
+    if decay.after <= 0:
+        return math.inf
+    first = math.inf
+    source = decay.source
+    for run in running:
+        since = run.running_since
+        if since is None or decisions[run.job_id].decayed or (
+                run.start_class is not None and run.start_class is not source):
+            continue
+        ran = run.run_time_at(now)
+        if ran < decay.after:   # past it and not decayed: it never will (not of the class)
+            first = min(first, max(since, now) + (decay.after - ran))
+    return first - DECAY_MARGIN
+
+
 def quota_fractions(teams: Iterable[str], config: PolicyConfig) -> dict[str, float]:
     """Each team's part of the GPU quotas of ``teams`` (equal parts when none has a quota)."""
     names = sorted(set(teams))
@@ -109,7 +212,7 @@ def _running(
             # unless it decays; 10,000 running jobs a cycle). Started below what it asked for
             # (demoted): no decay on top of the demotion.
             asked = run.requested
-            dec = decays(start, run.run_time, decay) and not (
+            dec = start is decay.source and decays(start, run.run_time_at(now), decay) and not (
                 isinstance(asked, PriorityClass) and RANK[asked] > RANK[start]
                 and RANK[asked] >= demote_rank)
             cls = decay.target if dec else start
@@ -119,7 +222,7 @@ def _running(
             dem = run.team in demoting and fairness.demoted(
                 index.preempting.get(run.team, _EMPTY), run.submit_time, now, config.fairness,
                 everyone=index.all_preempting, fraction=fractions[run.team])
-            cls, _, dec = _base_class(req, dem, run.run_time, config)
+            cls, _, dec = _base_class(req, dem, run.run_time_at(now), config)
         classes[run.job_id] = (cls, dec)
         by_team[run.team].append((run, cls))
         usage = class_usage[run.team]
@@ -147,16 +250,24 @@ def compute_priorities(
     events: Iterable[FairnessEvent] = (),
     state: PolicyState | None = None,
     now: float,
+    memo: PolicyMemo | None = None,
 ) -> PolicyResult:
     """Decide every pending job's effective class and priority, and every running job's flags.
 
     ``cluster`` is the total of the cluster's GPUs, CPUs and memory; ``events`` the fairness
-    events (older than the window are ignored); ``state`` what the previous cycle returned.
+    events (older than the window are ignored); ``state`` what the previous cycle returned;
+    ``memo`` what the previous call kept (see :class:`PolicyMemo`; the result is the same).
     """
     state = state or PolicyState()
     fair_cfg = config.fairness
-    index = fairness.index_events(events)
-    usage = team_usage(running)
+    index = fairness.index_events(events) if memo is None else memo.index_of(events)
+    same = memo is not None and memo.same_running(running, config)
+    if memo is not None and same:
+        usage = memo.usage
+    else:
+        usage = team_usage(running)
+        if memo is not None:
+            memo.usage = usage
     teams = set(usage) | {j.team for j in pending} | set(config.teams)
 
     protected: dict[str, float] = {}
@@ -180,8 +291,17 @@ def compute_priorities(
                 fraction=fractions[team]):
             demoting.add(team)
 
-    running_out, class_usage = _running(running, config, index, protected, demoting,
-                                        fractions, now)
+    if memo is not None and same and memo.reusable(protected, demoting, now):
+        assert memo.decisions is not None
+        running_out, class_usage = dict(memo.decisions), memo.class_usage
+        decays_out: list[int] = list(memo.decayed)
+    else:
+        running_out, class_usage = _running(running, config, index, protected, demoting,
+                                            fractions, now)
+        decays_out = [j for j, d in running_out.items() if d.decayed]
+        if memo is not None:
+            memo.keep(running, config, dict(running_out), class_usage, protected, demoting,
+                      now)
     zero = Resources()
     shares = {t: dominant_share(usage.get(t, zero), config.quota(t), cluster) for t in teams}
     window = fair_cfg.window
@@ -227,7 +347,6 @@ def compute_priorities(
     rr_new: list[tuple[int, _Row]] = []
     promotions: list[int] = []
     demotions: list[int] = []
-    decays_out: list[int] = [j for j, d in running_out.items() if d.decayed]
     pending_out: dict[int, PendingDecision] = {}
     priorities: dict[int, int] = {}
     band = scoring.BAND

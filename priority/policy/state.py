@@ -92,7 +92,11 @@ class PendingJob:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A running job. ``run_time`` counts this run and earlier ones (before requeues).
+    """A running job. ``run_time`` counts the seconds it ran before ``running_since``, across
+    requeues; it has run :meth:`run_time_at` ``now`` seconds in all: ``run_time`` plus the time
+    since ``running_since`` (None: ``run_time`` is the whole count). Kept as these two, not as
+    one total of ``now``, so a job nothing happened to keeps the same value from one cycle to
+    the next (see :class:`~hai_slurm.priority.daemon.cycle.CycleMemo`).
 
     ``start_class`` is the effective class the job had when it started (the daemon records it), so
     a job that aged up keeps its rank while it runs (without it: the requested class, AUTO
@@ -113,6 +117,13 @@ class RunningJob:
     start_class: PriorityClass | None = None
     last_checkpoint: float | None = None
     nodes: tuple[str, ...] = ()
+    running_since: float | None = None
+
+    def run_time_at(self, now: float) -> float:
+        """Seconds run in total as of ``now``: ``run_time`` plus the time since
+        ``running_since``, if that began before ``now``."""
+        since = self.running_since
+        return self.run_time + (now - since if since is not None and now > since else 0.0)
 
 
 @dataclass(frozen=True, slots=True)

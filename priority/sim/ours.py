@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
+from hai_slurm.conf.topology import GpuRef
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.cycle import CycleMemo, decide, policy_decisions
 from hai_slurm.priority.daemon.urgent import (
@@ -54,9 +55,13 @@ from hai_slurm.priority.daemon.urgent import (
     may_preempt,
     with_jobs_ahead,
 )
-from hai_slurm.priority.planner.inputs import holders_from_policy, waiting_from_policy
+from hai_slurm.priority.planner.inputs import (
+    HolderMemo,
+    holders_from_policy,
+    waiting_from_policy,
+)
 from hai_slurm.priority.planner.search import plan_preemptions
-from hai_slurm.priority.planner.types import Holder, PlannerConfig, PlanSnapshot
+from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy.state import (
     EventKind,
     FairnessEvent,
@@ -97,11 +102,12 @@ class HaiSlurm:
         self._memo = CycleMemo()
         """What :func:`decide` keeps from one call to the next, as the daemon keeps it."""
         self.inflight: dict[int, int] = {}
-        self._holders: dict[int, tuple[Holder, int | None, bool, Holder]] = {}
-        """The holders of the last planner pass by job id: the one the planner's inputs gave,
-        the checkpoint time and preemptible flag set on it, and the holder made of them."""
-        self._charges: dict[int, tuple[float, float]] = {}
-        """:meth:`_charge` of each Slurm job id planned with."""
+        self._holders = HolderMemo()
+        """The holders of the last planner pass (reused when unchanged)."""
+        self._saves: dict[int, float | None] = {}
+        self._restarts: dict[int, float] = {}
+        """:meth:`_charge` of each Slurm job id planned with (save, restart seconds): kept for
+        the whole run, as they never change for a job (the planner reads the running ones)."""
         self.counts: Counter[str] = Counter()
 
     def attach(self, engine: Engine) -> None:
@@ -220,7 +226,7 @@ class HaiSlurm:
         """(save, restart) seconds the planner charges ``job`` as a victim: its checkpoint time
         by the cost model, and its restart as it measured it (the daemon's SaveTimes), never
         above the configured restart cost. Functions of the job's size only (fixed for a
-        trace job), so worked out once per job (see ``_charges``)."""
+        trace job), so worked out once per job (see ``_saves``)."""
         costs, n = self.eng.costs, job.nodes
         return (float(costs.checkpoint_time(job.gpus)),
                 float(min(costs.restart_time(n), self.planner.restart_for(n))))
@@ -245,36 +251,26 @@ class HaiSlurm:
             # inconsistent one: two running jobs on one GPU, or a GPU outside the topology,
             # which SimSlurm's placements never give), so it is not asked.
             return
-        gpus = {r.job_id: slurm.gpus_of(r.job_id) for r in running}
-        by_slurm = eng.by_slurm
-        charges = self._charges
-        for r in running:
-            if r.job_id not in charges:
-                charges[r.job_id] = self._charge(by_slurm[r.job_id])
-        saves = {r.job_id: charges[r.job_id][0] for r in running}
-        restarts = {r.job_id: charges[r.job_id][1] for r in running}
         # Every job saves on request; its checkpoints are the engine's, and a job already
-        # asked to save is no victim again (Holder built again: replace() costs 3x; the one
-        # of the previous pass when made from an equal holder with the same two values).
-        last, made = self._holders, {}
-        holders = []
-        for h in holders_from_policy(running, result.running, gpus, saves=saves,
-                                     restart_costs=restarts):
-            job = by_slurm[h.job_id]
-            ckpt = eng.periodic_checkpoint(job, now)
-            may = h.preemptible and job.signalled is None
-            k = last.get(h.job_id)
-            if k is not None and k[1] == ckpt and k[2] is may and k[0] == h:
-                holder = k[3]
-            else:
-                holder = Holder(h.job_id, h.team, h.effective, h.gpus, h.start_time,
-                                last_checkpoint=ckpt, restart_cost=h.restart_cost,
-                                borrowed=h.borrowed, protected=h.protected, preemptible=may,
-                                user=h.user, can_ack=h.can_ack, save_cost=h.save_cost)
-            made[h.job_id] = (h, ckpt, may, holder)
-            holders.append(holder)
-        self._holders = made
-        plans = plan_preemptions(PlanSnapshot(slurm.topology, tuple(holders), waiting, taken_at,
+        # asked to save is no victim again. One walk over the running jobs.
+        by_slurm, gpus_of, checkpoint = eng.by_slurm, slurm.gpus_of, eng.periodic_checkpoint
+        saves, restarts = self._saves, self._restarts
+        gpus: dict[int, tuple[GpuRef, ...]] = {}
+        ckpts: dict[int, float | None] = {}
+        asked: set[int] = set()
+        for r in running:
+            jid = r.job_id
+            job = by_slurm[jid]
+            if jid not in saves:
+                saves[jid], restarts[jid] = self._charge(job)
+            gpus[jid] = gpus_of(jid)
+            ckpts[jid] = checkpoint(job, now)
+            if job.signalled is not None:
+                asked.add(jid)
+        holders = holders_from_policy(running, result.running, gpus, saves=saves,
+                                      restart_costs=restarts, checkpoints=ckpts, victims=asked,
+                                      memo=self._holders)
+        plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at,
                                               slurm.guarded_nodes()),
                                  config=self.planner, now=float(now))
         if plans.refused:

@@ -21,7 +21,6 @@ from hai_slurm.priority.policy.state import (
     PendingJob,
     PendingReason,
     PolicyState,
-    Resources,
     Rule,
     RunningJob,
 )
@@ -218,13 +217,36 @@ def test_decisions_with_the_memo_equal_decisions_without_it() -> None:
     assert decays  # running jobs decayed: the memo's decay check was exercised
 
 
-def test_with_run_time_keeps_every_other_field() -> None:
-    """job_values.with_run_time equals dataclasses.replace on a job whose every field differs
-    from its default (a field added to RunningJob and not copied fails here)."""
-    job = RunningJob(job_id=4, user="bob", team="nlp", requested=PriorityClass.HIGH,
-                     submit_time=1.0, start_time=2.0, resources=Resources(2, 3, 4),
-                     source=ClassOrigin.DEFAULT, run_time=5.0, restarts=6, preemptible=False,
-                     start_class=PriorityClass.LOW, last_checkpoint=7.0, nodes=("n1",))
-    defaults = {f.name: f.default for f in dataclasses.fields(RunningJob)}
-    assert all(getattr(job, name) != value for name, value in defaults.items())
-    assert job_values.with_run_time(job, 9.0) == dataclasses.replace(job, run_time=9.0)
+def test_running_value_is_kept_and_its_decay_follows_now() -> None:
+    """A running job nothing happened to keeps the very same policy value from cycle to cycle
+    (its run time is kept as the time before its stretch and the stretch's start), and what
+    depends on its run time is worked out from ``now``: the total equals run_seconds at every
+    cycle, and the policy's decay turns on in the first cycle past ``decay.after``, never
+    before and never later (a value reused with a stale run time would miss it)."""
+    fake = FakeSlurm(now=T0)
+    jid = fake.submit(admin_comment=record(PriorityClass.ABOVE_NORMAL), account="vision",
+                      gpus_per_node=1, now=T0)
+    fake.schedule()
+    start_rec = tracked(jid, requested_class="ABOVE_NORMAL", effective_class="ABOVE_NORMAL",
+                        last_state="RUNNING", updated_at=float(T0), run_seconds=100.0)
+    store = {jid: start_rec}
+    memo = CycleMemo()
+    after = CONFIG.decay.after
+    first: RunningJob | None = None
+    for now in (T0 + 60.0, T0 + after - 101.0, T0 + after - 100.0, T0 + after + 500.0):
+        snap = fake.snapshot()
+        got = cycle.policy_decisions(snap, tracked=store, events=(), state=PolicyState(),
+                                     config=CONFIG, now=now, memo=memo)
+        fresh = cycle.policy_decisions(snap, tracked=store, events=(), state=PolicyState(),
+                                       config=CONFIG, now=now)
+        assert got == fresh
+        run = got[0].running[0]
+        first = first or run
+        assert run is first   # the same value every cycle
+        total = job_values.run_seconds(got[0].jobs[jid], start_rec, now)
+        assert run.run_time_at(now) == total == 100.0 + (now - T0)
+        assert got[1].running[jid].decayed is (total >= after)
+    assert first is not None and first.running_since == float(T0)
+    assert first.run_time_at(T0 - 10.0) == first.run_time == 100.0   # no time before the start
+    fixed = dataclasses.replace(first, running_since=None)
+    assert fixed.run_time_at(T0 + 1e6) == 100.0   # no stretch: run_time is the whole count

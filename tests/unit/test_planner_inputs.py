@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.conf.topology import GpuRef, Level
 from hai_slurm.priority.planner.inputs import (
+    HolderMemo,
     allowed_nodes,
     gpus_from_counts,
     holders_from_policy,
@@ -12,13 +15,14 @@ from hai_slurm.priority.planner.inputs import (
 )
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.testing import gpu_cluster, gpus
-from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
+from hai_slurm.priority.planner.types import Holder, PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy.priorities import compute_priorities
 from hai_slurm.priority.policy.settings import FairnessConfig, PolicyConfig, TeamQuota
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent, Resources
 from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
 
 TOPO = gpu_cluster(1, 3)
+_Build = Callable[[HolderMemo | None], tuple[Holder, ...]]
 CLUSTER = Resources(24, 3 * 128, 3 * 1024 * 1024)
 
 
@@ -92,3 +96,44 @@ def test_allowed_nodes_of_a_partition_list() -> None:
     assert allowed_nodes("all", parts, cluster) is None
     assert allowed_nodes("a,b,all", parts, cluster) is None
     assert allowed_nodes("gone", parts, cluster) is None
+
+
+def test_holder_memo_reuses_only_unchanged_holders() -> None:
+    """With a HolderMemo, a running job whose values did not change gets the same Holder object
+    again; one whose decision, checkpoint, GPUs or victim flag changed gets a new holder with
+    the new values (never the stale one), each equal to what building without the memo gives."""
+    running = [running_job(1, P.NORMAL, team="a", gpus=8, start=NOW - 9000),
+               running_job(2, P.LOW, team="b", gpus=8, start=NOW - 5000)]
+    policy = compute_priorities([], running, config=PolicyConfig(), cluster=CLUSTER, now=NOW)
+    held = gpus_from_counts(TOPO, {1: {"n1": 8}, 2: {"n2": 8}})
+    memo = HolderMemo()
+    first = holders_from_policy(running, policy.running, held, memo=memo)
+    again = holders_from_policy(running, policy.running, held, memo=memo)
+    assert again == first and all(a is b for a, b in zip(again, first, strict=True))
+
+    decisions = {**policy.running, 2: policy.running[2]._replace(protected=True)}
+    moved = {**held, 2: gpus("n3", *range(8))}
+    cases: list[tuple[_Build, Callable[[Holder], bool]]] = [
+        (lambda m: holders_from_policy(running, decisions, held, memo=m),
+         lambda h: h.protected),
+        (lambda m: holders_from_policy(running, policy.running, held, memo=m,
+                                       checkpoints={2: NOW - 60}),
+         lambda h: h.last_checkpoint == NOW - 60),
+        (lambda m: holders_from_policy(running, policy.running, held, memo=m, victims={2}),
+         lambda h: not h.preemptible),
+        (lambda m: holders_from_policy(running, policy.running, moved, memo=m),
+         lambda h: h.gpus[0].node == "n3"),
+        (lambda m: holders_from_policy(running, policy.running, held, memo=m,
+                                       restart_costs={2: 7.0}),
+         lambda h: h.restart_cost == 7.0),
+        (lambda m: holders_from_policy(running, policy.running, held, memo=m, saves={2: 3.0}),
+         lambda h: h.can_ack and h.save_cost == 3.0),
+    ]
+    for build, holds in cases:
+        holders_from_policy(running, policy.running, held, memo=memo)  # the unchanged pass
+        got = build(memo)
+        assert got == build(None) and holds(got[1])
+        assert got[0] is first[0]   # job 1 did not change
+        assert got[1] is not first[1] and got[1] != first[1]
+    # the memo follows the last call: back to the first values gives them again
+    assert holders_from_policy(running, policy.running, held, memo=memo) == first

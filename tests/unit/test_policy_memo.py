@@ -1,0 +1,143 @@
+"""compute_priorities with a PolicyMemo gives what it gives without one: the running jobs'
+decisions are reused only while nothing they depend on changed (the very same jobs, config and
+protected teams, no decay threshold near, no demotion that moves with ``now``)."""
+
+from __future__ import annotations
+
+import random
+
+from hai_slurm.classes import PriorityClass as P
+from hai_slurm.priority.policy import fairness
+from hai_slurm.priority.policy.priorities import PolicyMemo, compute_priorities
+from hai_slurm.priority.policy.settings import FairnessConfig, PolicyConfig, TeamQuota
+from hai_slurm.priority.policy.state import (
+    EventKind,
+    FairnessEvent,
+    PendingJob,
+    PolicyResult,
+    Resources,
+    RunningJob,
+)
+from hai_slurm.priority.policy.testing import NOW, pending_job, running_job
+
+CLUSTER = Resources(64, 64 * 16, 64 * 1024 * 1024)
+CONFIG = PolicyConfig(
+    teams={t: TeamQuota(gpus=4) for t in ("a", "b", "c", "t1", "t2")},
+    fairness=FairnessConfig(protect_after=1, demote_after=1, protect_excess=0, demote_excess=0))
+
+
+def _both(memo: PolicyMemo, running: list[RunningJob], now: float,
+          events: tuple[FairnessEvent, ...] = (), config: PolicyConfig = CONFIG,
+          pending: tuple[PendingJob, ...] = ()) -> PolicyResult:
+    """The result with the memo, checked equal to the one without."""
+    got = compute_priorities(pending, running, config=config, cluster=CLUSTER, events=events,
+                             now=now, memo=memo)
+    fresh = compute_priorities(pending, running, config=config, cluster=CLUSTER,
+                               events=events, now=now)
+    assert got == fresh
+    return got
+
+
+def test_kept_decisions_are_reused_only_for_the_same_jobs_and_config() -> None:
+    running = [running_job(1, P.NORMAL, start_class=P.NORMAL),
+               running_job(2, P.LOW, team="t2", start_class=P.LOW)]
+    memo = PolicyMemo()
+    _both(memo, running, NOW)
+    kept = memo.decisions
+    assert kept is not None
+    _both(memo, running, NOW + 10)
+    assert memo.decisions is kept   # reused, not decided again
+    _both(memo, list(running), NOW + 20)   # the same objects in a new list: reused
+    assert memo.decisions is kept
+    other = [running[0], running_job(2, P.LOW, team="t2", start_class=P.LOW)]  # equal, new
+    _both(memo, other, NOW + 30)
+    assert memo.decisions is not kept
+    kept = memo.decisions
+    _both(memo, other, NOW + 40, config=PolicyConfig())   # another config: decided again
+    assert memo.decisions is not kept
+
+
+def test_decay_is_never_missed_by_a_kept_decision() -> None:
+    """A job of the decay's source class decays in the first pass past ``decay.after``, with
+    the same job object in every pass (its run time moves with ``now``), and a job that started
+    a stretch later too."""
+    after = CONFIG.decay.after
+    src = CONFIG.decay.source
+    job = running_job(1, src, start_class=src, run_time=100.0, running_since=NOW)
+    late = running_job(2, src, team="t2", start_class=src, run_time=0.0,
+                       running_since=NOW + 600)
+    memo = PolicyMemo()
+    times = [NOW + k * 7.0 for k in range(0, int((after + 700) / 7))]
+    times += [NOW + after - 100.0, NOW + after - 100.5, NOW + after - 99.9]
+    for now in sorted(times):
+        res = _both(memo, [job, late], now)
+        assert res.running[1].decayed is (job.run_time_at(now) >= after)
+        assert res.running[2].decayed is (late.run_time_at(now) >= after)
+        assert (1 in res.decays) is res.running[1].decayed
+
+
+def test_protection_and_demotion_changes_are_seen() -> None:
+    """A team that becomes protected (preempted in the window) or stops being so, and a team
+    with a job without a start class that becomes demoting (it preempted others), get fresh
+    decisions."""
+    running = [running_job(1, P.NORMAL, team="a", start_class=P.NORMAL),
+               running_job(2, P.HIGH, team="b", submit_time=NOW - 100)]  # no start class
+    memo = PolicyMemo()
+    preempted = tuple(FairnessEvent(EventKind.PREEMPTED, "a", "u1", NOW - 60 * k)
+                      for k in (1, 2))
+    preempting = tuple(FairnessEvent(EventKind.PREEMPTING, "b", "u1", NOW - 300 - 60 * k)
+                       for k in (1, 2, 3))
+    assert not _both(memo, running, NOW).running[1].protected
+    assert _both(memo, running, NOW + 1, preempted).running[1].protected
+    assert not _both(memo, running, NOW + 2).running[1].protected
+    demoted = _both(memo, running, NOW + 3, preempting)
+    assert memo.decisions is None or not demoted.teams["b"].demoting
+    _both(memo, running, NOW + 4, preempting)
+    _both(memo, running, NOW + 5)
+
+
+def test_random_passes_with_and_without_the_memo_agree() -> None:
+    """Passes over a changing set of running jobs (some start, end, requeue), events and
+    times: with the memo, every result equals the one computed afresh."""
+    rng = random.Random(7)
+    classes = [P.HIGH, P.ABOVE_NORMAL, P.NORMAL, P.LOW, None]
+    jobs: dict[int, RunningJob] = {}
+    events: list[FairnessEvent] = []
+    memo = PolicyMemo()
+    now = NOW
+    next_id = 1
+    reused = 0
+    for _ in range(400):
+        now += rng.choice([0.0, 1.0, 5.0, 30.0, 400.0])
+        roll = rng.random()
+        if roll < 0.15 or not jobs:
+            cls = rng.choice(classes)
+            jobs[next_id] = running_job(
+                next_id, cls or P.ABOVE_NORMAL, team=rng.choice("abc"), start_class=cls,
+                run_time=rng.choice([0.0, 1000.0, 1790.0]), running_since=now,
+                submit_time=now - rng.choice([10.0, 5000.0]))
+            next_id += 1
+        elif roll < 0.25:
+            del jobs[rng.choice(sorted(jobs))]
+        elif roll < 0.32:
+            kind = rng.choice([EventKind.PREEMPTED, EventKind.PREEMPTING])
+            events.append(FairnessEvent(kind, rng.choice("abc"), "u1", now))
+        window = tuple(e for e in events if e.time >= now - CONFIG.fairness.window)
+        before = memo.decisions
+        pending = (pending_job(9999, P.HIGH, team="c", submit=now - 30),)
+        _both(memo, list(jobs.values()), now, window, pending=pending)
+        reused += before is not None and memo.decisions is before
+    assert reused > 50   # the memo was used, not only filled
+
+
+def test_kept_event_index_follows_the_events() -> None:
+    """The memo's event index is the kept one only for equal events; other events give their
+    own index, equal to index_events'."""
+    memo = PolicyMemo()
+    one = (FairnessEvent(EventKind.PREEMPTED, "a", "u1", NOW - 60),)
+    two = (*one, FairnessEvent(EventKind.PREEMPTING, "b", "u2", NOW - 30))
+    first = memo.index_of(one)
+    assert memo.index_of(list(one)) is first   # equal events, another container
+    second = memo.index_of(two)
+    assert second == fairness.index_events(two) and second != first
+    assert memo.index_of(one) == first
