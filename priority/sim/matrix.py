@@ -81,6 +81,26 @@ def family(*, held_out: bool = False) -> tuple[Scenario, ...]:
                  for n, load, mix, top, teams, nodes, per_leaf, seed in rows)
 
 
+def probe() -> tuple[Scenario, ...]:
+    """Scenarios outside the family's ranges, to see how far the defaults carry (never tuned
+    on): clusters of 2 to 32 nodes, loads 0.5-2.0, mean run times of 10 min and 2 h, top-class
+    shares of 2 % and 45 %, 24 teams, 16 leaves of one node."""
+    rows = [
+        ("P-tiny-over", 1.6, "small", 0.20, 3, 2, 2, 501, 160, 1800.0),
+        ("P-big-full", 1.0, "large", 0.15, 10, 32, 8, 502, 300, 1800.0),
+        ("P-short-jobs", 1.3, "small", 0.25, 6, 6, 3, 503, 300, 600.0),
+        ("P-long-jobs", 1.2, "large", 0.20, 5, 6, 2, 504, 120, 7200.0),
+        ("P-top-heavy", 1.2, "small", 0.45, 8, 4, 4, 505, 160, 1800.0),
+        ("P-top-rare", 1.4, "large", 0.02, 8, 6, 3, 506, 200, 1800.0),
+        ("P-many-teams", 1.1, "small", 0.15, 24, 8, 4, 507, 200, 1800.0),
+        ("P-extreme-load", 2.0, "large", 0.20, 4, 4, 2, 508, 160, 1800.0),
+        ("P-light", 0.5, "large", 0.30, 4, 4, 4, 509, 160, 1800.0),
+        ("P-16leaf", 1.2, "large", 0.20, 6, 16, 1, 510, 200, 1800.0),
+    ]
+    return tuple(Scenario(n, load, mix, top, teams, nodes, per_leaf, seed, jobs, duration)
+                 for n, load, mix, top, teams, nodes, per_leaf, seed, jobs, duration in rows)
+
+
 def cluster(s: Scenario) -> Topology:
     """``s.nodes`` nodes of 8 GPUs (2 sockets, PCIe switches of 2), leaves of ``nodes_per_leaf``."""
     nt = node_type(NODE_GPUS, 64, 512_000, "sim")

@@ -159,6 +159,24 @@ def test_matrix_generators_are_pure() -> None:
     assert shares == sorted(shares) and shares[0] < shares[-1]
 
 
+def test_probe_scenarios_lie_outside_the_family() -> None:
+    """Each probe scenario has a value the tuning and held-out parts never use (a node count,
+    load, top-class share, team count, leaf size, run time or job count), its own name and
+    seed, and generates a trace whose run times follow its own mean."""
+    known = matrix.family() + matrix.family(held_out=True)
+    fields = ("nodes", "load", "top_share", "teams", "nodes_per_leaf", "duration", "jobs")
+    seen = {f: {getattr(s, f) for s in known} for f in fields}
+    probes = matrix.probe()
+    assert len({s.name for s in probes}) == len(probes)
+    assert not {s.seed for s in probes} & {s.seed for s in known}
+    for s in probes:
+        assert any(getattr(s, f) not in seen[f] for f in fields), s.name
+    short, long_ = (next(s for s in probes if s.name == n) for n in ("P-short-jobs",
+                                                                     "P-long-jobs"))
+    mean = [sum(j.duration for j in matrix.workload(s).jobs) / s.jobs for s in (short, long_)]
+    assert mean[0] < 1200 < 3600 < mean[1]
+
+
 def test_min_run_time_is_per_victim_class() -> None:
     """A LOW job that ran 2 min is too young under a global 10 min, but a victim when LOW's
     own minimum is 1 min; a NORMAL job of the same age stays too young; the TOML table reaches
