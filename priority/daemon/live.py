@@ -39,7 +39,7 @@ from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
 
 def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
                 result: PolicyResult, config: PolicyConfig,
-                borrowed_discount: float | None = None, now: float | None = None) -> str | None:
+                borrowed_discount: float | None = None, *, now: float) -> str | None:
     """The plain-words explanation of one pending or running job, or None if it is neither
     (``borrowed_discount``: the planner's ``borrowed_discount``, when preemption is on;
     ``now``: the time the policy decided at, for a running job's run time)."""
@@ -52,8 +52,8 @@ def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[Run
     for run in running:
         if run.job_id == job_id:
             return explain_running(run, result.running[job_id], result.teams.get(run.team),
-                                   config=config, borrowed_discount=borrowed_discount,
-                                   now=now)
+                                   config=config, now=now,
+                                   borrowed_discount=borrowed_discount)
     return None
 
 

@@ -177,12 +177,12 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
 
 
 def explain_running(job: RunningJob, decision: RunningDecision, team: TeamState | None = None,
-                    *, config: PolicyConfig, borrowed_discount: float | None = None,
-                    now: float | None = None) -> str:
+                    *, config: PolicyConfig, now: float,
+                    borrowed_discount: float | None = None) -> str:
     """Why a running job may or may not give way to others (``borrowed_discount`` as in
-    :func:`explain`; ``now``: when, for the run time the job has then, see
-    :meth:`RunningJob.run_time_at`; None: its ``run_time`` as it stands)."""
-    ran = job.run_time if now is None else job.run_time_at(now)
+    :func:`explain`; ``now``: when the policy decided, for the run time the job has then, see
+    :meth:`RunningJob.run_time_at`)."""
+    ran = job.run_time_at(now)
     lines = [f"Job {job.job_id} (user {job.user}, team {job.team}) is running in class "
              f"{_name(decision.effective)} since {_clock(job.start_time)}."]
     if decision.decayed:

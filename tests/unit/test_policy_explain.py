@@ -59,12 +59,24 @@ def test_explain_running_job_tells_decay_borrowed_and_protection() -> None:
               for i in range(1, 6)]
     result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, events=events,
                                 now=NOW)
-    text = explain_running(job, result.running[5], result.teams["vision"], config=CONFIG)
+    text = explain_running(job, result.running[5], result.teams["vision"], config=CONFIG,
+                           now=NOW)
     assert "running in class NORMAL" in text
-    assert "ABOVE_NORMAL counts as NORMAL after 30m" in text
+    assert "ABOVE_NORMAL counts as NORMAL after 30m" in text and "it has run 1h" in text
     assert "It is protected" in text
     assert "except for urgent jobs (HIGH and above) and jobs past their class bound" in text
     assert "borrowed GPUs" in text
+
+
+def test_explain_running_counts_the_run_time_until_now() -> None:
+    """A job kept as (run time before its current stretch, stretch start) is explained with its
+    whole run time at the decision's time: 20 min before a requeue plus 15 min since."""
+    job = running_job(5, P.ABOVE_NORMAL, team="vision", start=NOW - 900, run_time=1200.0,
+                      running_since=NOW - 900)
+    result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, now=NOW)
+    assert result.running[5].decayed
+    text = explain_running(job, result.running[5], config=CONFIG, now=NOW)
+    assert "it has run 35m" in text
 
 
 def test_explain_says_how_much_a_borrowed_jobs_loss_counts() -> None:
@@ -75,7 +87,7 @@ def test_explain_says_how_much_a_borrowed_jobs_loss_counts() -> None:
 
     def text(weight: float | None) -> str:
         return explain_running(job, result.running[5], result.teams["vision"], config=CONFIG,
-                               borrowed_discount=weight)
+                               now=NOW, borrowed_discount=weight)
 
     assert "borrowed jobs give way first when a team under its quota" in text(0.0)
     half = text(0.5)
@@ -91,14 +103,15 @@ def test_explain_tells_aged_in_yield_and_relative_protection() -> None:
     job's protected team is explained with the share-relative rule."""
     job = running_job(6, P.NORMAL, team="vision", start_class=P.HIGH)
     result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, now=NOW)
-    text = explain_running(job, result.running[6], config=CONFIG)
+    text = explain_running(job, result.running[6], config=CONFIG, now=NOW)
     assert "running in class HIGH" in text
     assert "reached HIGH by aging" in text and "counts as ABOVE_NORMAL" in text
     events = [FairnessEvent(EventKind.PREEMPTED, "vision", "ana", NOW - 60 * i)
               for i in range(1, 6)]
     result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, events=events,
                                 now=NOW)
-    text = explain_running(job, result.running[6], result.teams["vision"], config=CONFIG)
+    text = explain_running(job, result.running[6], result.teams["vision"], config=CONFIG,
+                           now=NOW)
     assert "more than 2 x as often per quota GPU as the other teams" in text
 
 
