@@ -231,6 +231,13 @@ class ClusterView:
         if busy == self._full[node]:
             self.with_free.discard(node)
 
+    def load(self, held: Mapping[str, int]) -> None:
+        """Mark each node's mask in ``held`` busy (a pass's running jobs, gathered per node:
+        one :meth:`occupy` per node rather than per job and node)."""
+        for node, mask in held.items():
+            if mask:
+                self.occupy(node, mask)
+
     def release(self, node: str, mask: int) -> None:
         """Mark ``mask`` free on ``node`` (GPUs already free stay free)."""
         gone = mask & self.busy[node]
