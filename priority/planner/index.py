@@ -275,10 +275,11 @@ class VictimIndex:
                 # order a stable sort of their own parts gives (candidates in job id order)
                 pre = n.pre or self._presort(n)
                 gone = self.gone
-                parts = n.parts[bucket] = (
-                    [(cost, g) for cost, g, r, j in pre[0] if r <= bucket and j not in gone],
-                    [(cost, g) for cost, g, r, j in pre[1] if r <= bucket and j not in gone])
-            got = (_cover(need, parts[0]), _cover(need, parts[1]))
+                first = [(cost, g) for cost, g, r, j in pre[0] if r <= bucket and j not in gone]
+                parts = n.parts[bucket] = (first, first if pre[1] is pre[0] else [
+                    (cost, g) for cost, g, r, j in pre[1] if r <= bucket and j not in gone])
+            low = _cover(need, parts[0])
+            got = (low, low if parts[1] is parts[0] else _cover(need, parts[1]))
         n.low[key] = got
         return got
 
@@ -286,14 +287,20 @@ class VictimIndex:
         """The node's parts of :meth:`lower`, (discounted loss, GPUs, class, job id) and
         (loss, GPUs, class, job id) of each of its candidates, by cost per GPU (a stable
         sort of the job id order): the candidates only leave a node during a pass, so the
-        parts of any class bucket are these, filtered."""
+        parts of any class bucket are these, filtered. The same list twice when no loss is
+        discounted (the two covers are then equal)."""
         name = n.name
         gpus = [c.masks[name].bit_count() for c in n.cands]
-        n.pre = pre = (
-            sorted([(c.cost[0], g, c.rank, c.job_id) for c, g in zip(n.cands, gpus, strict=True)],
-                   key=_ratio),
-            sorted([(c.lost_work, g, c.rank, c.job_id)
-                    for c, g in zip(n.cands, gpus, strict=True)], key=_ratio))
+        first = sorted([(c.cost[0], g, c.rank, c.job_id)
+                        for c, g in zip(n.cands, gpus, strict=True)], key=_ratio)
+        if all([c.cost[0] == c.lost_work for c in n.cands]):
+            # no loss discounted (no borrowed job here): both parts are the same list, and
+            # :meth:`lower` covers it once
+            n.pre = pre = (first, first)
+        else:
+            n.pre = pre = (first, sorted([(c.lost_work, g, c.rank, c.job_id)
+                                          for c, g in zip(n.cands, gpus, strict=True)],
+                                         key=_ratio))
         return pre
 
     def _single(self, per: int, rank: int, keep: int,
