@@ -99,7 +99,9 @@ class _Ranking:
     Within a pass a node only gets worse (plans take its free GPUs and its candidates), so a
     lower bound computed once stays a lower bound: a changed node is pushed again with its last
     bound (``low``) and looked at only when that reaches the top. Each node has one live heap
-    entry (``live`` holds its token); entries with another token are dead.
+    entry (``live`` holds its token); entries with another token are dead. A live entry of
+    such a last bound has a negative token: a node changed again before it was looked at
+    keeps that entry (pushing it again would give the same entry under a new token).
 
     The exact options a search returned are kept out of the heap, best first (``top``): the
     next search starts from them (those whose node has not changed since) instead of popping
@@ -317,10 +319,12 @@ class VictimIndex:
                 low_of, live, heap, token = r.low, r.live, r.heap, self.token
                 for name in set(changes[r.cursor:]):
                     low = low_of.get(name)
-                    if low is not None:  # still a bound: the node only got worse
+                    # still a bound: the node only got worse; a node whose live entry is
+                    # such a bound already (a negative token) keeps it: the same entry
+                    if low is not None and live[name] > 0:
                         token += 1
-                        live[name] = token
-                        heapq.heappush(heap, (low[0], low[1], (), name, token, -1, None))
+                        live[name] = -token
+                        heapq.heappush(heap, (low[0], low[1], (), name, -token, -1, None))
                 self.token = token
                 r.cursor = len(changes)
         taken: list[_Entry] = []
@@ -352,6 +356,8 @@ class VictimIndex:
                 if token != live[name]:
                     break  # dead: the node was pushed again since
                 if ver < 0:  # a bound of an earlier version: the node's bound now
+                    token = self.token = self.token + 1
+                    live[name] = token
                     entry = self._bound(r, name, per, rank, token)
                 elif option is None:  # a bound: the exact option now (never below the bound)
                     exact = self._option(name, per, rank)
@@ -413,7 +419,8 @@ class VictimIndex:
         token = self.token
         if donor is not None:
             r.low = low = dict(donor.low)
-            r.live = live = dict(zip(low, range(token + 1, token + 1 + len(low)), strict=True))
+            r.live = live = dict(zip(low, range(-token - 1, -token - 1 - len(low), -1),
+                                     strict=True))
             r.heap = [(b[0], b[1], (), name, live[name], -1, None) for name, b in low.items()]
             self.token = token + len(low)
         else:
