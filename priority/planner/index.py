@@ -99,9 +99,11 @@ class _Ranking:
     Within a pass a node only gets worse (plans take its free GPUs and its candidates), so a
     lower bound computed once stays a lower bound: a changed node is pushed again with its last
     bound (``low``) and looked at only when that reaches the top. Each node has one live heap
-    entry (``live`` holds its token); entries with another token are dead. A live entry of
-    such a last bound has a negative token: a node changed again before it was looked at
-    keeps that entry (pushing it again would give the same entry under a new token).
+    entry (``live`` holds its token); entries with another token are dead. The live entry of
+    a bound has a negative token: it stays a bound when its node changes (a node only gets
+    worse), so only a node whose live token is positive (an exact option, or no entry) is
+    pushed again; a bound made at an earlier version of its node is made again when it
+    reaches the top, before the exact option.
 
     The exact options a search returned are kept out of the heap, best first (``top``): the
     next search starts from them (those whose node has not changed since) instead of popping
@@ -111,8 +113,9 @@ class _Ranking:
 
     def __init__(self) -> None:
         # entries as _Entry (key flattened, node, token, node version or -1, option); option
-        # None: the key is a lower bound of 2 items (tail ()), and with version -1 one from an
-        # earlier version (computed again first)
+        # None: the key is a lower bound of 2 items (tail ()), and with a version other than
+        # the node's (-1: pushed again, or seeded) one from an earlier version (computed again
+        # first)
         self.heap: list[_Entry] = []
         self.live: dict[str, int] = {}
         self.low: dict[str, _Bound] = {}   # nodes that may ever have an option: a lower bound
@@ -319,8 +322,8 @@ class VictimIndex:
                 low_of, live, heap, token = r.low, r.live, r.heap, self.token
                 for name in set(changes[r.cursor:]):
                     low = low_of.get(name)
-                    # still a bound: the node only got worse; a node whose live entry is
-                    # such a bound already (a negative token) keeps it: the same entry
+                    # still a bound: the node only got worse; a node whose live entry is a
+                    # bound already (a negative token) keeps it
                     if low is not None and live[name] > 0:
                         token += 1
                         live[name] = -token
@@ -330,7 +333,7 @@ class VictimIndex:
         taken: list[_Entry] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
-        heap, live = r.heap, r.live
+        heap, live, nodes = r.heap, r.live, self.nodes
         pop, push = heapq.heappop, heapq.heappush
         top = [e for e in r.top if live[e[3]] == e[4]]   # of nodes not changed since
         ti, tn = 0, len(top)
@@ -355,12 +358,15 @@ class VictimIndex:
                 _, _, _, name, token, ver, option = entry
                 if token != live[name]:
                     break  # dead: the node was pushed again since
-                if ver < 0:  # a bound of an earlier version: the node's bound now
-                    token = self.token = self.token + 1
-                    live[name] = token
+                if option is None and ver != nodes[name].version:
+                    # a bound of an earlier version: the node's bound now (no entry when it
+                    # has no option now: a positive token, so that a change pushes it again)
                     entry = self._bound(r, name, per, rank, token)
+                    if entry is None:
+                        live[name] = -token
                 elif option is None:  # a bound: the exact option now (never below the bound)
                     exact = self._option(name, per, rank)
+                    token = live[name] = -token   # an exact option's token, or no entry
                     if exact is None:
                         entry = None
                     else:
@@ -426,11 +432,11 @@ class VictimIndex:
         else:
             for name in names:
                 self.token += 1
-                r.live[name] = self.token
                 r.low[name] = (0.0, 0.0)
-                entry = self._bound(r, name, per, rank, self.token)
+                entry = self._bound(r, name, per, rank, -self.token)
                 if entry is not None:
                     r.heap.append(entry)
+                r.live[name] = -self.token if entry is not None else self.token
         heapq.heapify(r.heap)
         r.cursor = len(self.changes)
         return r
