@@ -320,11 +320,21 @@ class VictimIndex:
                 # does not matter: live entries never tie, their nodes differ); nodes without a
                 # bound here have no option, or are not among the allowed ones
                 low_of, live, heap, token = r.low, r.live, r.heap, self.token
+                nodes = self.nodes
                 for name in set(changes[r.cursor:]):
                     low = low_of.get(name)
                     # still a bound: the node only got worse; a node whose live entry is a
                     # bound already (a negative token) keeps it
                     if low is not None and live[name] > 0:
+                        if (nodes[name].elig.get(rank)
+                                or self.eligible(name, rank))[2].bit_count() < per:
+                            # cannot hold ``per`` GPUs, now or later in the pass (a plan
+                            # took its candidates): gone from this ranking, as when bounded,
+                            # and its entry (an exact option) dead
+                            del low_of[name]
+                            token += 1
+                            live[name] = token
+                            continue
                         token += 1
                         live[name] = -token
                         heapq.heappush(heap, (low[0], low[1], (), name, -token, -1, None))
@@ -333,7 +343,7 @@ class VictimIndex:
         taken: list[_Entry] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
-        heap, live, nodes = r.heap, r.live, self.nodes
+        heap, live, nodes, limit = r.heap, r.live, self.nodes, self.limit
         pop, push = heapq.heappop, heapq.heappush
         top = [e for e in r.top if live[e[3]] == e[4]]   # of nodes not changed since
         ti, tn = 0, len(top)
@@ -372,6 +382,11 @@ class VictimIndex:
                     else:
                         k = exact.key
                         entry = (k[0], k[1], k[2:], name, token, ver, exact)
+                        if len(nodes[name].elig[rank][1]) <= limit:
+                            # every candidate was tried: the node's later options (it only
+                            # gets worse) lose no less, nor those of a lower class or of
+                            # more GPUs (fewer sets): a bound higher than the cover
+                            r.low[name] = (k[0], k[1])
                 else:
                     taken.append(entry)
                     if option.victims not in sets:
