@@ -164,12 +164,17 @@ class VictimIndex:
         self.group_changes[n.group].append(node)
         self.changed += 1
 
-    def claim(self, jid: int) -> None:
-        """``jid`` gives way to a plan: no later search counts it."""
-        self.gone.add(jid)
-        for node in self.cands[jid].masks:
+    def claim(self, jids: Sequence[int]) -> None:
+        """``jids`` give way to a plan: no later search counts them. Each of their nodes is
+        touched once (in the order of the jobs, then of their nodes)."""
+        gone = self.gone
+        gone.update(jids)
+        touched: dict[str, None] = {}
+        for jid in jids:
+            touched.update(dict.fromkeys(self.cands[jid].masks))
+        for node in touched:
             n = self.nodes[node]
-            n.cands = [c for c in n.cands if c.job_id != jid]
+            n.cands = [c for c in n.cands if c.job_id not in gone]
             self.touch(node)
 
     def eligible(self, node: str, rank: int) -> _Elig:

@@ -370,17 +370,20 @@ class _Pass:
         if self._waived_index is not None:
             self._waived_index.touch(node)
 
-    def claim(self, victim: int, beneficiary: int) -> None:
-        """``victim`` gives way to ``beneficiary``: later plans may not count it."""
-        self.claim_no[victim] = len(self.claimed)
-        self.claimed[victim] = beneficiary
+    def claim(self, victims: Sequence[int], beneficiary: int) -> None:
+        """``victims`` (in order) give way to ``beneficiary``: later plans may not count
+        them (the indexes touch each of their nodes once)."""
+        claimed, claim_no, cands, base, left_out = (self.claimed, self.claim_no, self.cands,
+                                                    self.base, self.left_out)
+        for victim in victims:
+            claim_no[victim] = len(claimed)
+            claimed[victim] = beneficiary
+            left_out[cands[victim].rank, base[victim]] -= 1
         self.counted.clear()
         self.frozen_left = None
-        key = (self.cands[victim].rank, self.base[victim])
-        self.left_out[key] -= 1
-        self.index.claim(victim)
+        self.index.claim(victims)
         if self._waived_index is not None:
-            self._waived_index.claim(victim)
+            self._waived_index.claim(victims)
 
     def excluded(self, rank: int) -> dict[str, int]:
         """How many running jobs may not give way to a job of ``rank``, per reason (what
@@ -685,8 +688,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
         not_chosen = st.passed_over(job, best, options[1:], excluded)
-        for v in ids:
-            st.claim(v, jid)
+        st.claim(ids, jid)
         for node, mask in best.placement.masks:
             st.occupy(node, mask)
         version += 1
