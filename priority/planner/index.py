@@ -564,27 +564,37 @@ class VictimIndex:
             return None
         paid: frozenset[int] = frozenset()
         picked: list[tuple[str, int, int]] = []
-        bounds: dict[str, _Bound | None] = {}
         near: set[str] = set()   # nodes where a chosen victim holds GPUs
+        # nodes with a lower bound, cheapest first, sorted once: each round looks at them in
+        # this order (skipping those picked or near a chosen victim) until one cannot beat
+        # the best so far; the others (free enough, or none) are looked at every round
+        order: list[tuple[_Bound, str]] = []
+        unbounded: list[str] = []
+        for name in left:
+            lb = self.lower(name, per, rank)
+            if lb is None:
+                unbounded.append(name)
+            else:
+                order.append((lb, name))
+        order.sort()
+        remaining = set(left)
         for _ in range(nodes):
             best: tuple[tuple[float, ...], str, int, int, frozenset[int]] | None = None
-            later: list[tuple[_Bound, str]] = []
-            for name in left:
-                if name in near:  # shares a victim already chosen: search it again
-                    got = best_on_node(view, name, per, self.eligible(name, rank)[1], paid,
-                                       self.limit)
-                else:
-                    if name not in bounds:
-                        bounds[name] = self.lower(name, per, rank)
-                    lb = bounds[name]
-                    if lb is not None:  # exact key >= lb: looked at below, cheapest first
-                        later.append((lb, name))
-                        continue
-                    got = self.best(name, per, rank)  # fits on free GPUs, or cannot
+            for name in near.intersection(remaining) if near else ():
+                # shares a victim already chosen: search it again, with that victim paid
+                got = best_on_node(view, name, per, self.eligible(name, rank)[1], paid,
+                                   self.limit)
                 if got is not None and (best is None or got[0] < best[0]):
                     best = (got[0], name, got[1], got[2], got[3])
-            later.sort()
-            for lb, name in later:
+            for name in unbounded:
+                if name in near or name not in remaining:
+                    continue
+                got = self.best(name, per, rank)  # fits on free GPUs, or cannot
+                if got is not None and (best is None or got[0] < best[0]):
+                    best = (got[0], name, got[1], got[2], got[3])
+            for lb, name in order:
+                if name in near or name not in remaining:
+                    continue
                 if best is not None and lb > best[0]:
                     break  # this node and the rest cannot beat the best so far
                 got = self.best(name, per, rank)
@@ -597,7 +607,7 @@ class VictimIndex:
             for j in new:
                 near.update(self.cands[j].masks)
             picked.append((name, level, mask))
-            left.remove(name)
+            remaining.discard(name)
         if not paid:
             return None
         return group_option(view, picked, [self.cands[j] for j in sorted(paid)])
