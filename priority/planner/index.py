@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from operator import attrgetter
 
 from hai_slurm.priority.planner.placement import LEVELS, ClusterView, Placement
 from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, group_option
@@ -613,12 +614,16 @@ class VictimIndex:
         return group_option(view, picked, [self.cands[j] for j in sorted(paid)])
 
 
+_option_key = attrgetter("key")
+"""An option's key, the sort key of :func:`_distinct` (C-level, not a Python call)."""
+
+
 def _distinct(found: list[Option], keep: int) -> list[Option]:
     """The best ``keep`` options of ``found``, one per victim set (a victim spanning two
     leaves may free both)."""
     seen: set[frozenset[int]] = set()
     out: list[Option] = []
-    for o in sorted(found, key=lambda o: o.key):
+    for o in sorted(found, key=_option_key):
         if o.victims not in seen:
             seen.add(o.victims)
             out.append(o)
