@@ -444,14 +444,21 @@ class VictimIndex:
                 donor = self.rankings[-p, k, allowed]
         names = self.view.members(None, allowed)
         token = self.token
+        # a node with no candidate left and fewer than ``per`` GPUs free cannot hold them
+        # now or later in the pass: left out (bounding it would drop it, one pop each)
+        nodes, full, busy = self.nodes, self.full, self.busy
+        dead = {name for name in (names if donor is None else donor.low)
+                if not nodes[name].cands and (full[name] & ~busy[name]).bit_count() < per}
         if donor is not None:
-            r.low = low = dict(donor.low)
+            r.low = low = {name: b for name, b in donor.low.items() if name not in dead}
             r.live = live = dict(zip(low, range(-token - 1, -token - 1 - len(low), -1),
                                      strict=True))
             r.heap = [(b[0], b[1], (), name, live[name], -1, None) for name, b in low.items()]
             self.token = token + len(low)
         else:
             for name in names:
+                if name in dead:
+                    continue
                 self.token += 1
                 r.low[name] = (0.0, 0.0)
                 entry = self._bound(r, name, per, rank, -self.token)
