@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from operator import attrgetter
 
 from hai_slurm.priority.planner.placement import LEVELS, ClusterView, Placement
 from hai_slurm.priority.planner.victims import Candidate, Option, best_on_node, group_option
@@ -99,7 +100,11 @@ class _Ranking:
     Within a pass a node only gets worse (plans take its free GPUs and its candidates), so a
     lower bound computed once stays a lower bound: a changed node is pushed again with its last
     bound (``low``) and looked at only when that reaches the top. Each node has one live heap
-    entry (``live`` holds its token); entries with another token are dead.
+    entry (``live`` holds its token); entries with another token are dead. The live entry of
+    a bound has a negative token: it stays a bound when its node changes (a node only gets
+    worse), so only a node whose live token is positive (an exact option, or no entry) is
+    pushed again; a bound made at an earlier version of its node is made again when it
+    reaches the top, before the exact option.
 
     The exact options a search returned are kept out of the heap, best first (``top``): the
     next search starts from them (those whose node has not changed since) instead of popping
@@ -109,8 +114,9 @@ class _Ranking:
 
     def __init__(self) -> None:
         # entries as _Entry (key flattened, node, token, node version or -1, option); option
-        # None: the key is a lower bound of 2 items (tail ()), and with version -1 one from an
-        # earlier version (computed again first)
+        # None: the key is a lower bound of 2 items (tail ()), and with a version other than
+        # the node's (-1: pushed again, or seeded) one from an earlier version (computed again
+        # first)
         self.heap: list[_Entry] = []
         self.live: dict[str, int] = {}
         self.low: dict[str, _Bound] = {}   # nodes that may ever have an option: a lower bound
@@ -159,12 +165,17 @@ class VictimIndex:
         self.group_changes[n.group].append(node)
         self.changed += 1
 
-    def claim(self, jid: int) -> None:
-        """``jid`` gives way to a plan: no later search counts it."""
-        self.gone.add(jid)
-        for node in self.cands[jid].masks:
+    def claim(self, jids: Sequence[int]) -> None:
+        """``jids`` give way to a plan: no later search counts them. Each of their nodes is
+        touched once (in the order of the jobs, then of their nodes)."""
+        gone = self.gone
+        gone.update(jids)
+        touched: dict[str, None] = {}
+        for jid in jids:
+            touched.update(dict.fromkeys(self.cands[jid].masks))
+        for node in touched:
             n = self.nodes[node]
-            n.cands = [c for c in n.cands if c.job_id != jid]
+            n.cands = [c for c in n.cands if c.job_id not in gone]
             self.touch(node)
 
     def eligible(self, node: str, rank: int) -> _Elig:
@@ -275,10 +286,11 @@ class VictimIndex:
                 # order a stable sort of their own parts gives (candidates in job id order)
                 pre = n.pre or self._presort(n)
                 gone = self.gone
-                parts = n.parts[bucket] = (
-                    [(cost, g) for cost, g, r, j in pre[0] if r <= bucket and j not in gone],
-                    [(cost, g) for cost, g, r, j in pre[1] if r <= bucket and j not in gone])
-            got = (_cover(need, parts[0]), _cover(need, parts[1]))
+                first = [(cost, g) for cost, g, r, j in pre[0] if r <= bucket and j not in gone]
+                parts = n.parts[bucket] = (first, first if pre[1] is pre[0] else [
+                    (cost, g) for cost, g, r, j in pre[1] if r <= bucket and j not in gone])
+            low = _cover(need, parts[0])
+            got = (low, low if parts[1] is parts[0] else _cover(need, parts[1]))
         n.low[key] = got
         return got
 
@@ -286,14 +298,20 @@ class VictimIndex:
         """The node's parts of :meth:`lower`, (discounted loss, GPUs, class, job id) and
         (loss, GPUs, class, job id) of each of its candidates, by cost per GPU (a stable
         sort of the job id order): the candidates only leave a node during a pass, so the
-        parts of any class bucket are these, filtered."""
+        parts of any class bucket are these, filtered. The same list twice when no loss is
+        discounted (the two covers are then equal)."""
         name = n.name
         gpus = [c.masks[name].bit_count() for c in n.cands]
-        n.pre = pre = (
-            sorted([(c.cost[0], g, c.rank, c.job_id) for c, g in zip(n.cands, gpus, strict=True)],
-                   key=_ratio),
-            sorted([(c.lost_work, g, c.rank, c.job_id)
-                    for c, g in zip(n.cands, gpus, strict=True)], key=_ratio))
+        first = sorted([(c.cost[0], g, c.rank, c.job_id)
+                        for c, g in zip(n.cands, gpus, strict=True)], key=_ratio)
+        if all([c.cost[0] == c.lost_work for c in n.cands]):
+            # no loss discounted (no borrowed job here): both parts are the same list, and
+            # :meth:`lower` covers it once
+            n.pre = pre = (first, first)
+        else:
+            n.pre = pre = (first, sorted([(c.lost_work, g, c.rank, c.job_id)
+                                          for c, g in zip(n.cands, gpus, strict=True)],
+                                         key=_ratio))
         return pre
 
     def _single(self, per: int, rank: int, keep: int,
@@ -308,18 +326,30 @@ class VictimIndex:
                 # does not matter: live entries never tie, their nodes differ); nodes without a
                 # bound here have no option, or are not among the allowed ones
                 low_of, live, heap, token = r.low, r.live, r.heap, self.token
+                nodes = self.nodes
                 for name in set(changes[r.cursor:]):
                     low = low_of.get(name)
-                    if low is not None:  # still a bound: the node only got worse
+                    # still a bound: the node only got worse; a node whose live entry is a
+                    # bound already (a negative token) keeps it
+                    if low is not None and live[name] > 0:
+                        if (nodes[name].elig.get(rank)
+                                or self.eligible(name, rank))[2].bit_count() < per:
+                            # cannot hold ``per`` GPUs, now or later in the pass (a plan
+                            # took its candidates): gone from this ranking, as when bounded,
+                            # and its entry (an exact option) dead
+                            del low_of[name]
+                            token += 1
+                            live[name] = token
+                            continue
                         token += 1
-                        live[name] = token
-                        heapq.heappush(heap, (low[0], low[1], (), name, token, -1, None))
+                        live[name] = -token
+                        heapq.heappush(heap, (low[0], low[1], (), name, -token, -1, None))
                 self.token = token
                 r.cursor = len(changes)
         taken: list[_Entry] = []
         out: list[Option] = []
         sets: set[frozenset[int]] = set()
-        heap, live = r.heap, r.live
+        heap, live, nodes, limit = r.heap, r.live, self.nodes, self.limit
         pop, push = heapq.heappop, heapq.heappush
         top = [e for e in r.top if live[e[3]] == e[4]]   # of nodes not changed since
         ti, tn = 0, len(top)
@@ -344,15 +374,25 @@ class VictimIndex:
                 _, _, _, name, token, ver, option = entry
                 if token != live[name]:
                     break  # dead: the node was pushed again since
-                if ver < 0:  # a bound of an earlier version: the node's bound now
+                if option is None and ver != nodes[name].version:
+                    # a bound of an earlier version: the node's bound now (no entry when it
+                    # has no option now: a positive token, so that a change pushes it again)
                     entry = self._bound(r, name, per, rank, token)
+                    if entry is None:
+                        live[name] = -token
                 elif option is None:  # a bound: the exact option now (never below the bound)
                     exact = self._option(name, per, rank)
+                    token = live[name] = -token   # an exact option's token, or no entry
                     if exact is None:
                         entry = None
                     else:
                         k = exact.key
                         entry = (k[0], k[1], k[2:], name, token, ver, exact)
+                        if len(nodes[name].elig[rank][1]) <= limit:
+                            # every candidate was tried: the node's later options (it only
+                            # gets worse) lose no less, nor those of a lower class or of
+                            # more GPUs (fewer sets): a bound higher than the cover
+                            r.low[name] = (k[0], k[1])
                 else:
                     taken.append(entry)
                     if option.victims not in sets:
@@ -404,19 +444,27 @@ class VictimIndex:
                 donor = self.rankings[-p, k, allowed]
         names = self.view.members(None, allowed)
         token = self.token
+        # a node with no candidate left and fewer than ``per`` GPUs free cannot hold them
+        # now or later in the pass: left out (bounding it would drop it, one pop each)
+        nodes, full, busy = self.nodes, self.full, self.busy
+        dead = {name for name in (names if donor is None else donor.low)
+                if not nodes[name].cands and (full[name] & ~busy[name]).bit_count() < per}
         if donor is not None:
-            r.low = low = dict(donor.low)
-            r.live = live = dict(zip(low, range(token + 1, token + 1 + len(low)), strict=True))
+            r.low = low = {name: b for name, b in donor.low.items() if name not in dead}
+            r.live = live = dict(zip(low, range(-token - 1, -token - 1 - len(low), -1),
+                                     strict=True))
             r.heap = [(b[0], b[1], (), name, live[name], -1, None) for name, b in low.items()]
             self.token = token + len(low)
         else:
             for name in names:
+                if name in dead:
+                    continue
                 self.token += 1
-                r.live[name] = self.token
                 r.low[name] = (0.0, 0.0)
-                entry = self._bound(r, name, per, rank, self.token)
+                entry = self._bound(r, name, per, rank, -self.token)
                 if entry is not None:
                     r.heap.append(entry)
+                r.live[name] = -self.token if entry is not None else self.token
         heapq.heapify(r.heap)
         r.cursor = len(self.changes)
         return r
@@ -524,27 +572,37 @@ class VictimIndex:
             return None
         paid: frozenset[int] = frozenset()
         picked: list[tuple[str, int, int]] = []
-        bounds: dict[str, _Bound | None] = {}
         near: set[str] = set()   # nodes where a chosen victim holds GPUs
+        # nodes with a lower bound, cheapest first, sorted once: each round looks at them in
+        # this order (skipping those picked or near a chosen victim) until one cannot beat
+        # the best so far; the others (free enough, or none) are looked at every round
+        order: list[tuple[_Bound, str]] = []
+        unbounded: list[str] = []
+        for name in left:
+            lb = self.lower(name, per, rank)
+            if lb is None:
+                unbounded.append(name)
+            else:
+                order.append((lb, name))
+        order.sort()
+        remaining = set(left)
         for _ in range(nodes):
             best: tuple[tuple[float, ...], str, int, int, frozenset[int]] | None = None
-            later: list[tuple[_Bound, str]] = []
-            for name in left:
-                if name in near:  # shares a victim already chosen: search it again
-                    got = best_on_node(view, name, per, self.eligible(name, rank)[1], paid,
-                                       self.limit)
-                else:
-                    if name not in bounds:
-                        bounds[name] = self.lower(name, per, rank)
-                    lb = bounds[name]
-                    if lb is not None:  # exact key >= lb: looked at below, cheapest first
-                        later.append((lb, name))
-                        continue
-                    got = self.best(name, per, rank)  # fits on free GPUs, or cannot
+            for name in near.intersection(remaining) if near else ():
+                # shares a victim already chosen: search it again, with that victim paid
+                got = best_on_node(view, name, per, self.eligible(name, rank)[1], paid,
+                                   self.limit)
                 if got is not None and (best is None or got[0] < best[0]):
                     best = (got[0], name, got[1], got[2], got[3])
-            later.sort()
-            for lb, name in later:
+            for name in unbounded:
+                if name in near or name not in remaining:
+                    continue
+                got = self.best(name, per, rank)  # fits on free GPUs, or cannot
+                if got is not None and (best is None or got[0] < best[0]):
+                    best = (got[0], name, got[1], got[2], got[3])
+            for lb, name in order:
+                if name in near or name not in remaining:
+                    continue
                 if best is not None and lb > best[0]:
                     break  # this node and the rest cannot beat the best so far
                 got = self.best(name, per, rank)
@@ -557,10 +615,14 @@ class VictimIndex:
             for j in new:
                 near.update(self.cands[j].masks)
             picked.append((name, level, mask))
-            left.remove(name)
+            remaining.discard(name)
         if not paid:
             return None
         return group_option(view, picked, [self.cands[j] for j in sorted(paid)])
+
+
+_option_key = attrgetter("key")
+"""An option's key, the sort key of :func:`_distinct` (C-level, not a Python call)."""
 
 
 def _distinct(found: list[Option], keep: int) -> list[Option]:
@@ -568,7 +630,7 @@ def _distinct(found: list[Option], keep: int) -> list[Option]:
     leaves may free both)."""
     seen: set[frozenset[int]] = set()
     out: list[Option] = []
-    for o in sorted(found, key=lambda o: o.key):
+    for o in sorted(found, key=_option_key):
         if o.victims not in seen:
             seen.add(o.victims)
             out.append(o)

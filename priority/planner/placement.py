@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from operator import attrgetter
 from types import MappingProxyType
 from weakref import WeakKeyDictionary
@@ -231,6 +232,13 @@ class ClusterView:
         if busy == self._full[node]:
             self.with_free.discard(node)
 
+    def load(self, held: Mapping[str, int]) -> None:
+        """Mark each node's mask in ``held`` busy (a pass's running jobs, gathered per node:
+        one :meth:`occupy` per node rather than per job and node)."""
+        for node, mask in held.items():
+            if mask:
+                self.occupy(node, mask)
+
     def release(self, node: str, mask: int) -> None:
         """Mark ``mask`` free on ``node`` (GPUs already free stay free)."""
         gone = mask & self.busy[node]
@@ -276,14 +284,19 @@ class Placement:
     @property
     def nodes(self) -> tuple[str, ...]:
         """The nodes of the placement."""
-        return tuple(n for n, _ in self.masks)
+        return tuple([n for n, _ in self.masks])   # a list: cheaper than a generator
 
     def gpus(self, view: ClusterView) -> tuple[GpuRef, ...]:
         """The GPUs of the placement, sorted."""
         if len(self.masks) == 1:
             return view.gpus(*self.masks[0])
-        return tuple(sorted((g for n, m in self.masks for g in view.gpus(n, m)),
-                            key=_ref_order))
+        nodes = [n for n, _ in self.masks]
+        parts = [view.gpus(n, m) for n, m in self.masks]
+        if all([a < b for a, b in pairwise(nodes)]):
+            # nodes in order (as the planner makes them): each node's GPUs are sorted, so
+            # their concatenation is, without sorting every GPU by its (node, index) again
+            return tuple([g for part in parts for g in part])
+        return tuple(sorted([g for part in parts for g in part], key=_ref_order))
 
 
 _ref_order = attrgetter("node", "index")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import NamedTuple, overload
 
 from hai_slurm.classes import PriorityClass
@@ -245,8 +246,8 @@ def _summary(excluded: Mapping[str, int]) -> str:
     return ", ".join(f"{excluded[k]} {k}" for k in sorted(excluded)) or "none"
 
 
-def _job_id(h: Holder) -> int:
-    return h.job_id
+_job_id = attrgetter("job_id")
+"""A running job's id, the sort key of the pass's setup (C-level, not a Python call)."""
 
 
 class _Pass:
@@ -258,11 +259,8 @@ class _Pass:
         self.holders = {h.job_id: h for h in snap.running}
         self.claimed: dict[int, int] = {}
         self.cands: dict[int, Candidate] = {}
-        self.on_node: dict[str, list[int]] = {}   # running jobs with GPUs on a node, id order
         self.problem: str | None = None
-        view, busy, cands = self.view, self.view.busy, self.cands
-        min_run = config.min_run_for
-        closed = snap.closed
+        view = self.view
         # why each candidate may not give way, leaving class and claims aside (None: it may);
         # the categories of _why_not, in its order, without its texts
         self.base: dict[int, str | None] = {}
@@ -270,40 +268,12 @@ class _Pass:
         self.counted: dict[int, dict[str, int]] = {}   # excluded() per rank until a claim
         self.frozen_left: dict[tuple[int, str | None], int] | None = None   # see options()
         self.claim_no: dict[int, int] = {}   # victim -> how many were given before it
-        for h in sorted(snap.running, key=_job_id):
-            masks = view.masks(h.gpus)
-            if not isinstance(masks, dict):
-                self.problem = (f"job {h.job_id} holds GPU {masks}, which the cluster "
-                                "description does not have; regenerate the description")
-                return
-            for node, mask in masks.items():
-                clash = busy[node] & mask
-                if clash:
-                    other = min((j for j, c in cands.items()
-                                 if c.masks.get(node, 0) & clash & -clash), default=None)
-                    who = (f"jobs {other} and {h.job_id}" if other is not None
-                           else f"job {h.job_id} and a job on a guarded node")
-                    self.problem = (f"{who} both hold a GPU on {node}; the snapshot is "
-                                    "inconsistent")
-                    return
-                view.occupy(node, mask)
-            if masks:
-                jid, rank = h.job_id, RANK[h.effective]
-                lost = lost_seconds(h, config, now, len(masks)) * len(h.gpus)
-                cands[jid] = Candidate(jid, rank, h.borrowed, lost, masks,
-                                       config.borrowed_discount)
-                for node in masks:
-                    self.on_node.setdefault(node, []).append(jid)
-                ran = now - h.start_time
-                # young: too young for every job (2), or except for urgent work (1)
-                young = (0 if ran >= min_run(h.effective)
-                         else 1 if ran >= min_run(h.effective, True) else 2)
-                cat = ("not preemptible" if not h.preemptible
-                       else ("protected", _PROTECTED_URGENT_YOUNG, _PROTECTED_YOUNG)[young]
-                       if h.protected else (None, _URGENT_YOUNG, "too young")[young])
-                self.base[jid] = cat
-                self.left_out[rank, cat] = self.left_out.get((rank, cat), 0) + 1
-        for node in sorted(closed):   # a guard's free GPUs: nobody else's in this pass
+        self._on_node: dict[str, list[int]] | None = None   # see on_node
+        held = self._candidates(sorted(snap.running, key=_job_id))
+        if self.problem is not None:
+            return
+        view.load(held)   # once per node, not once per job and node
+        for node in sorted(snap.closed):   # a guard's free GPUs: nobody else's in this pass
             if node in view.nodes:
                 view.occupy(node, view.free(node))
         self.index = VictimIndex(self.view, self.cands,
@@ -314,6 +284,65 @@ class _Pass:
         too young for others only), made when first needed."""
         self._waivable = not _WAIVED.isdisjoint(self.base.values())
         """Whether some running job may give way to a job that overrides protection only."""
+
+    def _candidates(self, running: Sequence[Holder]) -> dict[str, int]:
+        """A candidate per running job holding GPUs (``running`` in job id order), why it may
+        not give way (``base``) and the counts per (class, reason); returns the GPUs they hold
+        per node. Sets ``problem`` and stops at a GPU the topology does not have or held
+        twice."""
+        config, now, view, cands = self.config, self.now, self.view, self.cands
+        base, left_out = self.base, self.left_out
+        held = dict.fromkeys(view.nodes, 0)
+        discount = config.borrowed_discount
+        # per class: its minimum run time, and the one urgent work sees (two method calls
+        # per job otherwise)
+        least: dict[PriorityClass, tuple[float, float]] = {}
+        for h in running:
+            masks = view.masks(h.gpus)
+            if not isinstance(masks, dict):
+                self.problem = (f"job {h.job_id} holds GPU {masks}, which the cluster "
+                                "description does not have; regenerate the description")
+                return held
+            for node, mask in masks.items():
+                clash = held[node] & mask
+                if clash:
+                    other = min((j for j, c in cands.items()
+                                 if c.masks.get(node, 0) & clash & -clash), default=None)
+                    who = (f"jobs {other} and {h.job_id}" if other is not None
+                           else f"job {h.job_id} and a job on a guarded node")
+                    self.problem = (f"{who} both hold a GPU on {node}; the snapshot is "
+                                    "inconsistent")
+                    return held
+                held[node] |= mask
+            if masks:
+                jid, cls = h.job_id, h.effective
+                rank = RANK[cls]
+                lost = lost_seconds(h, config, now, len(masks)) * len(h.gpus)
+                cands[jid] = Candidate(jid, rank, h.borrowed, lost, masks, discount)
+                ran = now - h.start_time
+                mins = least.get(cls)
+                if mins is None:
+                    mins = least[cls] = (config.min_run_for(cls), config.min_run_for(cls, True))
+                # young: too young for every job (2), or except for urgent work (1)
+                young = 0 if ran >= mins[0] else 1 if ran >= mins[1] else 2
+                cat = ("not preemptible" if not h.preemptible
+                       else ("protected", _PROTECTED_URGENT_YOUNG, _PROTECTED_YOUNG)[young]
+                       if h.protected else (None, _URGENT_YOUNG, "too young")[young])
+                base[jid] = cat
+                left_out[rank, cat] = left_out.get((rank, cat), 0) + 1
+        return held
+
+    @property
+    def on_node(self) -> dict[str, list[int]]:
+        """The running jobs with GPUs on each node, in job id order (made when first read:
+        only plans' ``not_chosen`` texts read it)."""
+        got = self._on_node
+        if got is None:
+            got = self._on_node = {}
+            for jid, c in self.cands.items():
+                for node in c.masks:
+                    got.setdefault(node, []).append(jid)
+        return got
 
     def _index_for(self, waive_protection: bool) -> VictimIndex:
         """The victim index of a job that overrides protection (``waive_protection``) or not
@@ -341,17 +370,20 @@ class _Pass:
         if self._waived_index is not None:
             self._waived_index.touch(node)
 
-    def claim(self, victim: int, beneficiary: int) -> None:
-        """``victim`` gives way to ``beneficiary``: later plans may not count it."""
-        self.claim_no[victim] = len(self.claimed)
-        self.claimed[victim] = beneficiary
+    def claim(self, victims: Sequence[int], beneficiary: int) -> None:
+        """``victims`` (in order) give way to ``beneficiary``: later plans may not count
+        them (the indexes touch each of their nodes once)."""
+        claimed, claim_no, cands, base, left_out = (self.claimed, self.claim_no, self.cands,
+                                                    self.base, self.left_out)
+        for victim in victims:
+            claim_no[victim] = len(claimed)
+            claimed[victim] = beneficiary
+            left_out[cands[victim].rank, base[victim]] -= 1
         self.counted.clear()
         self.frozen_left = None
-        key = (self.cands[victim].rank, self.base[victim])
-        self.left_out[key] -= 1
-        self.index.claim(victim)
+        self.index.claim(victims)
         if self._waived_index is not None:
-            self._waived_index.claim(victim)
+            self._waived_index.claim(victims)
 
     def excluded(self, rank: int) -> dict[str, int]:
         """How many running jobs may not give way to a job of ``rank``, per reason (what
@@ -656,8 +688,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
         not_chosen = st.passed_over(job, best, options[1:], excluded)
-        for v in ids:
-            st.claim(v, jid)
+        st.claim(ids, jid)
         for node, mask in best.placement.masks:
             st.occupy(node, mask)
         version += 1

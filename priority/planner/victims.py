@@ -110,6 +110,8 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
     masks = [c.masks[node] for c in fresh]
     nbs = [c.cost[0] for c in fresh]
     lws = [c.lost_work for c in fresh]
+    ranks = [c.rank for c in fresh]
+    jids = [c.job_id for c in fresh]
     rest = [0] * (count + 1)   # GPUs that candidates i, i + 1, ... hold together
     for i in range(count - 1, -1, -1):
         rest[i] = rest[i + 1] | masks[i]
@@ -128,9 +130,14 @@ def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Ca
             got = pick(node, free, per_node)
             if got is not None:
                 level, mask = got
-                victims = [fresh[i] for i in chosen]
-                ids = sorted(c.job_id for c in victims)
-                key = (*_set_key(victims), int(level), have - per_node, order, *ids)
+                ids = sorted([jids[i] for i in chosen])
+                # the set's key as _set_key makes it: ``nb`` and ``loss`` are the same sums,
+                # added in the same order (from 0, by ascending index)
+                if chosen:
+                    key = (nb, loss, max([ranks[i] for i in chosen]), len(chosen), int(level),
+                           have - per_node, order, *ids)
+                else:
+                    key = (*_set_key([]), int(level), have - per_node, order)
                 if best is None or key < best[0]:
                     best = (key, int(level), mask, frozenset(ids))
                     bound = (key[0], key[1])
