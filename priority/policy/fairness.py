@@ -54,15 +54,9 @@ class FairnessIndex:
 def index_events(events: Iterable[FairnessEvent]) -> FairnessIndex:
     """Group and sort event times by kind and by team and user.
 
-    The index of the last events given is kept (:func:`_index` is remembered, one entry):
-    consecutive cycles (and the urgent looks between them) mostly see the very same events, and
-    an index is a function of the events alone (frozen values; its mappings are never changed
-    after they are made), so equal events give an equal index."""
-    return _index(tuple(events))
-
-
-@lru_cache(maxsize=1)
-def _index(events: tuple[FairnessEvent, ...]) -> FairnessIndex:
+    An index is a function of the events alone (frozen values; its mappings are never changed
+    after they are made). Callers that index the same events pass after pass keep the last one
+    in :class:`~hai_slurm.priority.policy.priorities.PolicyMemo`."""
     groups: dict[tuple[EventKind, bool], defaultdict[str, list[float]]] = {
         (kind, by_user): defaultdict(list) for kind in EventKind for by_user in (False, True)}
     for event in events:

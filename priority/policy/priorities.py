@@ -124,8 +124,7 @@ class PolicyMemo:
 
     def index_of(self, events: Iterable[FairnessEvent]) -> fairness.FairnessIndex:
         """:func:`fairness.index_events` of ``events``, the kept one when they equal the last
-        ones: compared element by element, the same event objects by identity, where the
-        index's own cache hashes every event."""
+        ones (compared element by element: the same event objects by identity, no hashing)."""
         given = tuple(events)
         if self.index is None or given != self.events:
             self.events, self.index = given, fairness.index_events(given)
