@@ -174,6 +174,34 @@ class Job:
         """GPUs the job holds now (sum over its nodes)."""
         return sum(self.gpus_per_node.values())
 
+    @property
+    def start_blocker(self) -> str | None:
+        """For a pending job that Slurm holds back for something free GPUs do not give (its
+        begin time, a dependency, its array's task limit, a QOS or association limit, its
+        partition or account, licenses, a reservation not yet active): Slurm's reason, e.g.
+        ``"BeginTime"``. None while it waits for resources or priority, or for a reason not
+        known to block it (freeing GPUs may start it then)."""
+        if self.state is not JobState.PENDING:
+            return None
+        head = self.reason.split(",", 1)[0].strip()   # "ReqNodeNotAvail, UnavailableNodes:n3"
+        if head in _NOT_FOR_GPUS or head.startswith(_LIMIT_PREFIXES):
+            return head
+        return None
+
+
+_NOT_FOR_GPUS = frozenset({
+    "BeginTime", "Dependency", "DependencyNeverSatisfied", "JobArrayTaskLimit", "Reservation",
+    "Licenses", "PartitionDown", "PartitionInactive", "PartitionNodeLimit",
+    "PartitionTimeLimit", "PartitionConfig", "InvalidAccount", "InvalidQOS",
+    "AccountNotAllowed", "QOSNotAllowed", "BadConstraints", "JobHeldAdmin", "JobHeldUser",
+    "JobHoldMaxRequeue", "BurstBufferStageIn", "FedJobLock", "AccountingPolicy",
+    "QOSUsageThreshold", "QOSJobLimit", "QOSResourceLimit", "QOSTimeLimit",
+    "AssociationJobLimit", "AssociationResourceLimit", "AssociationTimeLimit", "DeadLine"})
+"""Slurm's pending reasons (``job_reason_string``) that free GPUs do not lift."""
+_LIMIT_PREFIXES = ("QOSGrp", "QOSMax", "QOSMin", "AssocGrp", "AssocMax", "Max")
+"""Reasons naming a QOS, association or account limit (``QOSMaxGRESPerUser``,
+``AssocGrpGRES``, ``MaxGRESPerAccount``, ...): the job's own usage keeps it back."""
+
 
 _NODE_LOST = frozenset({
     "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "INVALID",

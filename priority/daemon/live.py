@@ -26,7 +26,7 @@ from hai_slurm.priority.daemon.cycle import (
 from hai_slurm.priority.daemon.factory import read_switches, topology_source
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.daemon.save_times import SaveTimes
-from hai_slurm.priority.hooks import CycleView
+from hai_slurm.priority.hooks import Claims, CycleView
 from hai_slurm.priority.planner.search import plan_preemptions, victim_status
 from hai_slurm.priority.policy.explain import explain, explain_running
 from hai_slurm.priority.policy.settings import PolicyConfig
@@ -34,7 +34,7 @@ from hai_slurm.priority.policy.state import PendingJob, PolicyResult, RunningJob
 from hai_slurm.priority.store.engine import current_revision, make_engine, masked
 from hai_slurm.priority.store.records import TrackedJob
 from hai_slurm.priority.store.repository import Repository
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, SlurmClient
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState, SlurmClient
 
 
 def explain_job(job_id: int, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
@@ -96,10 +96,38 @@ def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
         if plan is not None:
             lines += [f"  victim {v.reason}" for v in plan.victims]
         return "\n".join(lines)
+    job = view.snapshot.job(job_id)
+    if job is not None and job.state is JobState.PENDING:
+        return f"Planner: not planned: {not_planned(job, view.claims)}."
     holder = next((h for h in snapshot.running if h.job_id == job_id), None)
     if holder is None:
         return "Planner: the job holds no GPUs the planner places, so it is never a victim."
     return f"Planner: {victim_status(holder, planner.config, view.now)}."
+
+
+_BLOCKERS = {
+    "BeginTime": "its begin time (sbatch --begin)",
+    "Dependency": "its dependency (sbatch --dependency)",
+    "DependencyNeverSatisfied": "a dependency that can never be met",
+    "JobArrayTaskLimit": "its array's limit on running tasks (--array=...%N)",
+    "Reservation": "its reservation, not active yet",
+    "Licenses": "licenses",
+}
+
+
+def not_planned(job: Job, claims: Claims) -> str:
+    """Why the planner's pass leaves pending ``job`` out (see SnapshotPlanner.snapshot), with
+    the open plans' ``claims``."""
+    if job.job_id in claims.beneficiaries:
+        return "an open plan is freeing GPUs for it"
+    if job.held or job.job_id in claims.held:
+        return f"it is held ({job.reason or 'held'}); a held job cannot start"
+    blocker = job.start_blocker
+    if blocker is not None:
+        what = _BLOCKERS.get(blocker, "a limit or setting of its partition, QOS or account")
+        return (f"Slurm keeps it back for {what} ({blocker}), which free GPUs do not give, "
+                f"so no job is preempted for it")
+    return "it is not among the jobs this pass looks at"
 
 
 def open_repository(config: DaemonConfig) -> Repository:

@@ -79,13 +79,16 @@ class SnapshotPlanner:
         claims = view.claims
         # Open plans' victims (and victims that missed an aborted plan and still run) keep
         # their GPUs in the planner's eyes but are not chosen twice; open plans' beneficiaries
-        # are not planned again, nor are held jobs (the guard's, a user's or an admin's: none
-        # of them can start).
-        held = {j.job_id for j in snap.pending if j.held}
+        # are not planned again, nor are held jobs (the guard's, a user's or an admin's) or
+        # jobs Slurm keeps back for something free GPUs do not give (a begin time, a
+        # dependency, a limit: ``Job.start_blocker``): none of them would start on the GPUs a
+        # plan frees, and its victims would lose their work for nothing.
+        cannot_start = {j.job_id for j in snap.pending
+                        if j.held or j.start_blocker is not None}
         running = view.running
         focus = view.focus
         pending = tuple(j for j in view.pending
-                        if j.job_id not in claims.beneficiaries and j.job_id not in held
+                        if j.job_id not in claims.beneficiaries and j.job_id not in cannot_start
                         and j.job_id not in claims.held
                         and (focus is None or j.job_id in focus))
         running_ids = {j.job_id for j in running}

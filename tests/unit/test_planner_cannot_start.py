@@ -1,0 +1,94 @@
+"""A pending job that Slurm keeps back for something free GPUs do not give (a begin time, a
+dependency, its array's task limit, a limit of its QOS or association, ...) gets no plan: its
+victims would save and restart for nothing. ``priority explain`` says why."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from executor_world import Behaviour, make_world
+
+from hai_slurm.classes import ClassOrigin
+from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.daemon.live import not_planned
+from hai_slurm.priority.daemon.loop import Daemon
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.hooks import Claims
+from hai_slurm.priority.planner.testing import gpu_cluster
+from hai_slurm.priority.planner.types import PlannerConfig
+from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.lock import LeaderLock
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
+from hai_slurm.slurm_plugins.types import Job, JobState
+
+
+def _job(reason: str, state: JobState = JobState.PENDING) -> Job:
+    return Job(job_id=7, name="j", user="u", uid=1000, account="a", partition="p", qos="q",
+               state=state, state_flags=(), reason=reason, priority=1, submit_time=0,
+               eligible_time=0, start_time=None, time_limit=None, node_count=1, nodes=(),
+               node_list="", gpus_requested=8, gpus_per_node={}, restart_count=0,
+               requeue=True, comment="", admin_comment="", batch=True, held=False)
+
+
+@pytest.mark.parametrize(("reason", "blocker"), [
+    ("BeginTime", "BeginTime"),
+    ("Dependency", "Dependency"),
+    ("DependencyNeverSatisfied", "DependencyNeverSatisfied"),
+    ("JobArrayTaskLimit", "JobArrayTaskLimit"),
+    ("QOSMaxGRESPerUser", "QOSMaxGRESPerUser"),
+    ("AssocGrpGRES", "AssocGrpGRES"),
+    ("MaxGRESPerAccount", "MaxGRESPerAccount"),
+    ("PartitionDown", "PartitionDown"),
+    ("Reservation", "Reservation"),
+    ("Resources", None),
+    ("Priority", None),
+    ("None", None),
+    ("", None),
+    ("ReqNodeNotAvail, UnavailableNodes:n3", None),
+    ("Nodes_required_for_job_are_DOWN", None),
+])
+def test_start_blocker_names_the_reasons_free_gpus_do_not_lift(reason: str,
+                                                                blocker: str | None) -> None:
+    assert _job(reason).start_blocker == blocker
+
+
+def test_a_running_job_has_no_start_blocker() -> None:
+    assert _job("BeginTime", JobState.RUNNING).start_blocker is None
+
+
+def test_no_plan_for_a_high_job_waiting_for_its_begin_time(tmp_path: Path) -> None:
+    """Four LOW jobs fill 4 x 8 GPUs; a HIGH 8-GPU job with ``--begin`` an hour away waited
+    10 min: no verdict, no plan, and explain says it waits for its begin time. The same job
+    without ``--begin`` gets its plan (the victims were there to take)."""
+    for begin in (True, False):
+        tmp = tmp_path / str(begin)
+        tmp.mkdir()
+        world = make_world(tmp)
+        for i in range(4):
+            world.victim(f"v{i}", Behaviour(ack_after=0.5))
+        world.fake.advance(world.fake.now + 3600)
+        world.clock.now = float(world.fake.now)
+        info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                          grace=30, source=ClassOrigin.DIRECTIVE)
+        bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=1,
+                                 gpus_per_node=8, admin_comment=format_admin_comment(info),
+                                 now=world.fake.now - 600,
+                                 begin_time=world.fake.now + 3600 if begin else None)
+        cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp))
+        planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
+        lock = LeaderLock(upgrade(f"sqlite:///{tmp / 'state.db'}"))
+        daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                        planner=planner, executor=world.executor(), interval=1.0)
+        assert daemon.run_once().outcome.value == "ok"
+        assert planner.last is not None
+        planned = {p.beneficiary for p in planner.last.plans}
+        if begin:
+            assert bene not in planner.last.decisions and not planned
+            job = world.fake.snapshot().job(bene)
+            assert job is not None and job.start_blocker == "BeginTime"
+            text = not_planned(job, Claims())
+            assert "begin time" in text and "BeginTime" in text
+        else:
+            assert planned == {bene}
