@@ -285,6 +285,11 @@ class CliSlurmClient:
         is its array's (written ``ARRAY_TASK`` then)."""
         return job_id in self._aliases
 
+    def is_array_record(self, job_id: int) -> bool:
+        """Whether the last snapshot showed ``job_id`` as an array's own pending record
+        (written ``ID_[TASKS]`` then)."""
+        return job_id in self._arrays
+
     def _jobs(self, plan: QueryPlan, now: int) -> tuple[Job, ...]:
         if self.listing.usable(now) and self.has_compact_listing():
             jobs = self.listing.jobs(self.compact_listing(), fetch=self.job_details)
@@ -527,10 +532,7 @@ class CliSlurmClient:
             chunk = cut[i:i + CHUNK]
             argv = ["squeue", "--noheader", "--jobs=" + ",".join(map(str, chunk)),
                     "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|", *self.each_record()]
-            if isinstance(self._run, SubprocessRunner):
-                res = self._run(argv, env=TASKS_IN_FULL)
-            else:
-                res = self._run(["env", *(f"{k}={v}" for k, v in TASKS_IN_FULL.items()), *argv])
+            res = self._squeue_full(argv)
             if res.returncode != 0 and _classify(res.stderr + res.stdout, (_GONE,)) is not None:
                 continue   # the arrays ended: written as ID, Slurm says so
             for line in check(res, "squeue -O ArrayTaskID").stdout.splitlines():
@@ -649,30 +651,45 @@ class CliSlurmClient:
         """``scontrol requeuehold IDS`` for the jobs that are running now."""
         return self._requeue("requeuehold", job_ids)
 
+    def _record_refs(self, job_ids: JobIds) -> dict[int, str] | None:
+        """How a write names each of ``job_ids`` that the last snapshot listed as an array's
+        own pending record: ``A_[TASKS]`` (see :meth:`set_priorities`; ``JobId=A`` is the
+        whole array, split-off tasks too). None without such records."""
+        return self._array_refs(job_id_tuple(job_ids)) or None if self._arrays else None
+
     def hold(self, job_ids: JobIds) -> ActionResult:
-        """``scontrol hold IDS`` (admin hold)."""
-        return self._scontrol_ids(["hold"], job_ids, "scontrol hold", (_GONE, _DONE))
+        """``scontrol hold IDS`` (admin hold); an array's own record as ``A_[TASKS]``, so the
+        tasks split off it keep their state."""
+        return self._scontrol_ids(["hold"], job_ids, "scontrol hold", (_GONE, _DONE),
+                                  refs=self._record_refs(job_ids))
 
     def release(self, job_ids: JobIds) -> ActionResult:
-        """``scontrol release IDS``."""
-        return self._scontrol_ids(["release"], job_ids, "scontrol release", (_GONE, _DONE))
+        """``scontrol release IDS``; an array's own record as ``A_[TASKS]`` (a task split off
+        it that its user held stays held)."""
+        return self._scontrol_ids(["release"], job_ids, "scontrol release", (_GONE, _DONE),
+                                  refs=self._record_refs(job_ids))
 
     def set_admin_comment(self, job_id: int, text: str) -> ActionResult:
-        """``scontrol update JobId=ID AdminComment=TEXT`` (one argv element, spaces allowed)."""
+        """``scontrol update JobId=ID AdminComment=TEXT`` (one argv element, spaces allowed);
+        an array's own record as ``A_[TASKS]``."""
         if "\n" in text or "\0" in text:
             raise ValueError("admin_comment must be a single line without NUL bytes")
         self.listing.forget(job_id)  # the next snapshot reads it again (squeue --json)
         return self._scontrol_ids(["update"], job_id, "scontrol update AdminComment",
-                                  (_GONE, _DONE), suffix=[f"AdminComment={text}"])
+                                  (_GONE, _DONE), suffix=[f"AdminComment={text}"],
+                                  refs=self._record_refs(job_id))
 
     def cancel(self, job_ids: JobIds) -> ActionResult:
-        """``scancel IDS``."""
+        """``scancel IDS``; an array's own record as ``A_[TASKS]`` (its split-off and running
+        tasks are other jobs)."""
         ids = job_id_tuple(job_ids)
+        refs = self._record_refs(ids) or {}
         result = ActionResult()
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i:i + CHUNK]
-            result = result.merged(self._per_job(["scancel", *map(self._ref, chunk)], chunk,
-                                                 "scancel", (_GONE, _DONE)))
+            named = [refs.get(j) or self._ref(j) for j in chunk]
+            result = result.merged(self._per_job(["scancel", *named], chunk, "scancel",
+                                                 (_GONE, _DONE), refs=refs))
         return result
 
     def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:
@@ -698,6 +715,46 @@ class CliSlurmClient:
             done.update(self._scontrol_ids(["hold"], to_hold, "scontrol hold",
                                            (_GONE, _DONE)).done)
         return tuple(j for j in ids if j in done)
+
+    def _squeue_full(self, argv: list[str]) -> Completed:
+        """``squeue`` with array task expressions printed whole (:data:`TASKS_IN_FULL`)."""
+        if isinstance(self._run, SubprocessRunner):
+            return self._run(argv, env=TASKS_IN_FULL)
+        return self._run(["env", *(f"{k}={v}" for k, v in TASKS_IN_FULL.items()), *argv])
+
+    def split_array_task(self, job_id: int) -> int:
+        """The job that stands for the first pending task of ``job_id`` when that is an
+        array's own pending record naming several tasks: the task is made a job of its own
+        and its new id returned. Any other job's id (one task left, no array, ended) is
+        returned as it is, with nothing written.
+
+        Slurm pins such a record only as a whole, and not at all once one of the array's tasks
+        has started or been split off (22.05.8: ``JobId=A ReqNodeList=...`` "Job resizing not
+        supported for job arrays", ``JobId=A_[1-3] ...`` "Invalid job ID"), so the guard could
+        not stand for it. Slurm splits a task off its record on any update of that task alone:
+        ``scontrol update JobId=A_T Priority=P`` with P the record's priority now (the guard
+        raises it next; the daemon writes pending jobs' priorities each cycle anyway); the new
+        id is read back with ``squeue --jobs=A_T``."""
+        listed = check(self._squeue_full(
+            ["squeue", "--noheader", f"--jobs={job_id}",
+             "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|,PriorityLong:|", *self.each_record()]),
+            "squeue -O ArrayTaskID")
+        own = next((cols for line in listed.stdout.splitlines()
+                    if len(cols := line.strip().split("|")) >= 4
+                    and cols[0] == cols[1] == str(job_id)), None)
+        tasks = task_ids(own[2]) if own is not None and not own[2].isdigit() else None
+        if own is None or not tasks or len(tasks) < 2 or not own[3].isdigit():
+            return job_id
+        ref = f"{job_id}_{min(tasks)}"
+        check(self._run(["scontrol", "update", f"JobId={ref}", f"Priority={own[3]}"]),
+              f"scontrol update JobId={ref} (split the task off its array)")
+        res = check(self._run(["squeue", "--noheader", f"--jobs={ref}", "--Format=JobID:|"]),
+                    f"squeue --jobs={ref}")
+        first = res.stdout.strip().split("|", 1)[0]
+        if not first.isdigit():
+            raise SlurmError(f"squeue --jobs={ref} named no job after the split: "
+                             f"{res.stdout.strip()!r}", command=list(res.argv))
+        return int(first)
 
     def set_req_nodes(self, job_id: int, nodes: str) -> ActionResult:
         """``scontrol update JobId=ID ReqNodeList=NODES`` ("" clears it), for a pending job.
@@ -852,11 +909,12 @@ class CliSlurmClient:
 
     def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
         """``scontrol update JobId=ID Reservation=NAME`` ("" unlinks); a job that ended is
-        skipped."""
+        skipped; an array's own record as ``A_[TASKS]``."""
         if name:
             self._resv_name(name)
         return self._scontrol_ids(["update"], job_id, "scontrol update Reservation",
-                                  (_GONE, _DONE, _NOT_PENDING), suffix=[f"Reservation={name}"])
+                                  (_GONE, _DONE, _NOT_PENDING), suffix=[f"Reservation={name}"],
+                                  refs=self._record_refs(job_id))
 
 
 def _record_named(ref: str, by_ref: Mapping[str, int]) -> int | None:

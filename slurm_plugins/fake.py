@@ -511,6 +511,10 @@ class FakeSlurm:
             done.append(jid)
         return tuple(done)
 
+    def split_array_task(self, job_id: int) -> int:
+        """``job_id``: the fake has no job arrays, so every pending job is a job of its own."""
+        return job_id
+
     def set_req_nodes(self, job_id: int, nodes: str) -> ActionResult:
         """Remember the pin of a pending job (the fake's scheduler does not honour it)."""
         todo, skipped = self._each(job_id, ("scontrol", "update", f"ReqNodeList={nodes}"))

@@ -366,6 +366,10 @@ class PyslurmClient:
         self._aliases: frozenset[int] = frozenset()
         """Array tasks whose own id is the array's id (from the latest snapshot): written
         through the CLI, which addresses them as ``ARRAY_TASK``."""
+        self._records: frozenset[int] = frozenset()
+        """Arrays' own pending records (from the latest snapshot): pyslurm names a job by its
+        number, which slurmctld reads as the whole array for a cancel; the CLI writes them
+        ``ID_[TASKS]``."""
         self._requests: dict[int, dict[str, str]] = {}
         """The GPU requests ``squeue -O`` gave per job id (see :meth:`_gpu_requests`)."""
         self._requests_at: float | None = None
@@ -513,6 +517,8 @@ class PyslurmClient:
             nodes, partitions, qos = self._cli.cluster_parts()
         self._aliases = frozenset(j.job_id for j in jobs if j.array_job_id == j.job_id
                                   and j.array_task_id is not None)
+        self._records = frozenset(j.job_id for j in jobs if j.array_job_id == j.job_id
+                                  and j.array_task_id is None and j.array_tasks)
         return ClusterSnapshot(time=now, version=self.version(), jobs=jobs, nodes=nodes,
                                partitions=partitions, qos=qos)
 
@@ -582,10 +588,11 @@ class PyslurmClient:
                 tuple(j for j in ids if j in self._aliases))
 
     def _via_cli(self, aliased: tuple[int, ...]) -> CliSlurmClient:
-        """The CLI backend, told which ids are array aliases (it writes them ``ARRAY_TASK``)."""
+        """The CLI backend, told which ids are array aliases (it writes them ``ARRAY_TASK``)
+        or arrays' own records (``ID_[TASKS]``)."""
         for jid in aliased:
-            if not self._cli.is_array_alias(jid):
-                self._cli.snapshot()   # refreshes its alias table; rare (array id == task id)
+            if not (self._cli.is_array_alias(jid) or self._cli.is_array_record(jid)):
+                self._cli.snapshot()   # refreshes its tables; rare (arrays written whole)
                 break
         return self._cli
 
@@ -710,8 +717,12 @@ class PyslurmClient:
                           (_GONE, _DONE))
 
     def cancel(self, job_ids: JobIds) -> ActionResult:
-        """``Job.cancel()``."""
+        """``Job.cancel()``; an array's own record through the CLI (``scancel ID_[TASKS]``):
+        ``Job.cancel`` of its number cancels the whole array, split-off and running tasks too
+        (22.05.8)."""
         mine, aliased = self._split(job_ids)
+        aliased += tuple(j for j in mine if j in self._records)
+        mine = tuple(j for j in mine if j not in self._records)
         result = self._each(mine, lambda job: job.cancel(), "pyslurm Job.cancel", (_GONE, _DONE))
         if aliased:
             result = result.merged(self._via_cli(aliased).cancel(aliased))
@@ -743,6 +754,11 @@ class PyslurmClient:
             self._via_cli((job_id,))
         return self._cli.set_req_nodes(job_id, nodes)
 
+    def split_array_task(self, job_id: int) -> int:
+        """Delegated to the CLI backend: it splits the task off with ``JobId=A_T``, an id
+        string ``Job.modify`` does not send (it names the record by number)."""
+        return self._cli.split_array_task(job_id)
+
     # -- the urgent path (issue 16) ---------------------------------------------------------
     def pending_briefs(self) -> tuple[PendingBrief, ...]:
         """Delegated to the CLI backend: its one ``squeue --states=PENDING -O`` of eight
@@ -773,6 +789,6 @@ class PyslurmClient:
 
     def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
         """Delegated to the CLI backend (``scontrol update Reservation``), like the pin."""
-        if job_id in self._aliases:
+        if job_id in self._aliases or job_id in self._records:
             self._via_cli((job_id,))
         return self._cli.set_job_reservation(job_id, name)

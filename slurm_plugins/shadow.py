@@ -41,7 +41,7 @@ READS = frozenset({"version", "snapshot", "job_facts", "switches", "pending_brie
 WRITES = frozenset({"set_priority", "set_priorities", "signal", "requeue", "requeue_hold", "hold",
                     "release", "set_admin_comment", "cancel", "requeue_any", "set_req_nodes",
                     "create_reservation", "update_reservation", "end_reservation",
-                    "set_job_reservation"})
+                    "set_job_reservation", "split_array_task"})
 """Protocol methods that are recorded and logged instead of done."""
 
 
@@ -167,6 +167,11 @@ class ShadowSlurm:
         """Logged, not done."""
         self._record("set_req_nodes", (job_id,), f"ReqNodeList={nodes!r}")
         return ActionResult()
+
+    def split_array_task(self, job_id: int) -> int:
+        """Logged, not done: the record stays whole (its own id is returned)."""
+        self._record("split_array_task", (job_id,), "scontrol update JobId=A_T (first task)")
+        return job_id
 
     # ------------------------------------------------------------------ the urgent path (reads)
     def pending_briefs(self) -> tuple[PendingBrief, ...]:

@@ -467,6 +467,12 @@ class SlurmClient(Protocol):
         """Pin a pending job to ``nodes`` (``ReqNodeList``; "" clears it)."""
         ...
 
+    def split_array_task(self, job_id: int) -> int:
+        """For an array's own pending record naming several tasks (which Slurm pins only as
+        a whole, or not at all once a task has started): make its first task a job of its own
+        and return that job's id. Any other job's id is returned unchanged, nothing written."""
+        ...
+
     def switches(self) -> tuple[SwitchInfo, ...]:
         """The network switches Slurm's topology plugin knows (``()`` without one)."""
         ...

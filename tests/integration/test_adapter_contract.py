@@ -473,6 +473,91 @@ def test_priority_of_an_array_spares_the_tasks_split_off_it(
         h.cleanup()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_writes_to_an_array_record_spare_the_tasks_split_off_it(
+        backend: str, adapter_slurm_conf: str, tmp_path: Path) -> None:
+    """An array's own pending record (tasks 1-3; task 0 split off by its user's hold): hold,
+    release, AdminComment, the Reservation link and scancel reach the record's tasks only
+    (``JobId=A`` would be the whole array, 22.05.8). The split task stays held, keeps its
+    comment, is linked to no reservation and is not cancelled."""
+    tmp_path.chmod(0o777)
+    client = backend_client(backend, adapter_slurm_conf)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+
+    def jobs(array_id: int) -> dict[int, Job]:
+        truth = CliSlurmClient(slurm_conf=adapter_slurm_conf).snapshot()
+        return {j.job_id: j for j in truth.jobs if j.array_job_id == array_id}
+
+    name = f"hai-plan-arrays-{time.time_ns()}"
+    try:
+        array = h.submit_array("--array=0-3", "--begin=now+3600")
+        subprocess.run(["scontrol", "hold", f"{array}_0"], env=h.env, timeout=30, check=True)
+        (split,) = set(jobs(array)) - {array}
+        assert jobs(array)[split].held and jobs(array)[array].array_tasks == "1-3"
+        snap = client.snapshot()                  # the backend learns the record's tasks
+        user = snap.job(array).user               # type: ignore[union-attr]
+        client.create_reservation(name, [snap.nodes[-1].name], [user], 10)
+        assert client.hold(array).done == (array,)
+        assert client.set_admin_comment(array, "hai:test=1").done == (array,)
+        assert client.set_job_reservation(array, name).done == (array,)
+        now = jobs(array)
+        assert now[array].held and now[array].admin_comment == "hai:test=1"
+        assert now[split].held and now[split].admin_comment != "hai:test=1"
+        linked = {j: subprocess.run(["scontrol", "-o", "show", "job", str(j)], env=h.env,
+                                    capture_output=True, text=True, timeout=30,
+                                    check=True).stdout for j in (array, split)}
+        assert f"Reservation={name}" in linked[array]
+        assert f"Reservation={name}" not in linked[split], linked[split]
+        assert client.release(array).done == (array,)
+        now = jobs(array)
+        assert not now[array].held and now[split].held, now
+        facts = client.job_facts([array, split])
+        assert facts[array].pending and facts[split].pending
+        assert client.cancel(array).done == (array,)
+        h.wait_for(array, "cancelled", lambda j: j is None or not j.state.active
+                   or j.state.value != "PENDING")
+        left = jobs(array)
+        assert split in left and left[split].state.value == "PENDING", left
+        assert not any(j.state.value == "PENDING" and j.job_id != split
+                       for j in left.values()), left
+    finally:
+        h.cleanup()
+        client.end_reservation(name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_split_array_task_makes_the_records_first_task_a_job_of_its_own(
+        backend: str, adapter_slurm_conf: str, tmp_path: Path) -> None:
+    """``split_array_task`` on an array's own record of tasks 0-3 returns a new job id for
+    task 0 and leaves 1-3 in the record, its priority unchanged; then 1 on the next call. A job
+    that is no array, and a record of one task left, come back as they are (no write)."""
+    tmp_path.chmod(0o777)
+    client = backend_client(backend, adapter_slurm_conf)
+    h = CliHarness(adapter_slurm_conf, tmp_path)
+
+    def jobs(array_id: int) -> dict[int, Job]:
+        truth = CliSlurmClient(slurm_conf=adapter_slurm_conf).snapshot()
+        return {j.job_id: j for j in truth.jobs if j.array_job_id == array_id}
+
+    try:
+        array = h.submit_array("--array=0-3", "--begin=now+3600")
+        plain = h.submit(name="plain", begin_in=3600)
+        single = h.submit_array("--array=5", "--begin=now+3600")
+        before = jobs(array)[array].priority
+        first = client.split_array_task(array)
+        assert first != array
+        now = jobs(array)
+        assert now[first].array_task_id == 0 and now[array].array_tasks == "1-3", now
+        assert now[first].priority == before and now[first].state.value == "PENDING"
+        second = client.split_array_task(array)
+        assert second not in (array, first) and jobs(array)[second].array_task_id == 1
+        assert client.split_array_task(plain) == plain
+        assert client.split_array_task(single) == single
+        assert set(jobs(single)) == {single}
+    finally:
+        h.cleanup()
+
+
 def test_priorities_of_many_values_in_one_scontrol(adapter_slurm_conf: str,
                                                    tmp_path: Path) -> None:
     """Several distinct priorities go to one ``scontrol`` process reading one update line per

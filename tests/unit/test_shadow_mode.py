@@ -51,6 +51,7 @@ def test_writes_through_the_wrapper_reach_nothing(tmp_path: Path) -> None:
                s.set_job_reservation(bene, "hai-plan-1")]
     assert all(r.done == () and r.commands == 0 for r in results)
     assert s.requeue_any(victims, hold=True) == ()
+    assert s.split_array_task(bene) == bene
     s.create_reservation("hai-plan-1", ["n1"], ["alice"], 5)
     s.update_reservation("hai-plan-1", ["n1", "n2"], ["alice", "bob"], 9)
     assert s.end_reservation("hai-plan-1") is False
