@@ -226,9 +226,16 @@ class PreemptionExecutor:
                 audit.append(AuditEntry(at=self._now(), kind="plan-refused",
                                         job_id=request.beneficiary, message=victims))
                 continue
-            plan_id = self.start(request, view.snapshot, victims)
-            log.warning("plan %d for job %d started: victims %s", plan_id, request.beneficiary,
-                        list(request.victims))
+            try:
+                plan_id = self.start(request, view.snapshot, victims)
+            except StateError as err:
+                log.warning("%s", err)
+                audit.append(AuditEntry(at=self._now(), kind="plan-refused",
+                                        job_id=request.beneficiary, message=str(err)))
+                continue
+            bene = [b.job_id for b in self.repo.get_plan(plan_id).beneficiaries]
+            log.warning("plan %d for job %s started: victims %s", plan_id,
+                        ",".join(map(str, bene)), list(request.victims))
             claims = self.claims()
         return CycleExtras(audit=tuple(audit))
 
@@ -324,6 +331,7 @@ class PreemptionExecutor:
                 raise StateError(f"preemption for job {request.beneficiary} not started: "
                                  f"{prepared}")
             victims = prepared
+        request, snap = self._own_job(request, snap)
         beneficiaries, victim_jobs = plan_jobs(request, snap)
         now = self._now()
         plan = self.repo.create_plan(
@@ -345,6 +353,30 @@ class PreemptionExecutor:
             self._begin_undo(guard, self.repo.get_plan(plan.plan_id),
                              f"Slurm failed during the plan: {err}", PlanState.ROLLED_BACK)
         return plan.plan_id
+
+    def _own_job(self, request: ExecutionRequest, snap: ClusterSnapshot
+                 ) -> tuple[ExecutionRequest, ClusterSnapshot]:
+        """The request and snapshot with an array's own pending record as beneficiary replaced
+        by its first task, made a job of its own (:meth:`SlurmClient.split_array_task`):
+        Slurm pins and links such a record only as a whole, or refuses once one of its tasks
+        has started, so the guard could not stand for it. The array's other tasks wait as
+        before (a later plan may help the next). Raises StateError, with nothing else done,
+        when Slurm refuses the split."""
+        job = snap.job(request.beneficiary)
+        if job is None or job.array_job_id != job.job_id or job.array_task_id is not None \
+                or not job.array_tasks:
+            return request, snap
+        try:
+            task = self.slurm.split_array_task(job.job_id)
+        except SlurmError as err:
+            raise StateError(f"preemption for job {job.job_id} not started: its first array "
+                             f"task could not be made a job of its own: {err}") from err
+        if task == job.job_id:
+            return request, snap
+        log.info("job %d is an array's pending record (tasks %s): its first task is job %d "
+                 "now, the plan's beneficiary", job.job_id, job.array_tasks, task)
+        split = replace(job, job_id=task, array_tasks="")
+        return replace(request, beneficiary=task), replace(snap, jobs=(*snap.jobs, split))
 
     def _reservation_minutes(self, victims: Sequence[VictimContext]) -> int:
         """How long a plan's reservation is made for: the longest deadline, its saving
