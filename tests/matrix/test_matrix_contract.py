@@ -159,3 +159,32 @@ def test_docker_exec_runner_reports_slurm_errors(suite_cluster: SuiteCluster) ->
     assert res.returncode != 0 and "Invalid job id" in res.stderr
     assert series_of(suite_cluster.runner()(["scontrol", "version"]).stdout) == \
         suite_cluster.series
+
+
+def test_writes_to_an_array_record_spare_the_task_split_off_it(
+        docker_harness: DockerHarness) -> None:
+    """On each release, an array's own pending record (tasks 1-3; task 0 split off by its
+    user's hold) is written as ``A_[TASKS]``: a hold, a release and a priority reach the
+    record only, and the split task stays held at priority 0 (``JobId=A`` would be the whole
+    array). ``split_array_task`` then makes task 1 a job of its own, leaving 2-3."""
+    h = docker_harness
+    array = h.sbatch("--array=0-3", "--begin=now+3600", "--nodes=1", "--gres=gpu:1",
+                     f"--output={h.workdir}/%A_%a.out")
+    res = h.run(["scontrol", "hold", f"{array}_0"])
+    assert res.returncode == 0, res.stderr
+
+    def records() -> dict[int, Job]:
+        return {j.job_id: j for j in h.client.snapshot().jobs if j.array_job_id == array}
+
+    (split,) = set(records()) - {array}
+    assert records()[array].array_tasks == "1-3" and records()[split].held
+    assert h.client.hold(array).done == (array,)
+    assert h.client.release(array).done == (array,)
+    assert h.client.set_priorities({array: 777}).done == (array,)
+    now = records()
+    assert now[array].priority == 777 and not now[array].held, now[array]
+    assert now[split].held and now[split].priority == 0, now[split]
+    first = h.client.split_array_task(array)
+    assert first not in (array, split)
+    now = records()
+    assert now[first].array_task_id == 1 and now[array].array_tasks == "2-3", now
