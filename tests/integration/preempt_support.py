@@ -85,18 +85,27 @@ class Bed:
 
     def cleanup(self) -> None:
         """Remove the guard reservations a failed test left (a new executor would), cancel
-        every job and wait until none is active."""
+        every job and wait until none is active. A job cancelled while it was being requeued
+        (a victim that exited 75 as a plan stopped) can come back pending and start again:
+        whatever is still active is cancelled again every 2 s."""
         for r in self.slurm.reservations("hai-plan-"):
             self.slurm.end_reservation(r.name)
         if not self.jobs:
             return
         self.run(["scancel", *map(str, self.jobs)])
         end = time.monotonic() + 60
+        again = time.monotonic() + 2
+        active: list[int] = []
         while time.monotonic() < end:
             facts = self.slurm.job_facts(self.jobs)
-            if all(f.finished and f.state != "COMPLETING" for f in facts.values()):
+            active = [j for j, f in facts.items() if not f.finished or f.state == "COMPLETING"]
+            if not active:
                 return
+            if time.monotonic() >= again:
+                self.run(["scancel", *map(str, active)])
+                again = time.monotonic() + 2
             time.sleep(0.2)
+        raise AssertionError(f"jobs still active 60 s after scancel: {active}")
 
 
 def bit_identical(job: ToyJob, steps: int) -> bool:

@@ -86,5 +86,6 @@ def test_jobs_that_cannot_start_get_no_plan(bed: Bed, tmp_path: Path) -> None:
         wait_until(lambda: plain in {b.job_id for p in repo.history(limit=100)
                                      for b in p.beneficiaries}, 60,
                    f"no plan for the plain HIGH job {plain}:\n{daemon.text()[-4000:]}")
+        bed.wait(plain, "COMPLETED", timeout=60)   # its plan ends before the daemon does
     finally:
         daemon.kill()
