@@ -124,17 +124,11 @@ _Harmless = tuple[str | tuple[str, ...], SkipReason]
 _TASK_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 _THROTTLE = re.compile(r"%\d+$")
 _NAMED_TASKS = re.compile(r"(\d+)_\[(.+)\]")
-TASKS_IN_FULL = {"SLURM_BITSTR_LEN": "0"}
-"""Makes ``squeue`` print an array's task expression whole: by default it cuts it at 64
-characters and ends it in ``...`` (22.05.8, ``squeue --json`` and ``-O ArrayTaskID`` alike:
-``0-1,3-4,6-7,...,30-31,3...``)."""
-
-
 def task_expression(text: str) -> str | None:
     """The task expression of an array's own record (its ``array_tasks``: ``"1-2"``,
     ``"0-118:2"``, ``"0,3-5"``, ``"[0-9%2]"``) without brackets and throttle (``%2``), ready
-    for ``JobId=A_[EXPR]``; None when it is not a whole expression (squeue cut it, see
-    :data:`TASKS_IN_FULL`)."""
+    for ``JobId=A_[EXPR]``; None when it is not a whole expression (squeue and ``squeue
+    --json`` cut it at 64 characters and end it in ``...``, 22.05.8)."""
     expr = _THROTTLE.sub("", text.strip().removeprefix("[").removesuffix("]"))
     return expr if expr and all(_TASK_RANGE.fullmatch(p) for p in expr.split(",")) else None
 
@@ -488,8 +482,9 @@ class CliSlurmClient:
         skipped, a started one gets the value too, which is harmless); an array whose record
         has one task left is listed as that task (``A_T``, an alias, see :meth:`_ref`). An
         expression naming only some of the record's tasks would split them off into records
-        of their own, so an expression squeue cut (past 64 characters, ending in ``...``) is
-        read again whole (:data:`TASKS_IN_FULL`), one ``squeue`` for all such arrays.
+        of their own, so for an expression squeue cut (past 64 characters, ending in ``...``)
+        the record's tasks are read one by one (:meth:`_array_refs`), one ``squeue`` for all
+        such arrays.
 
         Not chosen: writing the arrays in an earlier ``scontrol`` than the other jobs. It puts
         the right value on split tasks written in the same call, but an array's write still
@@ -517,7 +512,10 @@ class CliSlurmClient:
 
     def _array_refs(self, job_ids: Iterable[int]) -> dict[int, str]:
         """``A_[TASKS]`` for each of ``job_ids`` that the last snapshot listed as an array's
-        own record (see :meth:`set_priorities`); a cut task expression is read again whole."""
+        own record (see :meth:`set_priorities`). A cut task expression is read again: the
+        pending tasks still under the array's own id (``squeue --array``, a line per task;
+        record lines would not do: since 23.02 squeue folds split-off tasks into the
+        array's line)."""
         refs: dict[int, str] = {}
         cut: list[int] = []
         for jid in job_ids:
@@ -530,22 +528,18 @@ class CliSlurmClient:
                     refs[jid] = f"{jid}_[{expr}]"
         for i in range(0, len(cut), CHUNK):
             chunk = cut[i:i + CHUNK]
-            argv = ["squeue", "--noheader", "--jobs=" + ",".join(map(str, chunk)),
-                    "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|", *self.each_record()]
-            res = self._squeue_full(argv)
+            res = self._run(["squeue", "--noheader", "--array", "--states=PENDING",
+                             "--jobs=" + ",".join(map(str, chunk)),
+                             "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|"])
             if res.returncode != 0 and _classify(res.stderr + res.stdout, (_GONE,)) is not None:
                 continue   # the arrays ended: written as ID, Slurm says so
-            for line in check(res, "squeue -O ArrayTaskID").stdout.splitlines():
-                cols = line.strip().split("|")
-                if len(cols) < 3 or not cols[0].isdigit() or cols[0] != cols[1]:
-                    continue
-                jid = int(cols[0])
-                if jid not in chunk:
-                    continue
-                if cols[2].isdigit():          # one task left: the record is that task now
-                    refs[jid] = f"{jid}_{cols[2]}"
-                elif (expr := task_expression(cols[2])) is not None:
-                    refs[jid] = f"{jid}_[{expr}]"
+            own = _record_tasks(check(res, "squeue --array -O ArrayTaskID").stdout)
+            for jid in chunk:
+                found = sorted(own.get(jid, ()))
+                if len(found) == 1:            # one task left: the record is that task now
+                    refs[jid] = f"{jid}_{found[0]}"
+                elif found:
+                    refs[jid] = f"{jid}_[{ranges(found)}]"
         return refs
 
     def _priorities_stdin(self, by_value: Mapping[int, list[int]],
@@ -716,12 +710,6 @@ class CliSlurmClient:
                                            (_GONE, _DONE)).done)
         return tuple(j for j in ids if j in done)
 
-    def _squeue_full(self, argv: list[str]) -> Completed:
-        """``squeue`` with array task expressions printed whole (:data:`TASKS_IN_FULL`)."""
-        if isinstance(self._run, SubprocessRunner):
-            return self._run(argv, env=TASKS_IN_FULL)
-        return self._run(["env", *(f"{k}={v}" for k, v in TASKS_IN_FULL.items()), *argv])
-
     def split_array_task(self, job_id: int) -> int:
         """The job that stands for the first pending task of ``job_id`` when that is an
         array's own pending record naming several tasks: the task is made a job of its own
@@ -731,30 +719,33 @@ class CliSlurmClient:
         Slurm pins such a record only as a whole, and not at all once one of the array's tasks
         has started or been split off (22.05.8: ``JobId=A ReqNodeList=...`` "Job resizing not
         supported for job arrays", ``JobId=A_[1-3] ...`` "Invalid job ID"), so the guard could
-        not stand for it. Slurm splits a task off its record on any update of that task alone:
-        ``scontrol update JobId=A_T Priority=P`` with P the record's priority now (the guard
-        raises it next; the daemon writes pending jobs' priorities each cycle anyway); the new
-        id is read back with ``squeue --jobs=A_T``."""
-        listed = check(self._squeue_full(
-            ["squeue", "--noheader", f"--jobs={job_id}",
-             "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|,PriorityLong:|", *self.each_record()]),
-            "squeue -O ArrayTaskID")
-        own = next((cols for line in listed.stdout.splitlines()
-                    if len(cols := line.strip().split("|")) >= 4
-                    and cols[0] == cols[1] == str(job_id)), None)
-        tasks = task_ids(own[2]) if own is not None and not own[2].isdigit() else None
-        if own is None or not tasks or len(tasks) < 2 or not own[3].isdigit():
+        not stand for it. The record's tasks are the pending ones still listed under the
+        array's own id (``squeue --array``, one line per task: since 23.02 squeue's record
+        lines fold split-off tasks into the array's). Slurm splits a task off its record on
+        any update of that task alone: ``scontrol update JobId=A_T Priority=P`` with P the
+        record's priority now (the guard raises it next; the daemon writes pending jobs'
+        priorities each cycle anyway); the new id is read back with ``squeue --jobs=A_T``."""
+        listed = check(self._run(
+            ["squeue", "--noheader", "--array", "--states=PENDING", f"--jobs={job_id}",
+             "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|,PriorityLong:|"]),
+            "squeue --array -O ArrayTaskID")
+        tasks = _record_tasks(listed.stdout).get(job_id, {})
+        if len(tasks) < 2:
             return job_id
-        ref = f"{job_id}_{min(tasks)}"
-        check(self._run(["scontrol", "update", f"JobId={ref}", f"Priority={own[3]}"]),
+        first = min(tasks)
+        priority = tasks[first]
+        if not priority.isdigit():
+            return job_id
+        ref = f"{job_id}_{first}"
+        check(self._run(["scontrol", "update", f"JobId={ref}", f"Priority={priority}"]),
               f"scontrol update JobId={ref} (split the task off its array)")
         res = check(self._run(["squeue", "--noheader", f"--jobs={ref}", "--Format=JobID:|"]),
                     f"squeue --jobs={ref}")
-        first = res.stdout.strip().split("|", 1)[0]
-        if not first.isdigit():
+        new_id = res.stdout.strip().split("|", 1)[0]
+        if not new_id.isdigit():
             raise SlurmError(f"squeue --jobs={ref} named no job after the split: "
                              f"{res.stdout.strip()!r}", command=list(res.argv))
-        return int(first)
+        return int(new_id)
 
     def set_req_nodes(self, job_id: int, nodes: str) -> ActionResult:
         """``scontrol update JobId=ID ReqNodeList=NODES`` ("" clears it), for a pending job.
@@ -915,6 +906,29 @@ class CliSlurmClient:
         return self._scontrol_ids(["update"], job_id, "scontrol update Reservation",
                                   (_GONE, _DONE, _NOT_PENDING), suffix=[f"Reservation={name}"],
                                   refs=self._record_refs(job_id))
+
+
+def _record_tasks(listing: str) -> dict[int, dict[int, str]]:
+    """From ``squeue --array -O JobID:|,ArrayJobID:|,ArrayTaskID:|[,MORE:|]`` lines: per array,
+    its tasks still in its own record (listed under the array's own id), each with the rest of
+    its line (the next column, or "")."""
+    out: dict[int, dict[int, str]] = {}
+    for line in listing.splitlines():
+        cols = line.strip().split("|")
+        if len(cols) >= 3 and cols[0].isdigit() and cols[0] == cols[1] and cols[2].isdigit():
+            out.setdefault(int(cols[0]), {})[int(cols[2])] = cols[3] if len(cols) > 3 else ""
+    return out
+
+
+def ranges(tasks: Sequence[int]) -> str:
+    """Sorted task ids as a task expression: ``[0, 1, 2, 5]`` is ``"0-2,5"``."""
+    runs: list[list[int]] = []
+    for t in tasks:
+        if runs and t == runs[-1][1] + 1:
+            runs[-1][1] = t
+        else:
+            runs.append([t, t])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _record_named(ref: str, by_ref: Mapping[str, int]) -> int | None:

@@ -17,7 +17,7 @@ import pytest
 
 from hai_slurm.errors import SlurmError
 from hai_slurm.slurm_formats import SlurmVersion
-from hai_slurm.slurm_plugins.cli_backend import QOS_REFRESH, CliSlurmClient, fresh, task_ids
+from hai_slurm.slurm_plugins.cli_backend import QOS_REFRESH, CliSlurmClient, fresh, ranges, task_ids
 from hai_slurm.slurm_plugins.runner import Completed, SubprocessRunner
 from hai_slurm.slurm_plugins.types import SignalTarget, SkipReason
 from hai_slurm.slurm_plugins.version import QOS_COMMAND, parse_version, query_plan
@@ -396,7 +396,8 @@ class ArraySlurmctld:
     ``JobId=53`` is that record, ``JobId=52`` every record of the array, ``52_[TASKS]`` the
     array's own record when TASKS hold all of its tasks (else Slurm splits them off: refused
     here), ``52_T`` task T's record. ``squeue`` cuts a task expression past 64 characters
-    unless SLURM_BITSTR_LEN=0; other commands are answered from the 22.05 recordings."""
+    (``squeue --array`` lists each pending task); other commands are answered from the 22.05
+    recordings."""
 
     ARRAY = 52
 
@@ -462,10 +463,14 @@ class ArraySlurmctld:
             self._update(" ".join(key[1:]))
             return ok(key)
         if key[0] == "squeue" and "--Format=JobID:|,ArrayJobID:|,ArrayTaskID:|" in key:
-            whole = env.get("SLURM_BITSTR_LEN") == "0"
-            return ok(key, "".join(f"{j}|{self.ARRAY}|"
-                                   f"{r.get('task', r.get('tasks')) if whole else 'cut...'}|\n"
-                                   for j, r in self.records.items()))
+            assert "--array" in key and "--states=PENDING" in key, key   # a line per task
+            lines = []
+            for j, r in self.records.items():
+                if r["state"] != "PENDING":
+                    continue
+                own = task_ids(str(r["tasks"])) if "tasks" in r else {r["task"]}
+                lines += [f"{j}|{self.ARRAY}|{t}|\n" for t in sorted(own or ())]
+            return ok(key, "".join(lines))
         return self.replay(key)
 
 
@@ -506,7 +511,7 @@ def test_priority_of_an_array_leaves_its_split_off_tasks_alone(piped: bool) -> N
 def test_array_task_expression_cut_by_squeue_is_read_again_whole(piped: bool) -> None:
     """squeue ends a task expression past 64 characters in ``...``; naming only the tasks
     before the cut would split the rest off the array's record (Slurm splits tasks named
-    apart from the rest). One ``squeue`` with SLURM_BITSTR_LEN=0 reads it whole. A ``%N``
+    apart from the rest). One ``squeue --array`` reads the record's tasks one by one. A ``%N``
     throttle is left out of the name."""
     long = ",".join(f"{t}-{t + 1}" for t in range(4, 150, 3))
     slurmctld = (PipedArraySlurmctld if piped else ArraySlurmctld)(array_52(long))
@@ -555,3 +560,10 @@ def test_messages_about_an_arrays_own_record() -> None:
     answers[("scontrol", "update")] = ok([], "", "52_2: Access/permission denied\n", rc=1)
     with pytest.raises(SlurmError, match="job 52_2: Access/permission denied"):
         client.set_priorities({52: 9})
+
+
+@pytest.mark.parametrize(("tasks", "expr"), [
+    ([0, 1, 2, 5], "0-2,5"), ([3], "3"), ([1, 3, 4, 6, 7, 8], "1,3-4,6-8"), ([0, 2, 4], "0,2,4")])
+def test_ranges_is_the_task_expression_of_sorted_ids(tasks: list[int], expr: str) -> None:
+    assert ranges(tasks) == expr
+    assert task_ids(expr) == frozenset(tasks)
