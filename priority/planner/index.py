@@ -29,6 +29,7 @@ search on random inputs.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from operator import attrgetter
 
@@ -124,6 +125,20 @@ class _Ranking:
         self.top: list[_Entry] = []   # exact options below every entry of the heap, in order
 
 
+class _Reach:
+    """The nodes of a leaf switch or of the cluster that can reach some GPUs per node for a
+    class (see :meth:`VictimIndex._reach`): each one's lower bound (None: it needs no
+    victim, or has no option), those with one sorted as (bound, node), and the others."""
+
+    __slots__ = ("cursor", "lows", "order", "unbounded")
+
+    def __init__(self) -> None:
+        self.cursor = 0   # the change log's length when last brought up to date
+        self.lows: dict[str, _Bound | None] = {}
+        self.order: list[tuple[_Bound, str]] = []
+        self.unbounded: set[str] = set()
+
+
 class VictimIndex:
     """Candidates per node and cached per-node results for one pass (mutable, not shared)."""
 
@@ -150,6 +165,8 @@ class VictimIndex:
                           tuple[int, Option | None]] = {}
         # per (leaf, nodes, GPUs per node, class): the leaf's version, the share bound of each
         # of its nodes that can reach the GPUs, and the leaf's bound (see _group_bound)
+        self.reaches: dict[tuple[str | None, int, int], _Reach] = {}   # see _reach
+        self.position = {n: lay.order for n, lay in view.nodes.items()}
         self.bounds: dict[tuple[str, int, int, int],
                           tuple[int, dict[str, _Bound], _Bound | None]] = {}
 
@@ -552,40 +569,77 @@ class VictimIndex:
         hit = self.greedy.get(key)
         if hit is not None and hit[0] == ver:
             return hit[1]
-        if members is None:
-            members = self.view.members(group, allowed)
-        got = self._greedy(members, nodes, per, rank)
+        if allowed is None:   # the nodes' bounds kept across the pass (see _reach)
+            got = self._greedy(self._reach(group, per, rank), nodes, per, rank)
+        else:
+            if members is None:
+                members = self.view.members(group, allowed)
+            got = self._greedy(self._reach_of(members, per, rank), nodes, per, rank)
         self.greedy[key] = (ver, got)
         return got
 
-    def _greedy(self, members: Sequence[str], nodes: int, per: int,
-                rank: int) -> Option | None:
-        """The plain search's greedy over ``members`` (see victims._greedy_group)."""
-        view = self.view
-        # nodes that cannot reach ``per`` GPUs even with every candidate gone are never picked
+    def _reach(self, group: str | None, per: int, rank: int) -> _Reach:
+        """The nodes of leaf switch ``group`` (None: of the cluster) that can reach ``per``
+        GPUs for a job of ``rank``, with their lower bounds, kept across the pass: only the
+        nodes touched since (the leaf's change log, or the cluster's) are looked at again.
+        A greedy over the whole cluster (when no leaf can hold a job) otherwise bounded
+        all 500 nodes each time."""
+        key = (group, per, rank)
+        got = self.reaches.get(key)
+        log = self.changes if group is None else self.group_changes[group]
+        if got is None:
+            got = self.reaches[key] = self._reach_of(
+                self.view.all_nodes if group is None else self.view.groups[group], per, rank)
+        elif got.cursor < len(log):
+            lows, order, unbounded = got.lows, got.order, got.unbounded
+            nodes_ = self.nodes
+            for name in set(log[got.cursor:]):
+                old = lows.pop(name, _NO_BOUND)
+                if old is None:
+                    unbounded.discard(name)
+                elif old is not _NO_BOUND:
+                    del order[bisect_left(order, (old, name))]
+                if (nodes_[name].elig.get(rank)
+                        or self.eligible(name, rank))[2].bit_count() >= per:
+                    lb = lows[name] = self.lower(name, per, rank)
+                    if lb is None:
+                        unbounded.add(name)
+                    else:
+                        insort(order, (lb, name))
+        got.cursor = len(log)
+        return got
+
+    def _reach_of(self, members: Sequence[str], per: int, rank: int) -> _Reach:
+        """:meth:`_reach` of ``members``, made now."""
+        got = _Reach()
+        lows, order, unbounded = got.lows, got.order, got.unbounded
         nodes_ = self.nodes
-        left: list[str] = []
         for name in members:
             if (nodes_[name].elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
-                left.append(name)
-        if len(left) < nodes:
+                lb = lows[name] = self.lower(name, per, rank)
+                if lb is None:
+                    unbounded.add(name)
+                else:
+                    order.append((lb, name))
+        order.sort()
+        return got
+
+    def _greedy(self, reach: _Reach, nodes: int, per: int, rank: int) -> Option | None:
+        """The plain search's greedy (see victims._greedy_group) over the nodes of ``reach``
+        (those that can reach ``per`` GPUs: the others are never picked)."""
+        view = self.view
+        if len(reach.lows) < nodes:
             return None
         paid: frozenset[int] = frozenset()
         picked: list[tuple[str, int, int]] = []
         near: set[str] = set()   # nodes where a chosen victim holds GPUs
-        # nodes with a lower bound, cheapest first, sorted once: each round looks at them in
-        # this order (skipping those picked or near a chosen victim) until one cannot beat
-        # the best so far; the others (free enough, or none) are looked at every round
-        order: list[tuple[_Bound, str]] = []
-        unbounded: list[str] = []
-        for name in left:
-            lb = self.lower(name, per, rank)
-            if lb is None:
-                unbounded.append(name)
-            else:
-                order.append((lb, name))
-        order.sort()
-        remaining = set(left)
+        # nodes with a lower bound, cheapest first: each round looks at them in this order
+        # (skipping those picked or near a chosen victim) until one cannot beat the best so
+        # far; the others (free enough, or none) are looked at every round, in node order
+        order = reach.order
+        unbounded = (sorted(reach.unbounded, key=self.position.__getitem__)
+                     if reach.unbounded else ())
+        remaining = set(reach.lows)
         for _ in range(nodes):
             best: tuple[tuple[float, ...], str, int, int, frozenset[int]] | None = None
             for name in near.intersection(remaining) if near else ():
