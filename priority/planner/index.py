@@ -202,13 +202,16 @@ class VictimIndex:
         n = self.nodes[node]
         got = n.elig.get(rank)
         if got is None:
-            out = [c for c in n.cands if c.rank < rank]
+            out: list[Candidate] = []
             reach = self.full[node] & ~self.busy[node]
             bucket = -1
-            for c in out:
-                reach |= c.masks[node]
-                if c.rank > bucket:
-                    bucket = c.rank
+            for c in n.cands:   # one loop, not a list comprehension and a loop over it
+                r = c.rank
+                if r < rank:
+                    out.append(c)
+                    reach |= c.masks[node]
+                    if r > bucket:
+                        bucket = r
             got = n.elig[rank] = (bucket, out, reach)
         return got
 
@@ -429,11 +432,16 @@ class VictimIndex:
         """``name``'s lower bound at its version as a heap entry (None when it has no option
         now)."""
         n = self.nodes[name]
-        lb = self.lower(name, per, rank)
+        elig = n.elig.get(rank) or self.eligible(name, rank)
+        # lower()'s cache read here (most bounds of a ranking are of nodes that another
+        # ranking of the class or of its bucket bounded already), its computation otherwise
+        lb = n.low.get(per * 16 + elig[0] + 1, _NO_BOUND)
+        if lb is _NO_BOUND:
+            lb = self.lower(name, per, rank)
         if lb is not None:
             r.low[name] = lb
             return (lb[0], lb[1], (), name, token, n.version, None)
-        if (n.elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
+        if elig[2].bit_count() >= per:
             r.low[name] = (0.0, 0.0)   # free enough now; a later plan may take them
         else:
             r.low.pop(name, None)      # cannot hold ``per`` GPUs, now or later in the pass
