@@ -52,6 +52,9 @@ of (key, node, ...): a bound's key is (discounted loss, loss) and its tail (), w
 before any longer key with the same first two items, as the 2-tuple did."""
 
 
+_INF = float("inf")
+
+
 def _ratio(part: tuple[float, int] | _Pre) -> float:
     return part[0] / part[1] if part[1] else float("inf")
 
@@ -321,17 +324,29 @@ class VictimIndex:
         parts of any class bucket are these, filtered. The same list twice when no loss is
         discounted (the two covers are then equal)."""
         name = n.name
-        gpus = [c.masks[name].bit_count() for c in n.cands]
-        first = sorted([(c.cost[0], g, c.rank, c.job_id)
-                        for c, g in zip(n.cands, gpus, strict=True)], key=_ratio)
-        if all([c.cost[0] == c.lost_work for c in n.cands]):
-            # no loss discounted (no borrowed job here): both parts are the same list, and
-            # :meth:`lower` covers it once
+        first: list[_Pre] = []
+        second: list[_Pre] = []
+        # cost per GPU of each (as _ratio gives it): the parts are sorted by index, with a
+        # C-level key (a Python key function is a call from C per item)
+        ratios: list[float] = []
+        spread: list[float] = []
+        same = True   # no loss discounted (no borrowed job here)
+        for c in n.cands:
+            g = c.masks[name].bit_count()
+            nb, lw, rank, jid = c.cost[0], c.lost_work, c.rank, c.job_id
+            first.append((nb, g, rank, jid))
+            second.append((lw, g, rank, jid))
+            ratios.append(nb / g if g else _INF)
+            spread.append(lw / g if g else _INF)
+            if nb != lw:
+                same = False
+        first = [first[i] for i in sorted(range(len(first)), key=ratios.__getitem__)]
+        if same:
+            # both parts are the same list, and :meth:`lower` covers it once
             n.pre = pre = (first, first)
         else:
-            n.pre = pre = (first, sorted([(c.lost_work, g, c.rank, c.job_id)
-                                          for c, g in zip(n.cands, gpus, strict=True)],
-                                         key=_ratio))
+            n.pre = pre = (first, [second[i] for i in sorted(range(len(second)),
+                                                             key=spread.__getitem__)])
         return pre
 
     def _single(self, per: int, rank: int, keep: int,

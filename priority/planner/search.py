@@ -32,6 +32,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple, overload
 
@@ -57,7 +58,7 @@ from hai_slurm.priority.planner.types import (
     Waiting,
 )
 from hai_slurm.priority.planner.victims import Candidate, Option
-from hai_slurm.priority.policy.ladder import RANK
+from hai_slurm.priority.policy.ladder import LADDER, RANK
 
 _NAME: dict[PriorityClass | Level, str] = {**{c: c.name for c in PriorityClass},
                                            **{lv: lv.name for lv in Level}}
@@ -578,8 +579,12 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         return _refused(st.problem, snapshot.pending)
     view = st.view
     pending = snapshot.pending
-    # highest class first, input order within a class (a stable sort)
-    jobs = sorted(pending, key=_walk_order)
+    # highest class first, input order within a class (a stable sort by rank, made by
+    # dealing the jobs to their classes: each class has a rank of its own)
+    by_class: dict[PriorityClass, list[Waiting]] = {c: [] for c in LADDER}
+    for w in pending:
+        by_class[w.effective].append(w)
+    jobs = list(chain.from_iterable([by_class[c] for c in reversed(LADDER)]))
     decisions: dict[int, Decision] = {}
     plans: list[PreemptionPlan] = []
     # shapes are (nodes, --switches limit or 0, allowed nodes[, GPUs per node])
@@ -707,12 +712,6 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         if len(plans) >= max_plans:
             limited, limit = True, 0
     return PlanningResult(tuple(plans), decisions, None, worth_in)
-
-
-def _walk_order(job: Waiting) -> int:
-    """The walk's sort key: highest class first (a stable sort keeps the input order within
-    a class)."""
-    return -RANK[job.effective]
 
 
 def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:
