@@ -575,9 +575,11 @@ class VictimIndex:
         got: _Bound | None = None
         if len(lows) >= nodes:
             low = sorted(lows.values())[:nodes]
-            # kept a hair low so that rounding in the sums never lifts it above
-            got = (max(0.0, sum(b[0] for b in low) * (1 - 1e-9) - 1e-6),
-                   max(0.0, sum(b[1] for b in low) * (1 - 1e-9) - 1e-6))
+            # kept a hair low so that rounding in the sums never lifts it above (lists, not
+            # generators: cheaper for a few items; ``x if x > 0.0 else 0.0`` is max(0.0, x))
+            first = sum([b[0] for b in low]) * (1 - 1e-9) - 1e-6
+            second = sum([b[1] for b in low]) * (1 - 1e-9) - 1e-6
+            got = (first if first > 0.0 else 0.0, second if second > 0.0 else 0.0)
         self.bounds[key] = (len(log), lows, got)
         return got
 

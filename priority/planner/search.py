@@ -628,9 +628,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 for node, mask in free.masks:
                     st.occupy(node, mask)
                 version += 1
-                decisions[jid] = Decision(jid, _FITS, (
+                decisions[jid] = _decision(Decision, (jid, _FITS, (
                     f"{what} fit on free GPUs of {','.join(free.nodes)} "
-                    f"(in-node level {_NAME[free.level]}); expected to start without preemption"))
+                    f"(in-node level {_NAME[free.level]}); expected to start without preemption")))
                 continue
             no_free[shape_key] = per
         if rank == 0 or no_victims.get(vkey, -1) >= rank:   # no class lower; none found
@@ -645,9 +645,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             benefit = weight * max(job.wait, seen[2]) * job.gpus
             if benefit <= config.benefit_threshold * seen[1]:
                 _worth_later(worth_in, job, weight, config.benefit_threshold * seen[1])
-                decisions[jid] = Decision(jid, _NOT_WORTH, (
+                decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
-                    f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"))
+                    f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that")))
                 continue
         if limited:
             text = skipped[limit]
@@ -669,9 +669,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                                                 if _within(view, o.placement, leaves)]
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
-            decisions[jid] = Decision(jid, _NO_VICTIMS, (
+            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, (
                 f"{lead}; no set of lower-class, {_victim_kind(waive_protection, config)} "
-                f"frees such a placement (running jobs left out: {_summary(excluded)})"))
+                f"frees such a placement (running jobs left out: {_summary(excluded)})")))
             continue
         best = options[0]
         cands = st.cands
@@ -686,9 +686,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         if not benefit > config.benefit_threshold * loss:
             not_worth[(rank, *vkey)] = (version, loss, floor)
             _worth_later(worth_in, job, weight, config.benefit_threshold * loss)
-            decisions[jid] = Decision(jid, _NOT_WORTH, (
+            decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
-                f"{weighed} is not more than {config.benefit_threshold:g} x that"))
+                f"{weighed} is not more than {config.benefit_threshold:g} x that")))
             continue
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
@@ -698,17 +698,18 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             st.occupy(node, mask)
         version += 1
         borrowed = sum([v.borrowed for v in victims])
+        chosen = best.placement.nodes
         reason = (f"job {jid} ({_NAME[cls]}, team {job.team}, {what}) preempts "
                   f"{len(victims)} job(s) ({borrowed} borrowed): {_victim_list(best)} on "
-                  f"{','.join(best.placement.nodes)} (in-node level "
+                  f"{','.join(chosen)} (in-node level "
                   f"{_NAME[best.placement.level]}); lost work {_gs(loss)} x threshold "
                   f"{config.benefit_threshold:g} < {weighed}")
         plans.append(PreemptionPlan(
             beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
-            placement=best.placement.gpus(view), nodes=best.placement.nodes,
+            placement=best.placement.gpus(view), nodes=chosen,
             gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
             not_chosen=not_chosen))
-        decisions[jid] = Decision(jid, _PREEMPT, reason)
+        decisions[jid] = _decision(Decision, (jid, _PREEMPT, reason))
         if len(plans) >= max_plans:
             limited, limit = True, 0
     return PlanningResult(tuple(plans), decisions, None, worth_in)
