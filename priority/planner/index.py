@@ -448,11 +448,25 @@ class VictimIndex:
         now)."""
         n = self.nodes[name]
         elig = n.elig.get(rank) or self.eligible(name, rank)
-        # lower()'s cache read here (most bounds of a ranking are of nodes that another
-        # ranking of the class or of its bucket bounded already), its computation otherwise
-        lb = n.low.get(per * 16 + elig[0] + 1, _NO_BOUND)
-        if lb is _NO_BOUND:
-            lb = self.lower(name, per, rank)
+        lb: _Bound | None
+        if per == 1:
+            # one GPU: any one candidate frees it, so the best set is one victim, and its
+            # (discounted loss, loss) is the least of the candidates' (the first two items of
+            # the exact key): a lower bound as tight as it gets (the cover divides a
+            # several-GPU victim's loss by its GPUs), None when a GPU is free or no
+            # candidate is left, as with lower()
+            cands = elig[1]
+            if not cands or self.full[name] & ~self.busy[name]:
+                lb = None
+            else:
+                least = min(map(_cost, cands))
+                lb = (least[0], least[1])
+        else:
+            # lower()'s cache read here (most bounds of a ranking are of nodes that another
+            # ranking of the class or of its bucket bounded already), its computation otherwise
+            lb = n.low.get(per * 16 + elig[0] + 1, _NO_BOUND)
+            if lb is _NO_BOUND:
+                lb = self.lower(name, per, rank)
         if lb is not None:
             r.low[name] = lb
             return (lb[0], lb[1], (), name, token, n.version, None)
@@ -699,6 +713,9 @@ class VictimIndex:
             return None
         return group_option(view, picked, [self.cands[j] for j in sorted(paid)])
 
+
+_cost = attrgetter("cost")
+"""A candidate's (discounted loss, loss, job id), as a C-level map reads it."""
 
 _option_key = attrgetter("key")
 """An option's key, the sort key of :func:`_distinct` (C-level, not a Python call)."""
