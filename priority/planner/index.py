@@ -166,12 +166,13 @@ class VictimIndex:
         self.token = 0     # heap entry tokens of the rankings
         self.greedy: dict[tuple[str | None, int, int, int, frozenset[str] | None],
                           tuple[int, Option | None]] = {}
-        # per (leaf, nodes, GPUs per node, class): the leaf's version, the share bound of each
-        # of its nodes that can reach the GPUs, and the leaf's bound (see _group_bound)
         self.reaches: dict[tuple[str | None, int, int], _Reach] = {}   # see _reach
         self.position = {n: lay.order for n, lay in view.nodes.items()}
-        self.bounds: dict[tuple[str, int, int, int],
-                          tuple[int, dict[str, _Bound], _Bound | None]] = {}
+        # per (leaf, GPUs per node, class): the leaf's version and the share bound of each of
+        # its nodes that can reach the GPUs; per (leaf, nodes, GPUs per node, class): the
+        # leaf's version and its bound (see _group_bound)
+        self.shares: dict[tuple[str, int, int], tuple[int, dict[str, _Bound]]] = {}
+        self.bounds: dict[tuple[str, int, int, int], tuple[int, _Bound | None]] = {}
 
     def touch(self, node: str) -> None:
         """The node's busy GPUs or candidates changed."""
@@ -563,16 +564,37 @@ class VictimIndex:
         the ``nodes`` smallest bounds of the leaf (nodes that cannot reach ``per`` GPUs are
         never picked).
 
-        The nodes' bounds are kept per key, and only the nodes touched since (the leaf's
-        change log) are bounded again: a multi-node search comes every few plans, and by then
-        most leaves have had a touch or two, so bounding all 20 nodes of each leaf again was
-        most of this. The smallest bounds are the same whatever order they are kept in."""
+        The nodes' bounds are kept per (leaf, GPUs per node, class), for every number of
+        nodes, and only the nodes touched since (the leaf's change log) are bounded again: a
+        multi-node search comes every few plans, and by then most leaves have had a touch or
+        two, so bounding all 20 nodes of each leaf again was most of this. The smallest
+        bounds are the same whatever order they are kept in."""
         log = self.group_changes[group]
         key = (group, nodes, per, rank)
         hit = self.bounds.get(key)
+        if hit is not None and hit[0] == len(log):
+            return hit[1]
+        lows = self._shares(group, per, rank)
+        got: _Bound | None = None
+        if len(lows) >= nodes:
+            low = sorted(lows.values())[:nodes]
+            # kept a hair low so that rounding in the sums never lifts it above (lists, not
+            # generators: cheaper for a few items; ``x if x > 0.0 else 0.0`` is max(0.0, x))
+            first = sum([b[0] for b in low]) * (1 - 1e-9) - 1e-6
+            second = sum([b[1] for b in low]) * (1 - 1e-9) - 1e-6
+            got = (first if first > 0.0 else 0.0, second if second > 0.0 else 0.0)
+        self.bounds[key] = (len(log), got)
+        return got
+
+    def _shares(self, group: str, per: int, rank: int) -> dict[str, _Bound]:
+        """The share bound (:meth:`_share`) of each node of ``group`` that can reach ``per``
+        GPUs for a job of ``rank``, brought up to date with the leaf's change log."""
+        log = self.group_changes[group]
+        key = (group, per, rank)
+        hit = self.shares.get(key)
         if hit is not None:
             if hit[0] == len(log):
-                return hit[2]
+                return hit[1]
             names: Sequence[str] | set[str] = set(log[hit[0]:])
             lows = hit[1]
         else:
@@ -586,16 +608,8 @@ class VictimIndex:
                 lows[name] = n.low.get(share + e[0]) or self._share(name, per, rank)
             else:   # a node's reach only shrinks within a pass
                 lows.pop(name, None)
-        got: _Bound | None = None
-        if len(lows) >= nodes:
-            low = sorted(lows.values())[:nodes]
-            # kept a hair low so that rounding in the sums never lifts it above (lists, not
-            # generators: cheaper for a few items; ``x if x > 0.0 else 0.0`` is max(0.0, x))
-            first = sum([b[0] for b in low]) * (1 - 1e-9) - 1e-6
-            second = sum([b[1] for b in low]) * (1 - 1e-9) - 1e-6
-            got = (first if first > 0.0 else 0.0, second if second > 0.0 else 0.0)
-        self.bounds[key] = (len(log), lows, got)
-        return got
+        self.shares[key] = (len(log), lows)
+        return lows
 
     def _group(self, group: str | None, nodes: int, per: int, rank: int,
                allowed: frozenset[str] | None = None,
