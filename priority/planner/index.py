@@ -29,6 +29,7 @@ search on random inputs.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from operator import attrgetter
 
@@ -49,6 +50,9 @@ _Entry = tuple[float, float, tuple[float, ...], str, int, int, Option | None]
 or None); a key flattened so that heap comparisons mostly compare two floats, in the order
 of (key, node, ...): a bound's key is (discounted loss, loss) and its tail (), which sorts
 before any longer key with the same first two items, as the 2-tuple did."""
+
+
+_INF = float("inf")
 
 
 def _ratio(part: tuple[float, int] | _Pre) -> float:
@@ -124,6 +128,20 @@ class _Ranking:
         self.top: list[_Entry] = []   # exact options below every entry of the heap, in order
 
 
+class _Reach:
+    """The nodes of a leaf switch or of the cluster that can reach some GPUs per node for a
+    class (see :meth:`VictimIndex._reach`): each one's lower bound (None: it needs no
+    victim, or has no option), those with one sorted as (bound, node), and the others."""
+
+    __slots__ = ("cursor", "lows", "order", "unbounded")
+
+    def __init__(self) -> None:
+        self.cursor = 0   # the change log's length when last brought up to date
+        self.lows: dict[str, _Bound | None] = {}
+        self.order: list[tuple[_Bound, str]] = []
+        self.unbounded: set[str] = set()
+
+
 class VictimIndex:
     """Candidates per node and cached per-node results for one pass (mutable, not shared)."""
 
@@ -148,10 +166,13 @@ class VictimIndex:
         self.token = 0     # heap entry tokens of the rankings
         self.greedy: dict[tuple[str | None, int, int, int, frozenset[str] | None],
                           tuple[int, Option | None]] = {}
-        # per (leaf, nodes, GPUs per node, class): the leaf's version, the share bound of each
-        # of its nodes that can reach the GPUs, and the leaf's bound (see _group_bound)
-        self.bounds: dict[tuple[str, int, int, int],
-                          tuple[int, dict[str, _Bound], _Bound | None]] = {}
+        self.reaches: dict[tuple[str | None, int, int], _Reach] = {}   # see _reach
+        self.position = {n: lay.order for n, lay in view.nodes.items()}
+        # per (leaf, GPUs per node, class): the leaf's version and the share bound of each of
+        # its nodes that can reach the GPUs; per (leaf, nodes, GPUs per node, class): the
+        # leaf's version and its bound (see _group_bound)
+        self.shares: dict[tuple[str, int, int], tuple[int, dict[str, _Bound]]] = {}
+        self.bounds: dict[tuple[str, int, int, int], tuple[int, _Bound | None]] = {}
 
     def touch(self, node: str) -> None:
         """The node's busy GPUs or candidates changed."""
@@ -185,13 +206,16 @@ class VictimIndex:
         n = self.nodes[node]
         got = n.elig.get(rank)
         if got is None:
-            out = [c for c in n.cands if c.rank < rank]
+            out: list[Candidate] = []
             reach = self.full[node] & ~self.busy[node]
             bucket = -1
-            for c in out:
-                reach |= c.masks[node]
-                if c.rank > bucket:
-                    bucket = c.rank
+            for c in n.cands:   # one loop, not a list comprehension and a loop over it
+                r = c.rank
+                if r < rank:
+                    out.append(c)
+                    reach |= c.masks[node]
+                    if r > bucket:
+                        bucket = r
             got = n.elig[rank] = (bucket, out, reach)
         return got
 
@@ -301,17 +325,29 @@ class VictimIndex:
         parts of any class bucket are these, filtered. The same list twice when no loss is
         discounted (the two covers are then equal)."""
         name = n.name
-        gpus = [c.masks[name].bit_count() for c in n.cands]
-        first = sorted([(c.cost[0], g, c.rank, c.job_id)
-                        for c, g in zip(n.cands, gpus, strict=True)], key=_ratio)
-        if all([c.cost[0] == c.lost_work for c in n.cands]):
-            # no loss discounted (no borrowed job here): both parts are the same list, and
-            # :meth:`lower` covers it once
+        first: list[_Pre] = []
+        second: list[_Pre] = []
+        # cost per GPU of each (as _ratio gives it): the parts are sorted by index, with a
+        # C-level key (a Python key function is a call from C per item)
+        ratios: list[float] = []
+        spread: list[float] = []
+        same = True   # no loss discounted (no borrowed job here)
+        for c in n.cands:
+            g = c.masks[name].bit_count()
+            nb, lw, rank, jid = c.cost[0], c.lost_work, c.rank, c.job_id
+            first.append((nb, g, rank, jid))
+            second.append((lw, g, rank, jid))
+            ratios.append(nb / g if g else _INF)
+            spread.append(lw / g if g else _INF)
+            if nb != lw:
+                same = False
+        first = [first[i] for i in sorted(range(len(first)), key=ratios.__getitem__)]
+        if same:
+            # both parts are the same list, and :meth:`lower` covers it once
             n.pre = pre = (first, first)
         else:
-            n.pre = pre = (first, sorted([(c.lost_work, g, c.rank, c.job_id)
-                                          for c, g in zip(n.cands, gpus, strict=True)],
-                                         key=_ratio))
+            n.pre = pre = (first, [second[i] for i in sorted(range(len(second)),
+                                                             key=spread.__getitem__)])
         return pre
 
     def _single(self, per: int, rank: int, keep: int,
@@ -412,11 +448,30 @@ class VictimIndex:
         """``name``'s lower bound at its version as a heap entry (None when it has no option
         now)."""
         n = self.nodes[name]
-        lb = self.lower(name, per, rank)
+        elig = n.elig.get(rank) or self.eligible(name, rank)
+        lb: _Bound | None
+        if per == 1:
+            # one GPU: any one candidate frees it, so the best set is one victim, and its
+            # (discounted loss, loss) is the least of the candidates' (the first two items of
+            # the exact key): a lower bound as tight as it gets (the cover divides a
+            # several-GPU victim's loss by its GPUs), None when a GPU is free or no
+            # candidate is left, as with lower()
+            cands = elig[1]
+            if not cands or self.full[name] & ~self.busy[name]:
+                lb = None
+            else:
+                least = min(map(_cost, cands))
+                lb = (least[0], least[1])
+        else:
+            # lower()'s cache read here (most bounds of a ranking are of nodes that another
+            # ranking of the class or of its bucket bounded already), its computation otherwise
+            lb = n.low.get(per * 16 + elig[0] + 1, _NO_BOUND)
+            if lb is _NO_BOUND:
+                lb = self.lower(name, per, rank)
         if lb is not None:
             r.low[name] = lb
             return (lb[0], lb[1], (), name, token, n.version, None)
-        if (n.elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
+        if elig[2].bit_count() >= per:
             r.low[name] = (0.0, 0.0)   # free enough now; a later plan may take them
         else:
             r.low.pop(name, None)      # cannot hold ``per`` GPUs, now or later in the pass
@@ -509,16 +564,37 @@ class VictimIndex:
         the ``nodes`` smallest bounds of the leaf (nodes that cannot reach ``per`` GPUs are
         never picked).
 
-        The nodes' bounds are kept per key, and only the nodes touched since (the leaf's
-        change log) are bounded again: a multi-node search comes every few plans, and by then
-        most leaves have had a touch or two, so bounding all 20 nodes of each leaf again was
-        most of this. The smallest bounds are the same whatever order they are kept in."""
+        The nodes' bounds are kept per (leaf, GPUs per node, class), for every number of
+        nodes, and only the nodes touched since (the leaf's change log) are bounded again: a
+        multi-node search comes every few plans, and by then most leaves have had a touch or
+        two, so bounding all 20 nodes of each leaf again was most of this. The smallest
+        bounds are the same whatever order they are kept in."""
         log = self.group_changes[group]
         key = (group, nodes, per, rank)
         hit = self.bounds.get(key)
+        if hit is not None and hit[0] == len(log):
+            return hit[1]
+        lows = self._shares(group, per, rank)
+        got: _Bound | None = None
+        if len(lows) >= nodes:
+            low = sorted(lows.values())[:nodes]
+            # kept a hair low so that rounding in the sums never lifts it above (lists, not
+            # generators: cheaper for a few items; ``x if x > 0.0 else 0.0`` is max(0.0, x))
+            first = sum([b[0] for b in low]) * (1 - 1e-9) - 1e-6
+            second = sum([b[1] for b in low]) * (1 - 1e-9) - 1e-6
+            got = (first if first > 0.0 else 0.0, second if second > 0.0 else 0.0)
+        self.bounds[key] = (len(log), got)
+        return got
+
+    def _shares(self, group: str, per: int, rank: int) -> dict[str, _Bound]:
+        """The share bound (:meth:`_share`) of each node of ``group`` that can reach ``per``
+        GPUs for a job of ``rank``, brought up to date with the leaf's change log."""
+        log = self.group_changes[group]
+        key = (group, per, rank)
+        hit = self.shares.get(key)
         if hit is not None:
             if hit[0] == len(log):
-                return hit[2]
+                return hit[1]
             names: Sequence[str] | set[str] = set(log[hit[0]:])
             lows = hit[1]
         else:
@@ -532,14 +608,8 @@ class VictimIndex:
                 lows[name] = n.low.get(share + e[0]) or self._share(name, per, rank)
             else:   # a node's reach only shrinks within a pass
                 lows.pop(name, None)
-        got: _Bound | None = None
-        if len(lows) >= nodes:
-            low = sorted(lows.values())[:nodes]
-            # kept a hair low so that rounding in the sums never lifts it above
-            got = (max(0.0, sum(b[0] for b in low) * (1 - 1e-9) - 1e-6),
-                   max(0.0, sum(b[1] for b in low) * (1 - 1e-9) - 1e-6))
-        self.bounds[key] = (len(log), lows, got)
-        return got
+        self.shares[key] = (len(log), lows)
+        return lows
 
     def _group(self, group: str | None, nodes: int, per: int, rank: int,
                allowed: frozenset[str] | None = None,
@@ -552,40 +622,77 @@ class VictimIndex:
         hit = self.greedy.get(key)
         if hit is not None and hit[0] == ver:
             return hit[1]
-        if members is None:
-            members = self.view.members(group, allowed)
-        got = self._greedy(members, nodes, per, rank)
+        if allowed is None:   # the nodes' bounds kept across the pass (see _reach)
+            got = self._greedy(self._reach(group, per, rank), nodes, per, rank)
+        else:
+            if members is None:
+                members = self.view.members(group, allowed)
+            got = self._greedy(self._reach_of(members, per, rank), nodes, per, rank)
         self.greedy[key] = (ver, got)
         return got
 
-    def _greedy(self, members: Sequence[str], nodes: int, per: int,
-                rank: int) -> Option | None:
-        """The plain search's greedy over ``members`` (see victims._greedy_group)."""
-        view = self.view
-        # nodes that cannot reach ``per`` GPUs even with every candidate gone are never picked
+    def _reach(self, group: str | None, per: int, rank: int) -> _Reach:
+        """The nodes of leaf switch ``group`` (None: of the cluster) that can reach ``per``
+        GPUs for a job of ``rank``, with their lower bounds, kept across the pass: only the
+        nodes touched since (the leaf's change log, or the cluster's) are looked at again.
+        A greedy over the whole cluster (when no leaf can hold a job) otherwise bounded
+        all 500 nodes each time."""
+        key = (group, per, rank)
+        got = self.reaches.get(key)
+        log = self.changes if group is None else self.group_changes[group]
+        if got is None:
+            got = self.reaches[key] = self._reach_of(
+                self.view.all_nodes if group is None else self.view.groups[group], per, rank)
+        elif got.cursor < len(log):
+            lows, order, unbounded = got.lows, got.order, got.unbounded
+            nodes_ = self.nodes
+            for name in set(log[got.cursor:]):
+                old = lows.pop(name, _NO_BOUND)
+                if old is None:
+                    unbounded.discard(name)
+                elif old is not _NO_BOUND:
+                    del order[bisect_left(order, (old, name))]
+                if (nodes_[name].elig.get(rank)
+                        or self.eligible(name, rank))[2].bit_count() >= per:
+                    lb = lows[name] = self.lower(name, per, rank)
+                    if lb is None:
+                        unbounded.add(name)
+                    else:
+                        insort(order, (lb, name))
+        got.cursor = len(log)
+        return got
+
+    def _reach_of(self, members: Sequence[str], per: int, rank: int) -> _Reach:
+        """:meth:`_reach` of ``members``, made now."""
+        got = _Reach()
+        lows, order, unbounded = got.lows, got.order, got.unbounded
         nodes_ = self.nodes
-        left: list[str] = []
         for name in members:
             if (nodes_[name].elig.get(rank) or self.eligible(name, rank))[2].bit_count() >= per:
-                left.append(name)
-        if len(left) < nodes:
+                lb = lows[name] = self.lower(name, per, rank)
+                if lb is None:
+                    unbounded.add(name)
+                else:
+                    order.append((lb, name))
+        order.sort()
+        return got
+
+    def _greedy(self, reach: _Reach, nodes: int, per: int, rank: int) -> Option | None:
+        """The plain search's greedy (see victims._greedy_group) over the nodes of ``reach``
+        (those that can reach ``per`` GPUs: the others are never picked)."""
+        view = self.view
+        if len(reach.lows) < nodes:
             return None
         paid: frozenset[int] = frozenset()
         picked: list[tuple[str, int, int]] = []
         near: set[str] = set()   # nodes where a chosen victim holds GPUs
-        # nodes with a lower bound, cheapest first, sorted once: each round looks at them in
-        # this order (skipping those picked or near a chosen victim) until one cannot beat
-        # the best so far; the others (free enough, or none) are looked at every round
-        order: list[tuple[_Bound, str]] = []
-        unbounded: list[str] = []
-        for name in left:
-            lb = self.lower(name, per, rank)
-            if lb is None:
-                unbounded.append(name)
-            else:
-                order.append((lb, name))
-        order.sort()
-        remaining = set(left)
+        # nodes with a lower bound, cheapest first: each round looks at them in this order
+        # (skipping those picked or near a chosen victim) until one cannot beat the best so
+        # far; the others (free enough, or none) are looked at every round, in node order
+        order = reach.order
+        unbounded = (sorted(reach.unbounded, key=self.position.__getitem__)
+                     if reach.unbounded else ())
+        remaining = set(reach.lows)
         for _ in range(nodes):
             best: tuple[tuple[float, ...], str, int, int, frozenset[int]] | None = None
             for name in near.intersection(remaining) if near else ():
@@ -620,6 +727,9 @@ class VictimIndex:
             return None
         return group_option(view, picked, [self.cands[j] for j in sorted(paid)])
 
+
+_cost = attrgetter("cost")
+"""A candidate's (discounted loss, loss, job id), as a C-level map reads it."""
 
 _option_key = attrgetter("key")
 """An option's key, the sort key of :func:`_distinct` (C-level, not a Python call)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple, overload
 
@@ -57,7 +58,7 @@ from hai_slurm.priority.planner.types import (
     Waiting,
 )
 from hai_slurm.priority.planner.victims import Candidate, Option
-from hai_slurm.priority.policy.ladder import RANK
+from hai_slurm.priority.policy.ladder import LADDER, RANK
 
 _NAME: dict[PriorityClass | Level, str] = {**{c: c.name for c in PriorityClass},
                                            **{lv: lv.name for lv in Level}}
@@ -95,7 +96,8 @@ def lost_seconds(holder: Holder, config: PlannerConfig, now: float,
     if restart is None:
         if nodes is None:
             nodes = len({g.node for g in holder.gpus})
-        restart = config.restart_for(nodes)
+        # config.restart_for(nodes), without the method call (2,000 a pass)
+        restart = config.restart_cost + config.restart_cost_per_node * nodes
     # ``x if x > 0.0 else 0.0`` is max(0.0, x) (NaN too), without a builtin call: 2,000 a pass
     restart = restart if restart > 0.0 else 0.0
     if holder.can_ack:
@@ -577,9 +579,12 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         return _refused(st.problem, snapshot.pending)
     view = st.view
     pending = snapshot.pending
-    # highest class first, input order within a class (a stable sort)
-    jobs = [pending[i] for i in sorted(range(len(pending)),
-                                       key=[-RANK[w.effective] for w in pending].__getitem__)]
+    # highest class first, input order within a class (a stable sort by rank, made by
+    # dealing the jobs to their classes: each class has a rank of its own)
+    by_class: dict[PriorityClass, list[Waiting]] = {c: [] for c in LADDER}
+    for w in pending:
+        by_class[w.effective].append(w)
+    jobs = list(chain.from_iterable([by_class[c] for c in reversed(LADDER)]))
     decisions: dict[int, Decision] = {}
     plans: list[PreemptionPlan] = []
     # shapes are (nodes, --switches limit or 0, allowed nodes[, GPUs per node])
@@ -623,9 +628,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 for node, mask in free.masks:
                     st.occupy(node, mask)
                 version += 1
-                decisions[jid] = Decision(jid, _FITS, (
+                decisions[jid] = _decision(Decision, (jid, _FITS, (
                     f"{what} fit on free GPUs of {','.join(free.nodes)} "
-                    f"(in-node level {_NAME[free.level]}); expected to start without preemption"))
+                    f"(in-node level {_NAME[free.level]}); expected to start without preemption")))
                 continue
             no_free[shape_key] = per
         if rank == 0 or no_victims.get(vkey, -1) >= rank:   # no class lower; none found
@@ -640,9 +645,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             benefit = weight * max(job.wait, seen[2]) * job.gpus
             if benefit <= config.benefit_threshold * seen[1]:
                 _worth_later(worth_in, job, weight, config.benefit_threshold * seen[1])
-                decisions[jid] = Decision(jid, _NOT_WORTH, (
+                decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
-                    f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"))
+                    f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that")))
                 continue
         if limited:
             text = skipped[limit]
@@ -664,9 +669,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                                                 if _within(view, o.placement, leaves)]
         if not options:
             no_victims[vkey] = max(rank, no_victims.get(vkey, -1))
-            decisions[jid] = Decision(jid, _NO_VICTIMS, (
+            decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, (
                 f"{lead}; no set of lower-class, {_victim_kind(waive_protection, config)} "
-                f"frees such a placement (running jobs left out: {_summary(excluded)})"))
+                f"frees such a placement (running jobs left out: {_summary(excluded)})")))
             continue
         best = options[0]
         cands = st.cands
@@ -681,9 +686,9 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         if not benefit > config.benefit_threshold * loss:
             not_worth[(rank, *vkey)] = (version, loss, floor)
             _worth_later(worth_in, job, weight, config.benefit_threshold * loss)
-            decisions[jid] = Decision(jid, _NOT_WORTH, (
+            decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
-                f"{weighed} is not more than {config.benefit_threshold:g} x that"))
+                f"{weighed} is not more than {config.benefit_threshold:g} x that")))
             continue
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
@@ -693,17 +698,18 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             st.occupy(node, mask)
         version += 1
         borrowed = sum([v.borrowed for v in victims])
+        chosen = best.placement.nodes
         reason = (f"job {jid} ({_NAME[cls]}, team {job.team}, {what}) preempts "
                   f"{len(victims)} job(s) ({borrowed} borrowed): {_victim_list(best)} on "
-                  f"{','.join(best.placement.nodes)} (in-node level "
+                  f"{','.join(chosen)} (in-node level "
                   f"{_NAME[best.placement.level]}); lost work {_gs(loss)} x threshold "
                   f"{config.benefit_threshold:g} < {weighed}")
         plans.append(PreemptionPlan(
             beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
-            placement=best.placement.gpus(view), nodes=best.placement.nodes,
+            placement=best.placement.gpus(view), nodes=chosen,
             gpus_per_node=per, lost_work=loss, benefit=benefit, reason=reason,
             not_chosen=not_chosen))
-        decisions[jid] = Decision(jid, _PREEMPT, reason)
+        decisions[jid] = _decision(Decision, (jid, _PREEMPT, reason))
         if len(plans) >= max_plans:
             limited, limit = True, 0
     return PlanningResult(tuple(plans), decisions, None, worth_in)

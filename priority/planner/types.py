@@ -315,6 +315,12 @@ class Text:
         return (str, (str(self),))
 
 
+_setattr = object.__setattr__
+"""Sets a field of a frozen dataclass: :class:`Victim` and :class:`PreemptionPlan` have
+``__init__``s of their own that look it up once (the generated one of a frozen dataclass looks
+``object.__setattr__`` up for each field; a pass makes 1,354 victims and 500 plans)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Victim:
     """One job that gives way, and what it loses."""
@@ -328,6 +334,19 @@ class Victim:
     #                          plus its restart cost
     lost_work: float         # lost_seconds x GPUs
     reason: str | Text       # the planner's: a Text, built when first read (str() it)
+
+    def __init__(self, job_id: int, team: str, effective: PriorityClass, gpus: int,
+                 borrowed: bool, lost_seconds: float, lost_work: float,
+                 reason: str | Text) -> None:
+        # the generated __init__, with ``object.__setattr__`` looked up once (see _setattr)
+        _setattr(self, "job_id", job_id)
+        _setattr(self, "team", team)
+        _setattr(self, "effective", effective)
+        _setattr(self, "gpus", gpus)
+        _setattr(self, "borrowed", borrowed)
+        _setattr(self, "lost_seconds", lost_seconds)
+        _setattr(self, "lost_work", lost_work)
+        _setattr(self, "reason", reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +371,23 @@ class PreemptionPlan:
     benefit: float
     reason: str
     not_chosen: Sequence[str] = ()
+
+    def __init__(self, beneficiary: int, beneficiary_class: PriorityClass, team: str,
+                 victims: tuple[Victim, ...], placement: tuple[GpuRef, ...],
+                 nodes: tuple[str, ...], gpus_per_node: int, lost_work: float,
+                 benefit: float, reason: str, not_chosen: Sequence[str] = ()) -> None:
+        # as Victim's: one ``object.__setattr__`` lookup, not one per field
+        _setattr(self, "beneficiary", beneficiary)
+        _setattr(self, "beneficiary_class", beneficiary_class)
+        _setattr(self, "team", team)
+        _setattr(self, "victims", victims)
+        _setattr(self, "placement", placement)
+        _setattr(self, "nodes", nodes)
+        _setattr(self, "gpus_per_node", gpus_per_node)
+        _setattr(self, "lost_work", lost_work)
+        _setattr(self, "benefit", benefit)
+        _setattr(self, "reason", reason)
+        _setattr(self, "not_chosen", not_chosen)
 
     @property
     def victim_ids(self) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ across nodes; it never returns a set that does not free the placement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
 from hai_slurm.priority.planner.placement import LEVELS, ClusterView, Placement
@@ -88,73 +88,129 @@ def _set_key(victims: Sequence[Candidate]) -> tuple[float, float, int, int]:
     return (nb, loss, max([c.rank for c in victims], default=-1), len(victims))
 
 
+_NodeBest = tuple[tuple[float, ...], int, int, frozenset[int]]
+
+
+class _Sets:
+    """The search of :func:`best_on_node` past one victim: sets of two candidates or more
+    (candidates by cost, ``rest[i]``: the GPUs candidates i, i + 1, ... hold together), the
+    best found so far and its (discounted loss, loss)."""
+
+    __slots__ = ("best", "bound", "chosen", "fresh", "masks", "node", "order", "per", "pick",
+                 "rest")
+
+    def __init__(self, view: ClusterView, node: str, per: int, order: int,
+                 fresh: list[Candidate], masks: list[int], rest: list[int],
+                 best: _NodeBest | None, bound: tuple[float, float] | None) -> None:
+        self.pick, self.node, self.per, self.order = view.pick, node, per, order
+        self.fresh, self.masks, self.rest = fresh, masks, rest
+        self.best, self.bound = best, bound
+        self.chosen: list[int] = []   # indices into fresh, ascending
+
+    def visit(self, start: int, free: int, nb: float, loss: float) -> None:
+        per, chosen = self.per, self.chosen
+        have = free.bit_count()
+        if have >= per:
+            got = self.pick(self.node, free, per)
+            if got is not None:
+                level, mask = got
+                fresh = self.fresh
+                ids = sorted([fresh[i].job_id for i in chosen])
+                # the set's key as _set_key makes it: ``nb`` and ``loss`` are the same sums,
+                # added in the same order (from 0, by ascending index)
+                key = (nb, loss, max([fresh[i].rank for i in chosen]), len(chosen), int(level),
+                       have - per, self.order, *ids)
+                best = self.best
+                if best is None or key < best[0]:
+                    self.best = (key, int(level), mask, frozenset(ids))
+                    self.bound = (nb, loss)
+            return  # a superset only loses more work
+        rest, masks, fresh = self.rest, self.masks, self.fresh
+        for i in range(start, len(fresh)):
+            if (free | rest[i]).bit_count() < per:
+                return  # the candidates left cannot free enough GPUs
+            cost = fresh[i].cost
+            total = (nb + cost[0], loss + cost[1])
+            bound = self.bound
+            if bound is not None and total > bound:
+                continue  # already worse than the best set (costs never go down)
+            chosen.append(i)
+            self.visit(i + 1, free | masks[i], total[0], total[1])
+            chosen.pop()
+
+
 def best_on_node(view: ClusterView, node: str, per_node: int, cands: Sequence[Candidate],
-                 paid: frozenset[int], limit: int) -> tuple[tuple[float, ...], int, int,
-                                                            frozenset[int]] | None:
+                 paid: frozenset[int], limit: int) -> _NodeBest | None:
     """(key, level, mask, new victims) of the cheapest way to get ``per_node`` GPUs on ``node``.
 
     ``cands`` are the candidates with GPUs on the node; those in ``paid`` are already chosen
     (their GPUs count as free, their loss as zero). ``limit`` bounds the unpaid candidates tried.
+
+    Every subset of those candidates that frees the GPUs is weighed, cheapest first: a
+    superset of a set that fits is not (it loses no less), nor a set already worse than the
+    best found in (discounted loss, loss). One victim is tried here, more by :class:`_Sets`
+    (most nodes need one).
     """
     layout = view.nodes[node]
     base = layout.full & ~view.busy[node]
-    fresh: list[Candidate] = []
-    for c in cands:
-        if c.job_id in paid:
-            base |= c.masks[node]
-        else:
-            fresh.append(c)
-    fresh.sort(key=_cost)
-    del fresh[limit:]
+    if paid:
+        fresh: list[Candidate] = []
+        for c in cands:
+            if c.job_id in paid:
+                base |= c.masks[node]
+            else:
+                fresh.append(c)
+        fresh.sort(key=_cost)
+    else:
+        fresh = sorted(cands, key=_cost)
+    if len(fresh) > limit:
+        del fresh[limit:]
     count = len(fresh)
     masks = [c.masks[node] for c in fresh]
-    nbs = [c.cost[0] for c in fresh]
-    lws = [c.lost_work for c in fresh]
-    ranks = [c.rank for c in fresh]
-    jids = [c.job_id for c in fresh]
     rest = [0] * (count + 1)   # GPUs that candidates i, i + 1, ... hold together
+    reach = 0
     for i in range(count - 1, -1, -1):
-        rest[i] = rest[i + 1] | masks[i]
-    if (base | rest[0]).bit_count() < per_node:
+        reach = rest[i] = reach | masks[i]
+    if (base | reach).bit_count() < per_node:
         return None
-    best: tuple[tuple[float, ...], int, int, frozenset[int]] | None = None
-    bound: tuple[float, float] | None = None   # best's (discounted loss, loss)
-    chosen: list[int] = []                     # indices into fresh, ascending
+    have = base.bit_count()
     order, pick = layout.order, view.pick
-    recurse: list[Callable[[int, int, float, float], None]] = []   # visit, without a cycle
-
-    def visit(start: int, free: int, nb: float, loss: float) -> None:
-        nonlocal best, bound
+    if have >= per_node:   # fits without a victim (free GPUs, and those of paid ones)
+        got = pick(node, base, per_node)
+        if got is None:
+            return None
+        level = int(got[0])
+        # the key of no victims: _set_key([]) is (0, 0, -1, 0), sum([]) being the int 0
+        return ((0, 0, -1, 0, level, have - per_node, order), level, got[1], frozenset())
+    best: _NodeBest | None = None
+    bound: tuple[float, float] | None = None   # best's (discounted loss, loss)
+    sets: _Sets | None = None
+    for i in range(count):
+        if (base | rest[i]).bit_count() < per_node:
+            break  # the candidates left cannot free enough GPUs
+        c = fresh[i]
+        cost = (0.0 + c.cost[0], 0.0 + c.lost_work)
+        if bound is not None and cost > bound:
+            continue  # already worse than the best set (costs never go down)
+        free = base | masks[i]
         have = free.bit_count()
-        if have >= per_node:
-            got = pick(node, free, per_node)
-            if got is not None:
-                level, mask = got
-                ids = sorted([jids[i] for i in chosen])
-                # the set's key as _set_key makes it: ``nb`` and ``loss`` are the same sums,
-                # added in the same order (from 0, by ascending index)
-                if chosen:
-                    key = (nb, loss, max([ranks[i] for i in chosen]), len(chosen), int(level),
-                           have - per_node, order, *ids)
-                else:
-                    key = (*_set_key([]), int(level), have - per_node, order)
-                if best is None or key < best[0]:
-                    best = (key, int(level), mask, frozenset(ids))
-                    bound = (key[0], key[1])
-            return  # a superset only loses more work
-        for i in range(start, count):
-            if (free | rest[i]).bit_count() < per_node:
-                return  # the candidates left cannot free enough GPUs
-            cost = (nb + nbs[i], loss + lws[i])
-            if bound is not None and cost > bound:
-                continue  # already worse than the best set (costs never go down)
-            chosen.append(i)
-            recurse[0](i + 1, free | masks[i], cost[0], cost[1])
-            chosen.pop()
-
-    recurse.append(visit)
-    visit(0, base, 0.0, 0.0)
-    recurse.clear()   # no reference cycle left for the garbage collector
+        if have < per_node:   # sets of more victims, starting with this one
+            if sets is None:
+                sets = _Sets(view, node, per_node, order, fresh, masks, rest, best, bound)
+            else:
+                sets.best, sets.bound = best, bound
+            sets.chosen.append(i)
+            sets.visit(i + 1, free, cost[0], cost[1])
+            sets.chosen.pop()
+            best, bound = sets.best, sets.bound
+            continue
+        got = pick(node, free, per_node)
+        if got is not None:
+            level = int(got[0])
+            key = (cost[0], cost[1], c.rank, 1, level, have - per_node, order, c.job_id)
+            if best is None or key < best[0]:
+                best = (key, level, got[1], frozenset((c.job_id,)))
+                bound = cost
     return best
 
 
