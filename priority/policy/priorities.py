@@ -30,7 +30,7 @@ from hai_slurm.priority.policy import fairness, scoring
 from hai_slurm.priority.policy.aging import age, compensation_boost, decays
 from hai_slurm.priority.policy.ladder import RANK, step
 from hai_slurm.priority.policy.quota import borrowed_jobs, dominant_share, resolve_auto, team_usage
-from hai_slurm.priority.policy.settings import PolicyConfig
+from hai_slurm.priority.policy.settings import FairnessConfig, PolicyConfig
 from hai_slurm.priority.policy.state import (
     FairnessEvent,
     PendingDecision,
@@ -121,6 +121,23 @@ class PolicyMemo:
     events: tuple[FairnessEvent, ...] | None = None
     index: fairness.FairnessIndex | None = None
     """The last events and their index (an index is a function of the events alone)."""
+    protecting: dict[str, tuple[tuple[float, ...], FairnessConfig, tuple[float, ...], float,
+                                tuple[float, ...]]] = dataclass_field(default_factory=dict)
+    """Per team, the last :func:`fairness.protecting_events` asked and its answer: the team's
+    PREEMPTED times, the config, everyone's times and the team's fraction it was asked with."""
+
+    def protecting_events(self, team: str, times: tuple[float, ...], cfg: FairnessConfig,
+                          everyone: tuple[float, ...], fraction: float) -> tuple[float, ...]:
+        """:func:`fairness.protecting_events` of these values, the kept one when the times
+        are the very tuples of the last call for ``team`` (the kept index's: the same events
+        give the same objects) and the config and fraction are the same."""
+        last = self.protecting.get(team)
+        if (last is not None and last[0] is times and last[1] is cfg and last[2] is everyone
+                and last[3] == fraction):
+            return last[4]
+        starts = fairness.protecting_events(times, cfg, everyone, fraction)
+        self.protecting[team] = (times, cfg, everyone, fraction, starts)
+        return starts
 
     def index_of(self, events: Iterable[FairnessEvent]) -> fairness.FairnessIndex:
         """:func:`fairness.index_events` of ``events``, the kept one when they equal the last
@@ -279,9 +296,11 @@ def compute_priorities(
     for team in teams:
         preempted = index.preempted.get(team)
         if preempted:
-            until = fairness.protected_until(preempted, now, fair_cfg,
-                                             everyone=index.all_preempted,
-                                             fraction=fractions[team])
+            everyone, fraction = index.all_preempted, fractions[team]
+            until = fairness.protected_until(
+                preempted, now, fair_cfg, everyone=everyone, fraction=fraction,
+                starts=None if memo is None else memo.protecting_events(
+                    team, preempted, fair_cfg, everyone, fraction))
             if until is not None:
                 protected[team] = until
         preempting = index.preempting.get(team)

@@ -5,6 +5,7 @@ protected teams, no decay threshold near, no demotion that moves with ``now``)."
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.priority.policy import fairness
@@ -141,3 +142,59 @@ def test_kept_event_index_follows_the_events() -> None:
     second = memo.index_of(two)
     assert second == fairness.index_events(two) and second != first
     assert memo.index_of(one) == first
+
+
+def test_kept_protecting_events_follow_times_config_others_and_quotas() -> None:
+    """The memo's protecting events of a team are the kept ones only for the very same times,
+    config, everyone's times and quota fraction; each change gives what computing afresh gives
+    (protection on or off)."""
+    running = [running_job(1, P.NORMAL, team="a", start_class=P.NORMAL),
+               running_job(2, P.NORMAL, team="b", start_class=P.NORMAL)]
+    relative = replace(CONFIG, fairness=replace(CONFIG.fairness, protect_excess=2.0))
+
+    def hit(team: str, count: int) -> tuple[FairnessEvent, ...]:
+        return tuple(FairnessEvent(EventKind.PREEMPTED, team, "u1", NOW - 60 * (k + 1))
+                     for k in range(count))
+
+    def protected(memo: PolicyMemo, now: float, events: tuple[FairnessEvent, ...],
+                  config: PolicyConfig) -> bool:
+        return "a" in _both(memo, running, now, events, config).protected_teams
+
+    memo = PolicyMemo()
+    assert not protected(memo, NOW, hit("a", 1), CONFIG)          # 1: not over N = 1
+    assert protected(memo, NOW + 1, hit("a", 2), CONFIG)          # other times: over it
+    stricter = replace(CONFIG, fairness=replace(CONFIG.fairness, protect_after=2))
+    assert not protected(memo, NOW + 2, hit("a", 2), stricter)    # another config
+    assert protected(memo, NOW + 3, hit("a", 3), relative)        # b has none: a is over
+    assert not protected(memo, NOW + 4, hit("a", 3) + hit("b", 12), relative)  # b more often
+    both = hit("a", 3) + hit("b", 3)
+    assert protected(memo, NOW + 5, both, relative)               # a over 2 x b's per quota
+    teams = dict(relative.teams)
+    teams["a"] = TeamQuota(gpus=40)                               # a's fraction of quotas up
+    assert not protected(memo, NOW + 6, both, replace(relative, teams=teams))
+
+
+def test_kept_protecting_events_are_asked_again_for_other_values() -> None:
+    """PolicyMemo.protecting_events, asked directly: any one of its values changed (the
+    others the very same objects) gives fairness.protecting_events' answer."""
+    cfg = replace(CONFIG.fairness, protect_excess=2.0)
+    times = (NOW - 180, NOW - 120, NOW - 60)
+    few = (*times, NOW - 100)
+    many = tuple(sorted((*times, *(NOW - 10 * k for k in range(1, 30)))))
+    memo = PolicyMemo()
+
+    def check(t: tuple[float, ...], c: FairnessConfig, everyone: tuple[float, ...],
+              fraction: float) -> tuple[float, ...]:
+        got = memo.protecting_events("a", t, c, everyone, fraction)
+        assert got == fairness.protecting_events(t, c, everyone, fraction)
+        return got
+
+    first = check(times, cfg, few, 0.2)
+    assert first and check(times, cfg, few, 0.2) is first
+    assert check(times, cfg, many, 0.2) != first                     # others preempted more
+    assert check(times, cfg, few, 0.2) == first
+    assert check(times, cfg, few, 0.9) != first                      # a larger quota part
+    assert check(times, cfg, few, 0.2) == first
+    assert check(times, replace(cfg, protect_after=5), few, 0.2) != first   # another config
+    assert check(times, cfg, few, 0.2) == first
+    assert check(times[:1], cfg, few, 0.2) != first                  # other times
