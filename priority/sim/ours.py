@@ -125,6 +125,10 @@ class HaiSlurm:
         """The holders of the last planner pass (reused when unchanged)."""
         self._pass: HolderPass | None = None
         """The last pass's holders with what they were made from (see :meth:`_holders_for`)."""
+        self._checkpoints: dict[int, tuple[int, float, float | None]] = {}
+        """Each running job's periodic checkpoint as last worked out, with the run (token) and
+        until when it holds (:meth:`~hai_slurm.priority.sim.engine.Engine.checkpoint_until`;
+        time never goes back)."""
         self.reuse_holders = True
         """False: every pass builds its holders (for tests: the result must not change)."""
         self._saves: dict[int, float | None] = {}
@@ -265,7 +269,9 @@ class HaiSlurm:
         restart count, so its GPUs are the same) and decisions, no victim signalled since (the
         engine's preemptions), and ``now`` before the first job's next periodic checkpoint
         (:meth:`~hai_slurm.priority.sim.engine.Engine.checkpoint_until`). Otherwise one walk
-        over the running jobs, and :func:`holders_from_policy` with its own memo."""
+        over the running jobs (each one's checkpoint kept while its run is the same and that
+        time has not come: ``_checkpoints``), and :func:`holders_from_policy` with its own
+        memo."""
         eng = self.eng
         slurm = eng.slurm
         decisions = list(map(result.running.get, map(_job_id, running)))
@@ -282,14 +288,20 @@ class HaiSlurm:
         ckpts: dict[int, float | None] = {}
         asked: set[int] = set()
         until = math.inf
+        kept = self._checkpoints if self.reuse_holders else {}
         for r in running:
             jid = r.job_id
             job = by_slurm[jid]
             if jid not in saves:
                 saves[jid], restarts[jid] = self._charge(job)
             gpus[jid] = gpus_of(jid)
-            ckpts[jid] = checkpoint(job, now)
-            at = until_of(job, now)
+            c = kept.get(jid)
+            if c is not None and c[0] == job.token and now < c[1]:
+                at, ckpts[jid] = c[1], c[2]
+            else:
+                ckpt = ckpts[jid] = checkpoint(job, now)
+                at = until_of(job, now)
+                kept[jid] = (job.token, at, ckpt)
             if at < until:
                 until = at
             if job.signalled is not None:
