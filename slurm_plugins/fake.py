@@ -85,6 +85,10 @@ class SignalRecord:
 @dataclass(slots=True)
 class _FakeJob:
     job_id: int
+    changes: set[int] | None = field(compare=False, repr=False)
+    """The owning fake's ids of jobs written since its last snapshot: any field written adds
+    this job's (see :meth:`FakeSlurm.snapshot`). Second, so that ``__init__`` (and a copy)
+    sets it before the fields after it look for it."""
     name: str
     user: str
     uid: int
@@ -115,13 +119,10 @@ class _FakeJob:
     reservation: str = ""
     exc_nodes: str = ""
     features: str = ""
-    changes: set[int] | None = field(default=None, compare=False, repr=False)
-    """The owning fake's ids of jobs written since its last snapshot: any field written adds
-    this job's (see :meth:`FakeSlurm.snapshot`)."""
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
-        changes = getattr(self, "changes", None)   # not set yet while __init__ runs
+        changes = getattr(self, "changes", None)   # not set yet when job_id is
         if changes is not None:
             changes.add(self.job_id)
 
@@ -224,9 +225,10 @@ class FakeSlurm:
         t = self.now if now is None else now
         jid = self._next_id
         self._next_id += 1
-        self.jobs[jid] = _FakeJob(jid, name, user, uid, account, part, qos, nodes, gpus_per_node,
-                                  cpus_per_node, time_limit, requeue, comment, admin_comment,
-                                  t, max(t, begin_time or t), 0 if hold else priority, held=hold,
+        self.jobs[jid] = _FakeJob(jid, None, name, user, uid, account, part, qos, nodes,
+                                  gpus_per_node, cpus_per_node, time_limit, requeue, comment,
+                                  admin_comment, t, max(t, begin_time or t),
+                                  0 if hold else priority, held=hold,
                                   reason="JobHeldUser" if hold else
                                   "BeginTime" if (begin_time or t) > t else "Priority",
                                   memory_per_node=memory_per_node_mb, switches=switches,
