@@ -85,6 +85,10 @@ class SignalRecord:
 @dataclass(slots=True)
 class _FakeJob:
     job_id: int
+    changes: set[int] | None = field(compare=False, repr=False)
+    """The owning fake's ids of jobs written since its last snapshot: any field written adds
+    this job's (see :meth:`FakeSlurm.snapshot`). Second, so that ``__init__`` (and a copy)
+    sets it before the fields after it look for it."""
     name: str
     user: str
     uid: int
@@ -116,9 +120,14 @@ class _FakeJob:
     exc_nodes: str = ""
     features: str = ""
 
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        changes = getattr(self, "changes", None)   # not set yet when job_id is
+        if changes is not None:
+            changes.add(self.job_id)
 
-_fields_of = attrgetter(*(f.name for f in fields(_FakeJob)))
-_job_id = attrgetter("job_id")
+
+_fields_of = attrgetter(*(f.name for f in fields(_FakeJob) if f.name != "changes"))
 _LISTED = frozenset(s for s in JobState if s.active)
 """The states a snapshot lists (:attr:`JobState.active`)."""
 _HOLDING = frozenset((JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING))
@@ -167,7 +176,20 @@ class FakeSlurm:
         Slurm that refuses the reservation)."""
         self._next_id = 1
         self._values: dict[int, tuple[object, Job]] = {}
-        """The last Job value of each job, with the fields it was made from."""
+        """The last Job value of each listed job, with the fields it was made from."""
+        self._changed: set[int] = set()
+        """Ids of the jobs submitted or written since the last snapshot (each job adds its
+        own: ``_FakeJob.changes``)."""
+        self._listed: dict[int, Job] = {}
+        """The Job value of each job the last snapshot listed (an active one)."""
+        self._listing: tuple[Job, ...] | None = None
+        """The last snapshot's jobs, in job id order (None: to be made again)."""
+        self._kept_free: tuple[tuple[Job, ...], tuple[FakeNode, ...],
+                               dict[str, tuple[int, int, int]]] | None = None
+        """The last snapshot's jobs and nodes, and the free resources per node under them."""
+        self._bound = 0
+        """How many of :attr:`jobs` are bound to ``_changed`` (all of them, unless a job was
+        put there by hand)."""
         self._node_values: dict[str, tuple[FakeNode, int, int, int, bool, Node]] = {}
         """The last Node value of each node, with the node, its free GPUs, CPUs and MiB and
         its reserved flag it was made from (a snapshot lists every node; most did not change
@@ -203,14 +225,17 @@ class FakeSlurm:
         t = self.now if now is None else now
         jid = self._next_id
         self._next_id += 1
-        self.jobs[jid] = _FakeJob(jid, name, user, uid, account, part, qos, nodes, gpus_per_node,
-                                  cpus_per_node, time_limit, requeue, comment, admin_comment,
-                                  t, max(t, begin_time or t), 0 if hold else priority, held=hold,
+        self.jobs[jid] = _FakeJob(jid, None, name, user, uid, account, part, qos, nodes,
+                                  gpus_per_node, cpus_per_node, time_limit, requeue, comment,
+                                  admin_comment, t, max(t, begin_time or t),
+                                  0 if hold else priority, held=hold,
                                   reason="JobHeldUser" if hold else
                                   "BeginTime" if (begin_time or t) > t else "Priority",
                                   memory_per_node=memory_per_node_mb, switches=switches,
                                   switch_wait=switch_wait, req_nodes=nodelist,
                                   exc_nodes=exclude, features=constraint)
+        self.jobs[jid].changes = self._changed   # adds jid: listed by the next snapshot
+        self._bound += 1
         return jid
 
     def advance(self, now: int) -> None:
@@ -325,19 +350,43 @@ class FakeSlurm:
             raise SlurmError("squeue --json failed (exit 1): slurm_load_jobs error: Unable to "
                              "contact slurm controller (connect failure)",
                              command=["squeue", "--json"], returncode=1)
-        # The active jobs only (a long run keeps every finished job), in job id order.
-        listed = [j for j in self.jobs.values() if j.state in _LISTED]
-        listed.sort(key=_job_id)
-        jobs = tuple(map(self._job_value, listed))
-        if len(self._values) > 2 * len(jobs) + 64:  # forget the values of ended jobs
-            active = {j.job_id for j in jobs}
-            self._values = {k: v for k, v in self._values.items() if k in active}
-        free = self._free(listed)
+        # The active jobs only (a long run keeps every finished job), in job id order; only
+        # the jobs written since the last snapshot are looked at again.
+        current = self._listed
+        all_jobs = self.jobs
+        if len(all_jobs) != self._bound:   # a job put in jobs by hand, not by submit()
+            for unbound in all_jobs.values():
+                if unbound.changes is not self._changed:
+                    unbound.changes = self._changed   # adds its id
+            self._bound = len(all_jobs)
+        if self._changed:
+            for jid in self._changed:
+                j = all_jobs.get(jid)
+                if j is None or j.state not in _LISTED:
+                    if current.pop(jid, None) is not None:
+                        self._listing = None
+                    self._values.pop(jid, None)
+                    continue
+                value = self._job_value(j)
+                if current.get(jid) is not value:
+                    current[jid] = value
+                    self._listing = None
+            self._changed.clear()
+        jobs = self._listing
+        if jobs is None:
+            jobs = self._listing = tuple(current[k] for k in sorted(current))
+        fake_nodes = tuple(self.nodes.values())
+        kept = self._kept_free
+        if kept is not None and kept[0] is jobs and kept[1] == fake_nodes:
+            free = kept[2]   # the same jobs' values and nodes: the same free resources
+        else:
+            free = self._free(map(self.jobs.__getitem__, current))
+            self._kept_free = (jobs, fake_nodes, free)
         self._purge_reservations()
         reserved = {n for r in self.resvs.values() for n in r.nodes}
         nodes = []
         last_nodes = self._node_values
-        for n in self.nodes.values():
+        for n in fake_nodes:
             g, c, m = free.get(n.name, (n.gpus, n.cpus, n.memory_mb))
             is_reserved = n.name in reserved
             last = last_nodes.get(n.name)

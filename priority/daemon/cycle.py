@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from dataclasses import field as dataclass_field
-from operator import attrgetter
+from operator import attrgetter, is_
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.daemon import job_values
@@ -32,7 +32,9 @@ from hai_slurm.priority.policy.state import (
     RunningJob,
 )
 from hai_slurm.priority.store import JsonValue, Protection, TrackedJob
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState, Node
+
+_job_id = attrgetter("job_id")
 
 #: Key of the policy state (epoch, round-robin tags) in the store's named values.
 POLICY_STATE_KEY = "policy.state"
@@ -95,6 +97,19 @@ current stretch and when that began, so ``now`` does not change it), and the ``d
 decision its record was last found unchanged with (None: not found so)."""
 
 
+@dataclass(frozen=True)
+class InputsMemo:
+    """What :func:`build_inputs` made its last inputs from (the snapshot's jobs, each one's
+    tracked job, the default class, the nodes) and those inputs (their ``events`` are the
+    call's own, never reused)."""
+
+    jobs: tuple[Job, ...]
+    tracked: tuple[TrackedJob | None, ...]
+    default: PriorityClass
+    nodes: tuple[Node, ...]
+    inputs: PolicyInputs
+
+
 @dataclass
 class CycleMemo:
     """What :func:`decide` keeps from one cycle to the next so that a job nothing happened to
@@ -108,6 +123,8 @@ class CycleMemo:
     running: RunningMemo = dataclass_field(default_factory=dict)
     policy: PolicyMemo = dataclass_field(default_factory=PolicyMemo)
     """The policy's own (:func:`compute_priorities`' running decisions)."""
+    inputs: InputsMemo | None = None
+    """The last :func:`build_inputs` call's inputs, when none of them depends on ``now``."""
 
 
 def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
@@ -121,18 +138,32 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
     record; both are frozen) gets that value again, a running one too (its run time is kept as
     the time before its current stretch and the stretch's start: ``RunningJob.run_time_at``). A
     job without a submit time (pending) or start time (running) is made anew: its value depends
-    on ``now`` otherwise."""
+    on ``now`` otherwise. When the snapshot's jobs are the very tuple of the last call (a
+    backend that found no job changed gives the same one, as FakeSlurm does), with the same
+    tracked jobs, default class and nodes, and no value of the last call depended on ``now``,
+    the last call's inputs are given again (:class:`InputsMemo`), with this call's events."""
+    default = config.default_class
+    slurm_jobs = snap.jobs
+    same = memo.inputs if memo is not None else None
+    if (same is not None and same.jobs is slurm_jobs and same.default is default
+            and same.nodes == snap.nodes
+            and all(map(is_, map(tracked.get, map(_job_id, slurm_jobs)), same.tracked))):
+        # The very same Slurm jobs, tracked jobs and nodes as the last call, whose values did
+        # not depend on now: the same values (and the per-job memos stay as they are).
+        kept = same.inputs
+        return PolicyInputs(kept.pending, kept.running, kept.cluster, tuple(events),
+                            kept.jobs, kept.held)
     pending: list[PendingJob] = []
     running: list[RunningJob] = []
     jobs: dict[int, Job] = {}
     held: set[int] = set()
-    default = config.default_class
+    timeless = True   # no value made from now (a job without its submit or start time)
     last: PendingMemo = {}
     last_run: RunningMemo = {}
     if memo is not None:
         last, memo.pending = memo.pending, {}
         last_run, memo.running = memo.running, {}
-    for job in snap.jobs:
+    for job in slurm_jobs:
         job_id = job.job_id
         t = tracked.get(job_id)
         if job.state is JobState.PENDING:
@@ -143,7 +174,9 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
                     memo.pending[job_id] = m
             else:
                 pjob = job_values.pending_job(job, t, default, now)
-                if memo is not None and job.submit_time is not None:
+                if job.submit_time is None:
+                    timeless = False
+                elif memo is not None:
                     memo.pending[job_id] = (job, t, default, pjob)
             pending.append(pjob)
             if job.held or job.priority == 0:
@@ -156,7 +189,9 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
             else:
                 rjob = job_values.running_job(job, t, default, now)
                 kept_decay = None
-            if memo is not None and job.start_time is not None and job.submit_time is not None:
+            if job.start_time is None or job.submit_time is None:
+                timeless = False
+            elif memo is not None:
                 memo.running[job_id] = (job, t, default, rjob, kept_decay)
             running.append(rjob)
         else:
@@ -164,8 +199,12 @@ def build_inputs(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob],
         jobs[job_id] = job
     cluster = Resources(sum(n.gpus for n in snap.nodes), sum(n.cpus for n in snap.nodes),
                         sum(n.memory_mb for n in snap.nodes))
-    return PolicyInputs(tuple(pending), tuple(running), cluster, tuple(events), jobs,
-                        frozenset(held))
+    inputs = PolicyInputs(tuple(pending), tuple(running), cluster, tuple(events), jobs,
+                          frozenset(held))
+    if memo is not None:
+        memo.inputs = InputsMemo(slurm_jobs, tuple(map(tracked.get, map(_job_id, slurm_jobs))),
+                                 default, snap.nodes, inputs) if timeless else None
+    return inputs
 
 
 def requeue_candidates(snap: ClusterSnapshot, tracked: Mapping[int, TrackedJob]

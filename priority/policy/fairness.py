@@ -33,7 +33,6 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 from hai_slurm.priority.policy.settings import FairnessConfig
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
@@ -95,7 +94,8 @@ def protect_limit(own: int, everyone: tuple[float, ...], fraction: float, at: fl
 
 
 def protected_until(times: tuple[float, ...], now: float, cfg: FairnessConfig, *,
-                    everyone: tuple[float, ...] = (), fraction: float = 1.0) -> float | None:
+                    everyone: tuple[float, ...] = (), fraction: float = 1.0,
+                    starts: tuple[float, ...] | None = None) -> float | None:
     """When the team's protection ends, or None if it is not protected at ``now``.
 
     ``everyone``: all teams' PREEMPTED times, sorted; ``fraction``: the team's part of the
@@ -103,8 +103,10 @@ def protected_until(times: tuple[float, ...], now: float, cfg: FairnessConfig, *
 
     Each event at ``t`` that put the team over its limit protects it until
     ``t + protect_for``; the latest such event up to ``now`` ends last (see
-    :func:`protecting_events`)."""
-    starts = protecting_events(times, cfg, everyone, fraction)
+    :func:`protecting_events`; ``starts``: what it gives for these values, when the caller
+    kept it)."""
+    if starts is None:
+        starts = protecting_events(times, cfg, everyone, fraction)
     i = bisect_right(starts, now)
     if i == 0:
         return None
@@ -112,16 +114,16 @@ def protected_until(times: tuple[float, ...], now: float, cfg: FairnessConfig, *
     return end if end > now else None
 
 
-@lru_cache(maxsize=256)
 def protecting_events(times: tuple[float, ...], cfg: FairnessConfig,
                       everyone: tuple[float, ...] = (), fraction: float = 1.0
                       ) -> tuple[float, ...]:
     """The times among the sorted ``times`` (a team's PREEMPTED events) whose event put the
     team over its limit in the window ending there: each protects it for ``protect_for``.
 
-    Whether one did depends on the events up to it alone, not on ``now``, so they are worked
-    out once per team's events (remembered: a cycle asks for every team, and the events change
-    far less often than ``now``)."""
+    Whether one did depends on the events up to it alone, not on ``now``, so a caller that
+    asks pass after pass keeps them while the events are the same
+    (:class:`~hai_slurm.priority.policy.priorities.PolicyMemo`: a cycle asks for every team,
+    and the events change far less often than ``now``)."""
     out: list[float] = []
     for i, t in enumerate(times):
         own = i + 1 - bisect_right(times, t - cfg.window)

@@ -30,7 +30,7 @@ from hai_slurm.priority.policy import fairness, scoring
 from hai_slurm.priority.policy.aging import age, compensation_boost, decays
 from hai_slurm.priority.policy.ladder import RANK, step
 from hai_slurm.priority.policy.quota import borrowed_jobs, dominant_share, resolve_auto, team_usage
-from hai_slurm.priority.policy.settings import PolicyConfig
+from hai_slurm.priority.policy.settings import FairnessConfig, PolicyConfig
 from hai_slurm.priority.policy.state import (
     FairnessEvent,
     PendingDecision,
@@ -57,6 +57,28 @@ RULES: Mapping[PriorityClass, Rule] = MappingProxyType({
     PriorityClass.LOW: Rule.ROUND_ROBIN,
 })
 _EMPTY: tuple[float, ...] = ()
+
+
+class _Kept(NamedTuple):
+    """A pending job's decision as :class:`PolicyMemo` keeps it (see ``PolicyMemo.rows``):
+    what it was made from and what does not move with ``now`` while it stays below its
+    class's bound (``next_in`` None: at or above the aging ceiling, no bound)."""
+
+    job: PendingJob
+    base: PriorityClass
+    depth: int
+    share: float | None
+    since: float
+    bound: float
+    boost: int
+    next_in: float | None
+    priority: int
+    rule: Rule
+    age_restored: float
+    tag: int | None
+    """Its round-robin tag (round-robin classes), None otherwise."""
+    old: tuple[PriorityClass, int] | None
+    """The (class, tag) the policy state gave it (round-robin classes)."""
 
 
 class _Row(NamedTuple):
@@ -121,6 +143,33 @@ class PolicyMemo:
     events: tuple[FairnessEvent, ...] | None = None
     index: fairness.FairnessIndex | None = None
     """The last events and their index (an index is a function of the events alone)."""
+    rows: dict[int, _Kept] = dataclass_field(default_factory=dict)
+    """The last pass's pending decisions of jobs not aged (round-robin ones only with a tag
+    from the policy state), by job id, with what each was made from (:class:`_Kept`); reused
+    for the same job object and class before aging, queue depth of that class, team share
+    (fair-share classes) or tag in the state (round robin), boost,
+    config and epoch while its wait stays below its class's bound: its priority then is the
+    same, and its wait and time to promotion are worked out anew (a round-robin job's tag is
+    counted in its class's round as the rule counts it)."""
+    rows_config: PolicyConfig | None = None
+    rows_epoch: int | None = None
+    protecting: dict[str, tuple[tuple[float, ...], FairnessConfig, tuple[float, ...], float,
+                                tuple[float, ...]]] = dataclass_field(default_factory=dict)
+    """Per team, the last :func:`fairness.protecting_events` asked and its answer: the team's
+    PREEMPTED times, the config, everyone's times and the team's fraction it was asked with."""
+
+    def protecting_events(self, team: str, times: tuple[float, ...], cfg: FairnessConfig,
+                          everyone: tuple[float, ...], fraction: float) -> tuple[float, ...]:
+        """:func:`fairness.protecting_events` of these values, the kept one when the times
+        are the very tuples of the last call for ``team`` (the kept index's: the same events
+        give the same objects) and the config and fraction are the same."""
+        last = self.protecting.get(team)
+        if (last is not None and last[0] is times and last[1] is cfg and last[2] is everyone
+                and last[3] == fraction):
+            return last[4]
+        starts = fairness.protecting_events(times, cfg, everyone, fraction)
+        self.protecting[team] = (times, cfg, everyone, fraction, starts)
+        return starts
 
     def index_of(self, events: Iterable[FairnessEvent]) -> fairness.FairnessIndex:
         """:func:`fairness.index_events` of ``events``, the kept one when they equal the last
@@ -279,9 +328,11 @@ def compute_priorities(
     for team in teams:
         preempted = index.preempted.get(team)
         if preempted:
-            until = fairness.protected_until(preempted, now, fair_cfg,
-                                             everyone=index.all_preempted,
-                                             fraction=fractions[team])
+            everyone, fraction = index.all_preempted, fractions[team]
+            until = fairness.protected_until(
+                preempted, now, fair_cfg, everyone=everyone, fraction=fraction,
+                starts=None if memo is None else memo.protecting_events(
+                    team, preempted, fair_cfg, everyone, fraction))
             if until is not None:
                 protected[team] = until
         preempting = index.preempting.get(team)
@@ -350,9 +401,53 @@ def compute_priorities(
     priorities: dict[int, int] = {}
     band = scoring.BAND
     lowest = scoring.BASE
+    comp = config.compensation
+    # The kept rows of the last pass (see PolicyMemo.rows), when made with this config and
+    # epoch; this pass's rows, for the next one.
+    kept_rows: dict[int, _Kept] = {}
+    rows: dict[int, _Kept] | None = None
+    if memo is not None:
+        if memo.rows_config is config and memo.rows_epoch == epoch:
+            kept_rows = memo.rows
+        rows = memo.rows = {}
+        memo.rows_config, memo.rows_epoch = config, epoch
     for i, job in enumerate(pending):
         cls, auto, dem, dec = base[i]
         job_id = job.job_id
+        k = kept_rows.get(job_id)
+        if (k is not None and k.job is job and k.base is cls and k.depth == depth[cls]
+                and (k.share is None or k.share == shares[job.team])
+                and (k.tag is None or old_tags.get(job_id) == k.old)):
+            # The same job and class before aging as the last pass, with the same queue depth
+            # (and team share, or round-robin tag), config and epoch: only what moves with its
+            # wait may differ (its AUTO, demotion and decay flags are this pass's).
+            since = k.since
+            waited = now - since if now > since else 0.0
+            wait = job.prior_wait + waited
+            boost = compensation_boost(job.preemptions, waited, comp) \
+                if job.preemptions else 0
+            bound = k.bound
+            if boost == k.boost and (k.next_in is None or wait < bound):
+                kept_tag = k.tag
+                if kept_tag is not None:   # as the round-robin rule does for a tagged job
+                    rr_tags[job_id] = old_tags[job_id]
+                    if kept_tag < rr_head.get(cls, kept_tag + 1):
+                        rr_head[cls] = kept_tag
+                    if kept_tag > rr_last.get((cls, job.team), kept_tag - 1):
+                        rr_last[cls, job.team] = kept_tag
+                if dem:
+                    demotions.append(job_id)
+                if dec:
+                    decays_out.append(job_id)
+                prio = k.priority
+                priorities[job_id] = prio
+                pending_out[job_id] = PendingDecision(job_id, cls, prio, PendingReason(
+                    job.requested, job.source, cls, auto, dem, dec, wait, bound, 0,
+                    None if k.next_in is None else bound - wait, k.depth, k.rule, k.share,
+                    kept_tag, boost, k.age_restored))
+                if rows is not None:
+                    rows[job_id] = k
+                continue
         since = job.submit_time
         if job.eligible_time is not None and job.eligible_time > since:
             since = job.eligible_time
@@ -398,10 +493,15 @@ def compute_priorities(
             score = scoring.time_score(tag - boost, epoch, band)
         prio = lowest + rank * band + score
         priorities[job_id] = prio
+        share = shares[job.team] if rule is Rule.FAIR_SHARE else None
+        restored = job.submit_time - original if job.submit_time > original else 0.0
         pending_out[job_id] = PendingDecision(job_id, eff, prio, PendingReason(
             job.requested, job.source, cls, auto, dem, dec, wait, bounds[cls], gained, next_in,
-            depth[cls], rule, shares[job.team] if rule is Rule.FAIR_SHARE else None, tag, boost,
-            job.submit_time - original if job.submit_time > original else 0.0))
+            depth[cls], rule, share, tag, boost, restored))
+        if rows is not None and not gained:   # not aged
+            rows[job_id] = _Kept(job, cls, depth[cls], share, since,
+                                 bounds[cls], boost, next_in, prio, rule, restored, tag,
+                                 None if tag is None else old_tags[job_id])
 
     # Round-robin tags for jobs new to their class, in submit order.
     rr_new.sort(key=lambda item: (item[1].original, item[1].job.job_id))

@@ -17,6 +17,7 @@ is, per job, GPU-seconds held minus GPU-seconds of useful work.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
@@ -313,6 +314,19 @@ class Engine:
         if last is not None and (at is None or last > at):
             return last
         return at
+
+    def checkpoint_until(self, job: SimJob, now: int) -> float:
+        """Until when :meth:`periodic_checkpoint` of ``job`` keeps its value at ``now``: the
+        next periodic save of its current run (infinite: none comes before the run ends).
+        Its value changes only there, or when the job starts or is requeued (then it runs
+        anew or not at all)."""
+        interval = self.costs.checkpoint_interval
+        if job.run_start is None or interval <= 0:
+            return math.inf
+        following = self.costs.saved_by_periodic(job.progress(now)) + interval
+        if following > job.remaining:
+            return math.inf   # progress stops at remaining: no further save
+        return job.run_start + job.overhead + following
 
 
 def _shape(gpus: int, nodes: int, max_node: int) -> tuple[int, int]:

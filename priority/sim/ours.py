@@ -43,7 +43,8 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from operator import attrgetter, is_
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.conf.topology import GpuRef
@@ -61,18 +62,36 @@ from hai_slurm.priority.planner.inputs import (
     waiting_from_policy,
 )
 from hai_slurm.priority.planner.search import plan_preemptions
-from hai_slurm.priority.planner.types import PlannerConfig, PlanSnapshot
+from hai_slurm.priority.planner.types import Holder, PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy.state import (
     EventKind,
     FairnessEvent,
     PendingJob,
     PolicyResult,
     PolicyState,
+    RunningDecision,
     RunningJob,
 )
 from hai_slurm.priority.sim.engine import Engine, Mode, SimJob
 from hai_slurm.priority.store import Protection, TrackedJob
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
+
+_job_id = attrgetter("job_id")
+
+
+@dataclass(frozen=True, slots=True)
+class HolderPass:
+    """One pass's planner holders and what they were made from (see
+    :meth:`HaiSlurm._holders_for`): valid from ``since`` until ``until`` (the first periodic
+    checkpoint of a running job after ``since``) while the running jobs and decisions are the
+    same objects and ``signals`` is the engine's count of preemptions."""
+
+    running: tuple[RunningJob, ...]
+    decisions: list[RunningDecision | None]
+    signals: int
+    since: int
+    until: float
+    holders: tuple[Holder, ...]
 
 
 class HaiSlurm:
@@ -104,6 +123,14 @@ class HaiSlurm:
         self.inflight: dict[int, int] = {}
         self._holders = HolderMemo()
         """The holders of the last planner pass (reused when unchanged)."""
+        self._pass: HolderPass | None = None
+        """The last pass's holders with what they were made from (see :meth:`_holders_for`)."""
+        self._checkpoints: dict[int, tuple[int, float, float | None]] = {}
+        """Each running job's periodic checkpoint as last worked out, with the run (token) and
+        until when it holds (:meth:`~hai_slurm.priority.sim.engine.Engine.checkpoint_until`;
+        time never goes back)."""
+        self.reuse_holders = True
+        """False: every pass builds its holders (for tests: the result must not change)."""
         self._saves: dict[int, float | None] = {}
         self._restarts: dict[int, float] = {}
         """:meth:`_charge` of each Slurm job id planned with (save, restart seconds): kept for
@@ -231,6 +258,60 @@ class HaiSlurm:
         return (float(costs.checkpoint_time(job.gpus)),
                 float(min(costs.restart_time(n), self.planner.restart_for(n))))
 
+    def _holders_for(self, running: tuple[RunningJob, ...], result: PolicyResult,
+                     now: int) -> tuple[Holder, ...]:
+        """The planner's holders: every running job saves on request, its checkpoints are the
+        engine's, and a job already asked to save is no victim again.
+
+        The last pass's holders are given again (:class:`HolderPass`) when nothing they are
+        made from can have changed: the very same running jobs (the same run of each: a job
+        that starts again is a new ``RunningJob``, as its Slurm job has a new start time and
+        restart count, so its GPUs are the same) and decisions, no victim signalled since (the
+        engine's preemptions), and ``now`` before the first job's next periodic checkpoint
+        (:meth:`~hai_slurm.priority.sim.engine.Engine.checkpoint_until`). Otherwise one walk
+        over the running jobs (each one's checkpoint kept while its run is the same and that
+        time has not come: ``_checkpoints``), and :func:`holders_from_policy` with its own
+        memo."""
+        eng = self.eng
+        slurm = eng.slurm
+        decisions = list(map(result.running.get, map(_job_id, running)))
+        last = self._pass
+        if (self.reuse_holders and last is not None and last.since <= now < last.until
+                and last.signals == len(eng.preemptions)
+                and len(running) == len(last.running) and all(map(is_, running, last.running))
+                and all(map(is_, decisions, last.decisions))):
+            return last.holders
+        by_slurm, gpus_of, checkpoint = eng.by_slurm, slurm.gpus_of, eng.periodic_checkpoint
+        until_of = eng.checkpoint_until
+        saves, restarts = self._saves, self._restarts
+        gpus: dict[int, tuple[GpuRef, ...]] = {}
+        ckpts: dict[int, float | None] = {}
+        asked: set[int] = set()
+        until = math.inf
+        kept = self._checkpoints if self.reuse_holders else {}
+        for r in running:
+            jid = r.job_id
+            job = by_slurm[jid]
+            if jid not in saves:
+                saves[jid], restarts[jid] = self._charge(job)
+            gpus[jid] = gpus_of(jid)
+            c = kept.get(jid)
+            if c is not None and c[0] == job.token and now < c[1]:
+                at, ckpts[jid] = c[1], c[2]
+            else:
+                ckpt = ckpts[jid] = checkpoint(job, now)
+                at = until_of(job, now)
+                kept[jid] = (job.token, at, ckpt)
+            if at < until:
+                until = at
+            if job.signalled is not None:
+                asked.add(jid)
+        holders = holders_from_policy(running, result.running, gpus, saves=saves,
+                                      restart_costs=restarts, checkpoints=ckpts, victims=asked,
+                                      memo=self._holders)
+        self._pass = HolderPass(running, decisions, len(eng.preemptions), now, until, holders)
+        return holders
+
     def _plan(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
               result: PolicyResult, taken_at: float, now: int,
               focus: frozenset[int] | None = None) -> None:
@@ -251,25 +332,7 @@ class HaiSlurm:
             # inconsistent one: two running jobs on one GPU, or a GPU outside the topology,
             # which SimSlurm's placements never give), so it is not asked.
             return
-        # Every job saves on request; its checkpoints are the engine's, and a job already
-        # asked to save is no victim again. One walk over the running jobs.
-        by_slurm, gpus_of, checkpoint = eng.by_slurm, slurm.gpus_of, eng.periodic_checkpoint
-        saves, restarts = self._saves, self._restarts
-        gpus: dict[int, tuple[GpuRef, ...]] = {}
-        ckpts: dict[int, float | None] = {}
-        asked: set[int] = set()
-        for r in running:
-            jid = r.job_id
-            job = by_slurm[jid]
-            if jid not in saves:
-                saves[jid], restarts[jid] = self._charge(job)
-            gpus[jid] = gpus_of(jid)
-            ckpts[jid] = checkpoint(job, now)
-            if job.signalled is not None:
-                asked.add(jid)
-        holders = holders_from_policy(running, result.running, gpus, saves=saves,
-                                      restart_costs=restarts, checkpoints=ckpts, victims=asked,
-                                      memo=self._holders)
+        holders = self._holders_for(running, result, now)
         plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at,
                                               slurm.guarded_nodes()),
                                  config=self.planner, now=float(now))

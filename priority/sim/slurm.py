@@ -299,14 +299,16 @@ class SimSlurm(FakeSlurm):
             if j.held or j.priority == 0:
                 continue
             if j.eligible_time > self.now:
-                j.reason = "BeginTime"
+                if j.reason != "BeginTime":   # a write marks the job changed (a snapshot
+                    j.reason = "BeginTime"     # looks at it again): only when it changes
                 continue
             if not held and j.job_id not in pins and j.job_id not in reserved and (
                     j.gpus_per_node * j.node_count > free_total
                     or j.gpus_per_node >= failed.get(j.node_count, j.gpus_per_node + 1)):
                 # what _step gives such a job, without its bookkeeping: no reservation to
                 # bypass, no guarded node of its own to open, none to close; it cannot fit
-                j.reason = "Resources"
+                if j.reason != "Resources":
+                    j.reason = "Resources"
                 if not self.backfill:
                     break
                 continue
@@ -374,7 +376,8 @@ class SimSlurm(FakeSlurm):
             if got is None:
                 failed[j.node_count] = j.gpus_per_node
         if got is None:
-            j.reason = "Resources"
+            if j.reason != "Resources":
+                j.reason = "Resources"
             if self.backfill and j.job_id in self.reserved and pinned is None and not held:
                 self._hold_for(j.node_count, j.gpus_per_node, held)
                 self._closed_below = QOS_WEIGHT.get(j.qos, 0)

@@ -250,3 +250,56 @@ def test_running_value_is_kept_and_its_decay_follows_now() -> None:
     assert first.run_time_at(T0 - 10.0) == first.run_time == 100.0   # no time before the start
     fixed = dataclasses.replace(first, running_since=None)
     assert fixed.run_time_at(T0 + 1e6) == 100.0   # no stretch: run_time is the whole count
+
+
+def test_kept_inputs_only_for_the_same_jobs_records_default_and_nodes() -> None:
+    """build_inputs gives its last inputs again only for the very same tuple of Slurm jobs
+    with the same tracked jobs, default class and nodes, and never when a value was made from
+    ``now`` (a job without its submit or start time); every call equals one without a memo."""
+    fake = FakeSlurm(now=T0)
+    a = fake.submit(admin_comment=record(PriorityClass.NORMAL), account="vision", now=T0 - 900)
+    b = fake.submit(admin_comment=record(PriorityClass.HIGH), account="vision", now=T0 - 60,
+                    gpus_per_node=2)
+    fake.schedule()
+    fake.submit(admin_comment=record(PriorityClass.LOW), account="vision", now=T0 - 30,
+                gpus_per_node=8, nodes=4)   # waits
+    memo = CycleMemo()
+    t = {a: tracked(a, last_state="RUNNING")}
+
+    def check(snap: object, tr: dict[int, TrackedJob], config: PolicyConfig = CONFIG,
+              now: float = float(T0)) -> cycle.PolicyInputs:
+        got = build_inputs(snap, tr, (), config, now, memo)  # type: ignore[arg-type]
+        fresh = build_inputs(snap, tr, (), config, now)  # type: ignore[arg-type]
+        assert (got.pending, got.running, got.cluster, got.jobs, got.held) == (
+            fresh.pending, fresh.running, fresh.cluster, fresh.jobs, fresh.held)
+        return got
+
+    snap = fake.snapshot()
+    first = check(snap, t)
+    again = check(fake.snapshot(), t, now=T0 + 10.0)   # nothing changed: the same tuple
+    assert again.pending is first.pending and again.running is first.running
+    t = {a: tracked(a, last_state="RUNNING", preemptions=0)}
+    other = check(fake.snapshot(), t)
+    assert other.running is not first.running                      # another record
+    low = check(fake.snapshot(), t, dataclasses.replace(CONFIG, default_class=PriorityClass.LOW))
+    assert low.pending is not other.pending                         # another default class
+    back = check(fake.snapshot(), t)
+    fake.nodes["n1"] = dataclasses.replace(fake.nodes["n1"], gpus=16)
+    bigger = check(fake.snapshot(), t)
+    assert bigger.cluster.gpus == back.cluster.gpus + 8              # other nodes
+    fake.set_priority(b + 1, 9)
+    assert check(fake.snapshot(), t).pending is not bigger.pending  # a job changed
+    # values made from now: never given again
+    snap = fake.snapshot()
+    timeless = dataclasses.replace(snap, jobs=tuple(
+        dataclasses.replace(j, submit_time=None) if j.state is JobState.PENDING else j
+        for j in snap.jobs))
+    early = check(timeless, t, now=T0 + 20.0)
+    late = check(timeless, t, now=T0 + 40.0)
+    assert late.pending[0].submit_time == T0 + 40.0 != early.pending[0].submit_time
+    started = dataclasses.replace(snap, jobs=tuple(
+        dataclasses.replace(j, start_time=None) if j.state is JobState.RUNNING else j
+        for j in snap.jobs))
+    early = check(started, t, now=T0 + 50.0)
+    late = check(started, t, now=T0 + 60.0)
+    assert late.running[0].start_time == T0 + 60.0 != early.running[0].start_time
