@@ -174,6 +174,19 @@ class Job:
         """GPUs the job holds now (sum over its nodes)."""
         return sum(self.gpus_per_node.values())
 
+    def waits_for_gpus(self, now: float, soon: float) -> bool:
+        """Pending, not held, and kept back by nothing free GPUs do not give (no
+        :attr:`start_blocker`), or only by a begin time that comes within ``soon`` seconds of
+        ``now`` (a requeued job's, Slurm's ``CredExpire`` after its requeue): freeing GPUs may
+        start it, so a preemption may help it."""
+        if self.state is not JobState.PENDING or self.held:
+            return False
+        if self.reason in _WAITING:
+            return True
+        blocker = self.start_blocker
+        return blocker is None or (blocker == "BeginTime" and self.eligible_time is not None
+                                   and self.eligible_time <= now + soon)
+
     @property
     def start_blocker(self) -> str | None:
         """For a pending job that Slurm holds back for something free GPUs do not give (its
@@ -189,6 +202,8 @@ class Job:
         return None
 
 
+_WAITING = frozenset({"Priority", "Resources", "None", ""})
+"""The common pending reasons that name nothing but GPUs or the job's turn (a fast path)."""
 _NOT_FOR_GPUS = frozenset({
     "BeginTime", "Dependency", "DependencyNeverSatisfied", "JobArrayTaskLimit", "Reservation",
     "Licenses", "PartitionDown", "PartitionInactive", "PartitionNodeLimit",

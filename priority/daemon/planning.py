@@ -80,11 +80,13 @@ class SnapshotPlanner:
         # Open plans' victims (and victims that missed an aborted plan and still run) keep
         # their GPUs in the planner's eyes but are not chosen twice; open plans' beneficiaries
         # are not planned again, nor are held jobs (the guard's, a user's or an admin's) or
-        # jobs Slurm keeps back for something free GPUs do not give (a begin time, a
-        # dependency, a limit: ``Job.start_blocker``): none of them would start on the GPUs a
-        # plan frees, and its victims would lose their work for nothing.
+        # jobs Slurm keeps back for something free GPUs do not give (a dependency, a limit, a
+        # begin time further off than a victim's assumed save, ``save_cost``:
+        # ``Job.waits_for_gpus``): none of them would start on the GPUs a plan frees, and its
+        # victims would lose their work for nothing.
+        soon = self.config.save_cost
         cannot_start = {j.job_id for j in snap.pending
-                        if j.held or j.start_blocker is not None}
+                        if not j.waits_for_gpus(float(snap.time), soon)}
         running = view.running
         focus = view.focus
         pending = tuple(j for j in view.pending

@@ -75,6 +75,7 @@ from hai_slurm.priority.policy.state import (
 from hai_slurm.priority.sim.engine import Engine, Mode, SimJob
 from hai_slurm.priority.store import Protection, TrackedJob
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
+from hai_slurm.slurm_plugins.types import ClusterSnapshot
 
 _job_id = attrgetter("job_id")
 
@@ -206,7 +207,7 @@ class HaiSlurm:
         inputs, result = policy_decisions(snap, tracked=self.tracked, events=events,
                                           state=self.state, config=self.config.policy,
                                           now=float(now), memo=self._memo)
-        self._plan(inputs.pending, inputs.running, result, float(snap.time), now,
+        self._plan(inputs.pending, inputs.running, result, snap, now,
                    focus=with_jobs_ahead(focus, result.priorities))
 
     def on_cycle(self, now: int) -> None:
@@ -234,7 +235,7 @@ class HaiSlurm:
         ch = d.changes
         self.counts.update({"promotions": len(ch.promotions), "demotions": len(ch.demotions),
                             "decays": len(ch.decays), "protections": len(ch.protections)})
-        self._plan(d.inputs.pending, d.inputs.running, d.result, float(snap.time), now)
+        self._plan(d.inputs.pending, d.inputs.running, d.result, snap, now)
 
     def _reserve(self, result: PolicyResult, now: int) -> None:
         """Reservations for top-class jobs that waited ``reserve_after`` of their bound."""
@@ -313,15 +314,20 @@ class HaiSlurm:
         return holders
 
     def _plan(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...],
-              result: PolicyResult, taken_at: float, now: int,
+              result: PolicyResult, snap: ClusterSnapshot, now: int,
               focus: frozenset[int] | None = None) -> None:
         eng = self.eng
         slurm = eng.slurm
         self.inflight = {b: t for b, t in self.inflight.items() if t > now}
         if not pending:
             return
+        # as the daemon's planner: no plan for a job Slurm holds or keeps back (a requeued
+        # victim's begin time, its requeue delay away, is soon enough)
+        taken_at, listed, soon = float(snap.time), snap.job, self.planner.save_cost
         waiting_jobs = [p for p in pending if p.job_id not in self.inflight
-                        and (focus is None or p.job_id in focus)]
+                        and (focus is None or p.job_id in focus)
+                        and (job := listed(p.job_id)) is not None
+                        and job.waits_for_gpus(taken_at, soon)]
         nodes = {p.job_id: eng.by_slurm[p.job_id].nodes for p in waiting_jobs
                  if eng.by_slurm[p.job_id].trace.nodes > 0}
         waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes,

@@ -58,6 +58,23 @@ def test_a_running_job_has_no_start_blocker() -> None:
     assert _job("BeginTime", JobState.RUNNING).start_blocker is None
 
 
+def test_waits_for_gpus_unless_held_or_kept_back_but_a_begin_time_soon_counts() -> None:
+    """A begin time within ``soon`` (a requeued job's, its requeue delay away) is waited out
+    while the victims save; one further off, a dependency, a hold, a running job are not."""
+    now = 1000.0
+    assert _job("Resources").waits_for_gpus(now, 60) and _job("Priority").waits_for_gpus(now, 60)
+    assert _job("ReqNodeNotAvail, UnavailableNodes:n3").waits_for_gpus(now, 60)
+    begin = _job("BeginTime")
+    assert dataclasses.replace(begin, eligible_time=1011).waits_for_gpus(now, 60)
+    assert dataclasses.replace(begin, eligible_time=1060).waits_for_gpus(now, 60)
+    assert not dataclasses.replace(begin, eligible_time=1061).waits_for_gpus(now, 60)
+    assert not dataclasses.replace(begin, eligible_time=None).waits_for_gpus(now, 60)
+    assert not _job("Dependency").waits_for_gpus(now, 60)
+    assert not dataclasses.replace(_job("JobHeldUser"), held=True).waits_for_gpus(now, 60)
+    assert not dataclasses.replace(_job("Resources"), held=True).waits_for_gpus(now, 60)
+    assert not _job("None", JobState.RUNNING).waits_for_gpus(now, 60)
+
+
 def test_no_plan_for_a_high_job_waiting_for_its_begin_time(tmp_path: Path) -> None:
     """Four LOW jobs fill 4 x 8 GPUs; a HIGH 8-GPU job with ``--begin`` an hour away waited
     10 min: no verdict, no plan, and explain says it waits for its begin time. The same job
