@@ -46,6 +46,16 @@ class Bed:
         self.jobs.append(job.job_id)
         return job
 
+    def fill(self, count: int = 4) -> list[ToyJob]:
+        """``count`` LOW toy jobs of 8 GPUs on one node each (4: the whole testbed), running
+        and past their first 20 steps (team-a)."""
+        lows = [self.toy(f"low{i}", sbatch=["-N1", "--gres=gpu:8"]) for i in range(count)]
+        for job in lows:
+            self.wait(job, "RUNNING", timeout=60)
+        for job in lows:
+            self.wait_progress(job, 20, timeout=60)
+        return lows
+
     def executor(self, **settings: float) -> PreemptionExecutor:
         """An executor on this testbed."""
         return PreemptionExecutor(self.slurm, self.repo,

@@ -427,6 +427,12 @@ def test_compact_snapshot_lists_array_tasks_split_off_their_array(
         h.cleanup()
 
 
+def _array_records(slurm_conf: str, array_id: int) -> dict[int, Job]:
+    """The records of ``array_id`` in a fresh CLI snapshot (full records), by job id."""
+    truth = CliSlurmClient(slurm_conf=slurm_conf).snapshot()
+    return {j.job_id: j for j in truth.jobs if j.array_job_id == array_id}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_priority_of_an_array_spares_the_tasks_split_off_it(
         backend: str, adapter_slurm_conf: str, tmp_path: Path) -> None:
@@ -444,8 +450,7 @@ def test_priority_of_an_array_spares_the_tasks_split_off_it(
         return h.submit_array(f"--array={tasks}", "--begin=now+3600")
 
     def records(array_id: int) -> dict[int, Job]:
-        truth = CliSlurmClient(slurm_conf=adapter_slurm_conf).snapshot()
-        return {j.job_id: j for j in truth.jobs if j.array_job_id == array_id}
+        return _array_records(adapter_slurm_conf, array_id)
 
     try:
         short = array("0-2")
@@ -485,8 +490,7 @@ def test_writes_to_an_array_record_spare_the_tasks_split_off_it(
     h = CliHarness(adapter_slurm_conf, tmp_path)
 
     def jobs(array_id: int) -> dict[int, Job]:
-        truth = CliSlurmClient(slurm_conf=adapter_slurm_conf).snapshot()
-        return {j.job_id: j for j in truth.jobs if j.array_job_id == array_id}
+        return _array_records(adapter_slurm_conf, array_id)
 
     name = f"hai-plan-arrays-{time.time_ns()}"
     try:
@@ -536,8 +540,7 @@ def test_split_array_task_makes_the_records_first_task_a_job_of_its_own(
     h = CliHarness(adapter_slurm_conf, tmp_path)
 
     def jobs(array_id: int) -> dict[int, Job]:
-        truth = CliSlurmClient(slurm_conf=adapter_slurm_conf).snapshot()
-        return {j.job_id: j for j in truth.jobs if j.array_job_id == array_id}
+        return _array_records(adapter_slurm_conf, array_id)
 
     try:
         array = h.submit_array("--array=0-3", "--begin=now+3600")

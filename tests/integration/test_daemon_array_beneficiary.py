@@ -59,11 +59,7 @@ def test_a_high_array_gets_preemption_help_for_the_tasks_after_its_first(
     tasks 1-2, which Slurm refuses to pin. Each of them is planned for as a job of its own and
     starts while task 0 still runs (task 1 split off as a job of its own, task 2 as the
     record's last task); no plan fails; the LOW victims are requeued, not lost."""
-    lows = [bed.toy(f"low{i}", sbatch=["-N1", "--gres=gpu:8"]) for i in range(3)]
-    for job in lows:
-        bed.wait(job, "RUNNING", timeout=60)
-    for job in lows:
-        bed.wait_progress(job, 20, timeout=60)
+    lows = bed.fill(3)
     config = daemon_config(tmp_path, bed.testbed)
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))

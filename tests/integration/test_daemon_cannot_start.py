@@ -56,11 +56,7 @@ def test_jobs_that_cannot_start_get_no_plan(bed: Bed, tmp_path: Path) -> None:
     wait_until(lambda: (j := bed.slurm.snapshot().job(limited)) is not None
                and j.reason == "JobArrayTaskLimit", 30, "the array's second task never waited "
                "for its task limit")
-    lows = [bed.toy(f"low{i}", sbatch=["-N1", "--gres=gpu:8"]) for i in range(3)]
-    for job in lows:
-        bed.wait(job, "RUNNING", timeout=60)
-    for job in lows:
-        bed.wait_progress(job, 20, timeout=60)
+    bed.fill(3)
     blocker = submit("--hold")
     waiting = {
         "BeginTime": submit("--begin=now+600"),

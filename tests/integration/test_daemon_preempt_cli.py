@@ -36,11 +36,7 @@ def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def test_daemon_command_preempts_a_low_job_for_a_high_one(bed: Bed, tmp_path: Path) -> None:
     """The HIGH job starts within seconds; exactly one LOW job acknowledged its checkpoint, was
     requeued (restart 1) and resumed at the step it saved; the plan is done in the database."""
-    lows = [bed.toy(f"low{i}", steps=4000, sbatch=["-N1", "--gres=gpu:8"]) for i in range(4)]
-    for job in lows:
-        bed.wait(job, "RUNNING", timeout=60)
-    for job in lows:
-        bed.wait_progress(job, 20, timeout=60)
+    lows = bed.fill()
     config = daemon_config(tmp_path, bed.testbed)
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     try:

@@ -19,7 +19,6 @@ from conftest import Testbed
 from daemon_support import DaemonProcess, wait_until
 from preempt_support import Bed, bed_for, daemon_config
 
-from hai_slurm.priority.demo.scenario import ToyJob
 from hai_slurm.priority.store.engine import make_engine
 from hai_slurm.priority.store.repository import Repository
 
@@ -33,20 +32,11 @@ def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 
-def _fill(bed: Bed) -> list[ToyJob]:
-    lows = [bed.toy(f"low{i}", sbatch=["-N1", "--gres=gpu:8"]) for i in range(4)]
-    for job in lows:
-        bed.wait(job, "RUNNING", timeout=60)
-    for job in lows:
-        bed.wait_progress(job, 20, timeout=60)
-    return lows
-
-
 def test_a_high_job_is_planned_seconds_after_sbatch_with_the_default_30s_cycle(
         bed: Bed, tmp_path: Path) -> None:
     """sbatch -> plan created, measured and printed; < 10 s (the cycle is 30 s), with no
     cycle in between; the HIGH job then runs."""
-    _fill(bed)
+    bed.fill()
     config = daemon_config(tmp_path, bed.testbed, shipped_intervals=True)
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log",
                                  bed.testbed)
