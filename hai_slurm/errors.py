@@ -74,3 +74,9 @@ class CheckpointError(HaiSlurmError):
 
 class StateError(HaiSlurmError):
     """The daemon's database or lock is unusable."""
+
+
+class PlanRefusedError(StateError):
+    """A preemption request cannot start: its jobs are no longer as planned (the beneficiary
+    does not wait, a victim does not run) or Slurm would not make its beneficiary a job of its
+    own. Nothing was done; the next cycle plans again."""

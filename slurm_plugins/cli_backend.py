@@ -735,7 +735,8 @@ class CliSlurmClient:
         first = min(tasks)
         priority = tasks[first]
         if not priority.isdigit():
-            return job_id
+            raise SlurmError(f"squeue printed no priority for task {job_id}_{first}: "
+                             f"{priority!r}", command=list(listed.argv))
         ref = f"{job_id}_{first}"
         check(self._run(["scontrol", "update", f"JobId={ref}", f"Priority={priority}"]),
               f"scontrol update JobId={ref} (split the task off its array)")
@@ -745,6 +746,8 @@ class CliSlurmClient:
         if not new_id.isdigit():
             raise SlurmError(f"squeue --jobs={ref} named no job after the split: "
                              f"{res.stdout.strip()!r}", command=list(res.argv))
+        if job_id in self._arrays:   # later writes this cycle name the tasks left in it
+            self._arrays[job_id] = ranges(sorted(set(tasks) - {first}))
         return int(new_id)
 
     def set_req_nodes(self, job_id: int, nodes: str) -> ActionResult:

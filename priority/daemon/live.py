@@ -98,7 +98,8 @@ def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
         return "\n".join(lines)
     job = view.snapshot.job(job_id)
     if job is not None and job.state is JobState.PENDING:
-        return f"Planner: not planned: {not_planned(job, view.claims)}."
+        return (f"Planner: not planned: "
+                f"{not_planned(job, view.claims, view.now, planner.config.save_cost)}.")
     holder = next((h for h in snapshot.running if h.job_id == job_id), None)
     if holder is None:
         return "Planner: the job holds no GPUs the planner places, so it is never a victim."
@@ -115,15 +116,15 @@ _BLOCKERS = {
 }
 
 
-def not_planned(job: Job, claims: Claims) -> str:
+def not_planned(job: Job, claims: Claims, now: float, soon: float) -> str:
     """Why the planner's pass leaves pending ``job`` out (see SnapshotPlanner.snapshot), with
-    the open plans' ``claims``."""
+    the open plans' ``claims``, at ``now``, a begin time within ``soon`` not counting."""
     if job.job_id in claims.beneficiaries:
         return "an open plan is freeing GPUs for it"
     if job.held or job.job_id in claims.held:
         return f"it is held ({job.reason or 'held'}); a held job cannot start"
     blocker = job.start_blocker
-    if blocker is not None:
+    if blocker is not None and not job.waits_for_gpus(now, soon):
         what = _BLOCKERS.get(blocker, "a limit or setting of its partition, QOS or account")
         return (f"Slurm keeps it back for {what} ({blocker}), which free GPUs do not give, "
                 f"so no job is preempted for it")

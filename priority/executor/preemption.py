@@ -34,7 +34,7 @@ from dataclasses import replace
 from typing import cast
 
 from hai_slurm.checkpoint import Ack, JobReport, Phase, ReportReader, read_job_report
-from hai_slurm.errors import SlurmError, StateError
+from hai_slurm.errors import PlanRefusedError, SlurmError, StateError
 from hai_slurm.priority.clock import Clock, SystemClock
 from hai_slurm.priority.executor import late_acks
 from hai_slurm.priority.executor.guard import (
@@ -228,7 +228,7 @@ class PreemptionExecutor:
                 continue
             try:
                 plan_id = self.start(request, view.snapshot, victims)
-            except StateError as err:
+            except PlanRefusedError as err:
                 log.warning("%s", err)
                 audit.append(AuditEntry(at=self._now(), kind="plan-refused",
                                         job_id=request.beneficiary, message=str(err)))
@@ -323,12 +323,12 @@ class PreemptionExecutor:
               victims: tuple[VictimContext, ...] | None = None) -> int:
         """Record the plan, put up the guard and ask the victims; return the plan id at once
         (the plan moves on at each :meth:`step`). ``victims`` is what :meth:`prepare` returned
-        (it is called when not given); raises StateError, with nothing done, when the request
+        (it is called when not given); raises PlanRefusedError, with nothing done, when the request
         cannot start. A Slurm failure here starts the plan's roll-back."""
         if victims is None:
             prepared = self.prepare(request, snap)
             if isinstance(prepared, str):
-                raise StateError(f"preemption for job {request.beneficiary} not started: "
+                raise PlanRefusedError(f"preemption for job {request.beneficiary} not started: "
                                  f"{prepared}")
             victims = prepared
         request, snap = self._own_job(request, snap)
@@ -360,21 +360,28 @@ class PreemptionExecutor:
         by its first task, made a job of its own (:meth:`SlurmClient.split_array_task`):
         Slurm pins and links such a record only as a whole, or refuses once one of its tasks
         has started, so the guard could not stand for it. The array's other tasks wait as
-        before (a later plan may help the next). Raises StateError, with nothing else done,
-        when Slurm refuses the split."""
+        before (a later plan may help the next). Raises PlanRefusedError, with nothing else done,
+        when Slurm refuses the split or the split-off task no longer waits."""
         job = snap.job(request.beneficiary)
         if job is None or job.array_job_id != job.job_id or job.array_task_id is not None \
                 or not job.array_tasks:
             return request, snap
         try:
             task = self.slurm.split_array_task(job.job_id)
+            if task == job.job_id:
+                return request, snap
+            facts = self.slurm.job_facts([task]).get(task)
         except SlurmError as err:
-            raise StateError(f"preemption for job {job.job_id} not started: its first array "
-                             f"task could not be made a job of its own: {err}") from err
-        if task == job.job_id:
-            return request, snap
+            raise PlanRefusedError(f"preemption for job {job.job_id} not started: its first array "
+                              f"task could not be made a job of its own: {err}") from err
+        if facts is None or not facts.pending:
+            raise PlanRefusedError(f"preemption for job {job.job_id} not started: its first array "
+                              f"task, job {task}, does not wait any more "
+                              f"({facts.state if facts else 'gone'})")
         log.info("job %d is an array's pending record (tasks %s): its first task is job %d "
                  "now, the plan's beneficiary", job.job_id, job.array_tasks, task)
+        # the task as the plan records it (its user, account, GPUs); which task it is, is
+        # Slurm's to say in the next snapshot
         split = replace(job, job_id=task, array_tasks="")
         return replace(request, beneficiary=task), replace(snap, jobs=(*snap.jobs, split))
 

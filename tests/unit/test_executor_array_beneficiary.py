@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from executor_world import Behaviour, World, make_world
 
-from hai_slurm.errors import SlurmError, StateError
+from hai_slurm.errors import PlanRefusedError, SlurmError
 from hai_slurm.priority.executor.guard import TOP_PRIORITY
 from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
@@ -77,9 +77,22 @@ def test_a_refused_split_starts_nothing(world: World) -> None:
     world.fake.split_array_task = refuse  # type: ignore[method-assign]
     victim = next(iter(j.job_id for j in world.fake.snapshot().running))
     writes = len(world.fake.writes)
-    with pytest.raises(StateError, match="could not be made a job of its own"):
+    with pytest.raises(PlanRefusedError, match="could not be made a job of its own"):
         world.executor().start(ExecutionRequest(record, (victim,), nodes=("n1",)),
                                _as_array_record(world.fake.snapshot(), record))
     assert world.repo.history() == []
     assert world.fake.writes[writes:] == []
     assert world.fake.reservations() == ()
+
+
+def test_a_split_task_that_started_meanwhile_starts_nothing(world: World) -> None:
+    """Slurm started the task between the read and the split: no plan, no victim asked."""
+    record = world.pending("array", gpus=8)
+    running = [j.job_id for j in world.fake.snapshot().running]
+    world.fake.split_array_task = lambda job_id: running[1]  # type: ignore[method-assign]
+    writes = len(world.fake.writes)
+    with pytest.raises(PlanRefusedError, match="does not wait any more"):
+        world.executor().start(ExecutionRequest(record, (running[0],), nodes=("n1",)),
+                               _as_array_record(world.fake.snapshot(), record))
+    assert world.repo.history() == []
+    assert world.fake.writes[writes:] == []

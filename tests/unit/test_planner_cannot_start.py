@@ -105,7 +105,9 @@ def test_no_plan_for_a_high_job_waiting_for_its_begin_time(tmp_path: Path) -> No
             assert bene not in planner.last.decisions and not planned
             job = world.fake.snapshot().job(bene)
             assert job is not None and job.start_blocker == "BeginTime"
-            text = not_planned(job, Claims())
+            text = not_planned(job, Claims(), float(world.fake.now), 60.0)
             assert "begin time" in text and "BeginTime" in text
+            soon = dataclasses.replace(job, eligible_time=world.fake.now + 30)
+            assert "BeginTime" not in not_planned(soon, Claims(), float(world.fake.now), 60.0)
         else:
             assert planned == {bene}
