@@ -323,13 +323,13 @@ class PreemptionExecutor:
               victims: tuple[VictimContext, ...] | None = None) -> int:
         """Record the plan, put up the guard and ask the victims; return the plan id at once
         (the plan moves on at each :meth:`step`). ``victims`` is what :meth:`prepare` returned
-        (it is called when not given); raises PlanRefusedError, with nothing done, when the request
-        cannot start. A Slurm failure here starts the plan's roll-back."""
+        (it is called when not given); raises PlanRefusedError, with nothing done, when the
+        request cannot start. A Slurm failure here starts the plan's roll-back."""
         if victims is None:
             prepared = self.prepare(request, snap)
             if isinstance(prepared, str):
-                raise PlanRefusedError(f"preemption for job {request.beneficiary} not started: "
-                                 f"{prepared}")
+                raise PlanRefusedError(f"preemption for job {request.beneficiary} not "
+                                       f"started: {prepared}")
             victims = prepared
         request, snap = self._own_job(request, snap)
         beneficiaries, victim_jobs = plan_jobs(request, snap)
@@ -360,8 +360,8 @@ class PreemptionExecutor:
         by its first task, made a job of its own (:meth:`SlurmClient.split_array_task`):
         Slurm pins and links such a record only as a whole, or refuses once one of its tasks
         has started, so the guard could not stand for it. The array's other tasks wait as
-        before (a later plan may help the next). Raises PlanRefusedError, with nothing else done,
-        when Slurm refuses the split or the split-off task no longer waits."""
+        before (a later plan may help the next). Raises PlanRefusedError, with nothing else
+        done, when Slurm refuses the split or the split-off task no longer waits."""
         job = snap.job(request.beneficiary)
         if job is None or job.array_job_id != job.job_id or job.array_task_id is not None \
                 or not job.array_tasks:
@@ -372,12 +372,13 @@ class PreemptionExecutor:
                 return request, snap
             facts = self.slurm.job_facts([task]).get(task)
         except SlurmError as err:
-            raise PlanRefusedError(f"preemption for job {job.job_id} not started: its first array "
-                              f"task could not be made a job of its own: {err}") from err
+            raise PlanRefusedError(f"preemption for job {job.job_id} not started: its first "
+                                   f"array task could not be made a job of its own: {err}"
+                                   ) from err
         if facts is None or not facts.pending:
-            raise PlanRefusedError(f"preemption for job {job.job_id} not started: its first array "
-                              f"task, job {task}, does not wait any more "
-                              f"({facts.state if facts else 'gone'})")
+            raise PlanRefusedError(f"preemption for job {job.job_id} not started: its first "
+                                   f"array task, job {task}, does not wait any more "
+                                   f"({facts.state if facts else 'gone'})")
         log.info("job %d is an array's pending record (tasks %s): its first task is job %d "
                  "now, the plan's beneficiary", job.job_id, job.array_tasks, task)
         # the task as the plan records it (its user, account, GPUs); which task it is, is
