@@ -510,18 +510,18 @@ class CliSlurmClient:
                 (_GONE, _DONE, _HELD), suffix=[f"Priority={value}"], refs=refs))
         return result
 
-    def _array_refs(self, job_ids: Iterable[int]) -> dict[int, str]:
+    def _array_refs(self, job_ids: Iterable[int], *, fresh: bool = False) -> dict[int, str]:
         """``A_[TASKS]`` for each of ``job_ids`` that the last snapshot listed as an array's
-        own record (see :meth:`set_priorities`). A cut task expression is read again: the
-        pending tasks still under the array's own id (``squeue --array``, a line per task;
-        record lines would not do: since 23.02 squeue folds split-off tasks into the
-        array's line)."""
+        own record (see :meth:`set_priorities`). A cut task expression (every one with
+        ``fresh``) is read again: the pending tasks still under the array's own id
+        (``squeue --array``, a line per task; record lines would not do: since 23.02 squeue
+        folds split-off tasks into the array's line)."""
         refs: dict[int, str] = {}
         cut: list[int] = []
         for jid in job_ids:
             tasks = self._arrays.get(jid)
             if tasks is not None:
-                expr = task_expression(tasks)
+                expr = None if fresh else task_expression(tasks)
                 if expr is None:
                     cut.append(jid)
                 else:
@@ -675,9 +675,10 @@ class CliSlurmClient:
 
     def cancel(self, job_ids: JobIds) -> ActionResult:
         """``scancel IDS``; an array's own record as ``A_[TASKS]`` (its split-off and running
-        tasks are other jobs)."""
+        tasks are other jobs), its tasks read afresh: one started since the snapshot is
+        another job now, and is not cancelled with the record."""
         ids = job_id_tuple(job_ids)
-        refs = self._record_refs(ids) or {}
+        refs = self._array_refs(ids, fresh=True) if self._arrays else {}
         result = ActionResult()
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i:i + CHUNK]

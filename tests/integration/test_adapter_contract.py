@@ -484,7 +484,8 @@ def test_writes_to_an_array_record_spare_the_tasks_split_off_it(
     """An array's own pending record (tasks 1-3; task 0 split off by its user's hold): hold,
     release, AdminComment, the Reservation link and scancel reach the record's tasks only
     (``JobId=A`` would be the whole array, 22.05.8). The split task stays held, keeps its
-    comment, is linked to no reservation and is not cancelled."""
+    comment, is linked to no reservation and is not cancelled; nor is task 1, split off after
+    the client's last snapshot (scancel reads the record's tasks afresh)."""
     tmp_path.chmod(0o777)
     client = backend_client(backend, adapter_slurm_conf)
     h = CliHarness(adapter_slurm_conf, tmp_path)
@@ -517,12 +518,17 @@ def test_writes_to_an_array_record_spare_the_tasks_split_off_it(
         assert not now[array].held and now[split].held, now
         facts = client.job_facts([array, split])
         assert facts[array].pending and facts[split].pending
+        # task 1 leaves the record behind the client's back (after its last snapshot)
+        subprocess.run(["scontrol", "update", f"JobId={array}_1", "TimeLimit=100"],
+                       env=h.env, timeout=30, check=True)
+        (later,) = set(jobs(array)) - {array, split}
         assert client.cancel(array).done == (array,)
         h.wait_for(array, "cancelled", lambda j: j is None or not j.state.active
                    or j.state.value != "PENDING")
         left = jobs(array)
-        assert split in left and left[split].state.value == "PENDING", left
-        assert not any(j.state.value == "PENDING" and j.job_id != split
+        assert {split, later} <= set(left), left
+        assert all(left[j].state.value == "PENDING" for j in (split, later)), left
+        assert not any(j.state.value == "PENDING" and j.job_id not in (split, later)
                        for j in left.values()), left
     finally:
         h.cleanup()
