@@ -500,7 +500,7 @@ class CliSlurmClient:
                 raise ValueError(f"priority for job {jid} must be an integer in "
                                  f"[0, 4294967293], got {value!r}")
             by_value[value].append(jid)
-        refs = self._array_refs(priorities) if self._arrays else {}
+        refs = self._record_refs(priorities) or {}
         if isinstance(self._run, SubprocessRunner) and len(by_value) > 1:
             return self._priorities_stdin(by_value, refs)
         result = ActionResult()

@@ -24,9 +24,16 @@ from hai_slurm.checkpoint.protocol import (
 )
 from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.clock import FakeClock
+from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.daemon.loop import Daemon
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.daemon.save_times import SaveTimes
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.types import ExecutorSettings
+from hai_slurm.priority.planner.testing import gpu_cluster
+from hai_slurm.priority.planner.types import PlannerConfig, PlanningResult
 from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.lock import LeaderLock
 from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
@@ -193,3 +200,29 @@ def make_world(tmp: Path, nodes: int = 4, gpus: int = 8,
         for i in range(1, nodes + 1)], now=T0)
     repo = Repository(upgrade(f"sqlite:///{tmp / 'state.db'}"))
     return World(tmp, fake, repo)
+
+
+def plan_for_high_job(world: World, tmp: Path, partition: str = "", *,
+                      save_times: SaveTimes | None = None, begin_in: int | None = None
+                      ) -> tuple[PlanningResult, int]:
+    """An hour on, a HIGH 8-GPU job (team-b, waited 10 min; in ``partition`` when given; with
+    ``sbatch --begin`` ``begin_in`` seconds away when given): one daemon cycle with the
+    planner (``min_run_time`` 1 min); its pass and the job's id."""
+    world.fake.advance(world.fake.now + 3600)
+    world.clock.now = float(world.fake.now)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high",
+                             partition=partition, nodes=1, gpus_per_node=8,
+                             admin_comment=format_admin_comment(info), now=world.fake.now - 600,
+                             begin_time=None if begin_in is None else world.fake.now + begin_in)
+    cfg = replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp))
+    planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0),
+                              save_times=save_times)
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp / 'state.db'}"))
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=planner, executor=world.executor(), interval=1.0)
+    report = daemon.run_once()
+    assert report.outcome.value == "ok", report.reason
+    assert planner.last is not None
+    return planner.last, bene

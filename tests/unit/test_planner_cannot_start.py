@@ -8,19 +8,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from executor_world import Behaviour, make_world
+from executor_world import Behaviour, make_world, plan_for_high_job
 
-from hai_slurm.classes import ClassOrigin
-from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.live import not_planned
-from hai_slurm.priority.daemon.loop import Daemon
-from hai_slurm.priority.daemon.planning import SnapshotPlanner
 from hai_slurm.priority.hooks import Claims
-from hai_slurm.priority.planner.testing import gpu_cluster
-from hai_slurm.priority.planner.types import PlannerConfig
-from hai_slurm.priority.store.engine import upgrade
-from hai_slurm.priority.store.lock import LeaderLock
-from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.types import Job, JobState
 
 
@@ -85,24 +76,10 @@ def test_no_plan_for_a_high_job_waiting_for_its_begin_time(tmp_path: Path) -> No
         world = make_world(tmp)
         for i in range(4):
             world.victim(f"v{i}", Behaviour(ack_after=0.5))
-        world.fake.advance(world.fake.now + 3600)
-        world.clock.now = float(world.fake.now)
-        info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
-                          grace=30, source=ClassOrigin.DIRECTIVE)
-        bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high", nodes=1,
-                                 gpus_per_node=8, admin_comment=format_admin_comment(info),
-                                 now=world.fake.now - 600,
-                                 begin_time=world.fake.now + 3600 if begin else None)
-        cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp))
-        planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0))
-        lock = LeaderLock(upgrade(f"sqlite:///{tmp / 'state.db'}"))
-        daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
-                        planner=planner, executor=world.executor(), interval=1.0)
-        assert daemon.run_once().outcome.value == "ok"
-        assert planner.last is not None
-        planned = {p.beneficiary for p in planner.last.plans}
+        last, bene = plan_for_high_job(world, tmp, begin_in=3600 if begin else None)
+        planned = {p.beneficiary for p in last.plans}
         if begin:
-            assert bene not in planner.last.decisions and not planned
+            assert bene not in last.decisions and not planned
             job = world.fake.snapshot().job(bene)
             assert job is not None and job.start_blocker == "BeginTime"
             text = not_planned(job, Claims(), float(world.fake.now), 60.0)

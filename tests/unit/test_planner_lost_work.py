@@ -4,18 +4,14 @@ then the daemon's path from a job's ``#HAI`` record)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
-from executor_world import Behaviour, World, make_world
+from executor_world import Behaviour, make_world, plan_for_high_job
 
 from hai_slurm.checkpoint import Phase
 from hai_slurm.checkpoint.protocol import make_phase, write_phase
-from hai_slurm.classes import ClassOrigin, PriorityClass
-from hai_slurm.priority.config.loader import DaemonConfig
-from hai_slurm.priority.daemon.loop import Daemon
-from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.daemon.save_times import SaveTimes
 from hai_slurm.priority.planner.inputs import save_estimates
 from hai_slurm.priority.planner.search import lost_seconds, plan_preemptions
@@ -27,10 +23,7 @@ from hai_slurm.priority.planner.testing import (
     snapshot,
     waiting,
 )
-from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult
-from hai_slurm.priority.store.engine import upgrade
-from hai_slurm.priority.store.lock import LeaderLock
-from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
+from hai_slurm.priority.planner.types import Outcome, PlannerConfig
 
 NORMAL, HIGH = PriorityClass.NORMAL, PriorityClass.HIGH
 ALL8 = tuple(range(8))
@@ -115,36 +108,13 @@ def test_save_estimates_take_the_measured_save_up_to_the_grace() -> None:
     assert got == {1: 20.0, 2: 30.0, 3: 12.5, 4: 45.0}
 
 
-def _plan_for_high_job(world: World, tmp: Path, partition: str = "", *,
-                       save_times: SaveTimes | None = None) -> tuple[PlanningResult, int]:
-    """An hour on, a HIGH 8-GPU job (team-b, waited 10 min; in ``partition`` when given): one
-    daemon cycle with the planner; its pass and the job's id."""
-    world.fake.advance(world.fake.now + 3600)
-    world.clock.now = float(world.fake.now)
-    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
-                      grace=30, source=ClassOrigin.DIRECTIVE)
-    bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high",
-                             partition=partition, nodes=1, gpus_per_node=8,
-                             admin_comment=format_admin_comment(info), now=world.fake.now - 600)
-    cfg = dataclasses.replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp))
-    planner = SnapshotPlanner(gpu_cluster(2, 2), PlannerConfig(min_run_time=60.0),
-                              save_times=save_times)
-    lock = LeaderLock(upgrade(f"sqlite:///{tmp / 'state.db'}"))
-    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
-                    planner=planner, executor=world.executor(), interval=1.0)
-    report = daemon.run_once()
-    assert report.outcome.value == "ok", report.reason
-    assert planner.last is not None
-    return planner.last, bene
-
-
 def test_daemon_reads_the_record_and_picks_the_checkpointing_victim(tmp_path: Path) -> None:
     """Four LOW jobs of equal age fill 4 x 8 GPUs, only v3 has a checkpoint directory (grace
     30 s); the daemon's planner takes v3 for the HIGH 8-GPU job, losing 30 s + restart."""
     world = make_world(tmp_path)
     victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
                for i in range(4)]
-    (plan,) = _plan_for_high_job(world, tmp_path)[0].plans
+    (plan,) = plan_for_high_job(world, tmp_path)[0].plans
     assert plan.victim_ids == (victims[3],)
     assert plan.victims[0].lost_seconds == 30 + PlannerConfig().restart_cost
 
@@ -164,7 +134,7 @@ def test_daemon_charges_a_victim_the_save_time_it_measured(tmp_path: Path) -> No
         if not trusted:
             ctl.chmod(0o777)
         times = SaveTimes()
-        (plan,) = _plan_for_high_job(world, tmp, save_times=times)[0].plans
+        (plan,) = plan_for_high_job(world, tmp, save_times=times)[0].plans
         assert plan.victim_ids == (victims[3],)
         save = 7.5 if trusted else 30
         assert plan.victims[0].lost_seconds == save + PlannerConfig().restart_cost
@@ -183,7 +153,7 @@ def test_daemon_charges_a_measured_restart_but_never_above_the_configured_one(
                    for i in range(4)]
         write_phase(world.control(victims[3]), make_phase(
             str(victims[3]), 0, Phase.COMPUTING, 40, save_seconds=7.5, restart_seconds=claimed))
-        (plan,) = _plan_for_high_job(world, tmp, save_times=SaveTimes())[0].plans
+        (plan,) = plan_for_high_job(world, tmp, save_times=SaveTimes())[0].plans
         assert plan.victim_ids == (victims[3],)
         assert plan.victims[0].lost_seconds == 7.5 + charged
 
@@ -200,7 +170,7 @@ def test_daemon_frees_gpus_only_in_the_partition_of_the_job(tmp_path: Path) -> N
         victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5)) for i in range(4)]
         on = {j.nodes[0]: j.job_id for j in world.fake.snapshot().running}
         assert sorted(on.values()) == sorted(victims)
-        result, bene = _plan_for_high_job(world, tmp, partition)
+        result, bene = plan_for_high_job(world, tmp, partition)
         (plan,) = result.plans
         assert plan.nodes == (node,) and plan.victim_ids == (on[node],)
         said = result.decisions[bene].reason
