@@ -227,15 +227,12 @@ class PreemptionExecutor:
                                         job_id=request.beneficiary, message=victims))
                 continue
             try:
-                plan_id = self.start(request, view.snapshot, victims)
+                self.start(request, view.snapshot, victims)
             except PlanRefusedError as err:
                 log.warning("%s", err)
                 audit.append(AuditEntry(at=self._now(), kind="plan-refused",
                                         job_id=request.beneficiary, message=str(err)))
                 continue
-            bene = [b.job_id for b in self.repo.get_plan(plan_id).beneficiaries]
-            log.warning("plan %d for job %s started: victims %s", plan_id,
-                        ",".join(map(str, bene)), list(request.victims))
             claims = self.claims()
         return CycleExtras(audit=tuple(audit))
 
@@ -349,6 +346,8 @@ class PreemptionExecutor:
             ctx = guard.apply(ctx, snap, now, sorted(others.beneficiaries),
                               minutes=self._reservation_minutes(victims))
             self._ask(guard, plan.plan_id, [v.job_id for v in victims])
+            log.warning("plan %d for job %d started: victims %s", plan.plan_id,
+                        request.beneficiary, list(request.victims))
         except SlurmError as err:
             self._begin_undo(guard, self.repo.get_plan(plan.plan_id),
                              f"Slurm failed during the plan: {err}", PlanState.ROLLED_BACK)
