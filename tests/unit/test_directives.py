@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hai_slurm.classes import ClassOrigin
@@ -20,6 +20,7 @@ from hai_slurm.slurm_plugins.directives import (
     edit_distance,
     encode_value,
     format_admin_comment,
+    format_record,
     parse_admin_comment,
     parse_script,
     suggest,
@@ -127,6 +128,7 @@ def test_parse_admin_comment_ignores_unknown_fields() -> None:
 @given(ckpt=st.one_of(st.none(), st.text(min_size=1).map(lambda t: "/" + t)),
        note=st.text().filter(lambda t: "hai:" not in t),
        preemptible=st.booleans(), grace=st.integers(1, 999_999_999))
+@example(ckpt="/hai:v1:priority=EXTREME_HIGH|hai:v1:x", note="", preemptible=False, grace=1)
 def test_admin_comment_round_trip(ckpt: str | None, note: str, preemptible: bool,
                                   grace: int) -> None:
     """Whatever the checkpoint path and admin note, the record reads back unchanged."""
@@ -134,7 +136,9 @@ def test_admin_comment_round_trip(ckpt: str | None, note: str, preemptible: bool
                       grace=grace, source=ClassOrigin.QOS, checkpoint_dir=ckpt)
     merged = format_admin_comment(info, note)
     assert parse_admin_comment(merged) == info
-    assert merged.count("hai:v1:") == 1
+    # One record segment; the path may itself contain "hai:v1:" (CI's hypothesis found
+    # checkpoint_dir='/hai:v1:'), but it is inside the record, never a segment of its own.
+    assert [s for s in merged.split("|") if s.startswith("hai:")] == [format_record(info)]
 
 
 @given(st.text())
