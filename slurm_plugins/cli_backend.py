@@ -108,6 +108,8 @@ _PENDING = ("job is pending execution", SkipReason.PENDING)
 _HELD = ("job is in held state", SkipReason.HELD)
 _NOT_NOW = ("job can not be altered now", SkipReason.PENDING)
 _NOT_PENDING = (("no longer pending", "is not pending"), SkipReason.NOT_PENDING)
+_NO_TASK_LEFT = ("no task of the array is pending in its own record any more (started, split "
+                 "off or ended since the snapshot)")
 _SIGNAL_RE = re.compile(r"(SIG)?[A-Z0-9]+")
 _RESV_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _RESV_INVALID = "requested reservation is invalid"
@@ -500,23 +502,30 @@ class CliSlurmClient:
                 raise ValueError(f"priority for job {jid} must be an integer in "
                                  f"[0, 4294967293], got {value!r}")
             by_value[value].append(jid)
-        refs = self._record_refs(priorities) or {}
+        ids, found, result = self._to_records(priorities, fresh=False)
+        refs = found or {}
+        if result.skipped:
+            kept = set(ids)
+            by_value = {v: [j for j in js if j in kept] for v, js in by_value.items()}
+            by_value = {v: js for v, js in by_value.items() if js}
         if isinstance(self._run, SubprocessRunner) and len(by_value) > 1:
-            return self._priorities_stdin(by_value, refs)
-        result = ActionResult()
+            return result.merged(self._priorities_stdin(by_value, refs))
         for value in sorted(by_value):
             result = result.merged(self._scontrol_ids(
                 ["update"], by_value[value], f"scontrol update Priority={value}",
                 (_GONE, _DONE, _HELD), suffix=[f"Priority={value}"], refs=refs))
         return result
 
-    def _array_refs(self, job_ids: Iterable[int], *, fresh: bool = False) -> dict[int, str]:
+    def _array_refs(self, job_ids: Iterable[int], *, fresh: bool = False
+                    ) -> tuple[dict[int, str], set[int]]:
         """``A_[TASKS]`` for each of ``job_ids`` that the last snapshot listed as an array's
-        own record (see :meth:`set_priorities`). A cut task expression (every one with
-        ``fresh``) is read again: the pending tasks still under the array's own id
-        (``squeue --array``, a line per task; record lines would not do: since 23.02 squeue
-        folds split-off tasks into the array's line)."""
+        own record (see :meth:`set_priorities`), and the records read again that have no
+        pending task left. A cut task expression (every one with ``fresh``) is read again: the
+        pending tasks still under the array's own id (``squeue --array``, a line per task;
+        record lines would not do: since 23.02 squeue folds split-off tasks into the array's
+        line)."""
         refs: dict[int, str] = {}
+        empty: set[int] = set()
         cut: list[int] = []
         for jid in job_ids:
             tasks = self._arrays.get(jid)
@@ -540,7 +549,9 @@ class CliSlurmClient:
                     refs[jid] = f"{jid}_{found[0]}"
                 elif found:
                     refs[jid] = f"{jid}_[{ranges(found)}]"
-        return refs
+                else:   # all started, split off or ended: "A" would be the whole array
+                    empty.add(jid)
+        return refs, empty
 
     def _priorities_stdin(self, by_value: Mapping[int, list[int]],
                           refs: Mapping[int, str]) -> ActionResult:
@@ -645,23 +656,42 @@ class CliSlurmClient:
         """``scontrol requeuehold IDS`` for the jobs that are running now."""
         return self._requeue("requeuehold", job_ids)
 
-    def _record_refs(self, job_ids: JobIds) -> dict[int, str] | None:
-        """How a write names each of ``job_ids`` that the last snapshot listed as an array's
-        own pending record: ``A_[TASKS]`` (see :meth:`set_priorities`; ``JobId=A`` is the
-        whole array, split-off tasks too). None without such records."""
-        return self._array_refs(job_id_tuple(job_ids)) or None if self._arrays else None
+    def _to_records(self, job_ids: JobIds, *, fresh: bool
+                    ) -> tuple[tuple[int, ...], dict[int, str] | None, ActionResult]:
+        """``(ids to write, refs, skipped)`` for a write to ``job_ids``. ``refs`` names each
+        that the last snapshot listed as an array's own pending record: ``A_[TASKS]`` (see
+        :meth:`set_priorities`; ``JobId=A`` is the whole array, split-off and running tasks
+        too); None without such records. With ``fresh`` the records' tasks are read again
+        (:meth:`_array_refs`), for a write that a task gone from the record since the snapshot
+        must not get (a hold, a release, a reservation, scancel). A record read again with no
+        pending task left is not written (``NOT_PENDING``): as ``A`` the write would reach
+        the whole array."""
+        ids = job_id_tuple(job_ids)
+        if not self._arrays:
+            return ids, None, ActionResult()
+        refs, empty = self._array_refs(ids, fresh=fresh)
+        if not empty:
+            return ids, refs or None, ActionResult()
+        skipped = tuple(Skipped(j, SkipReason.NOT_PENDING, _NO_TASK_LEFT) for j in ids
+                        if j in empty)
+        return tuple(j for j in ids if j not in empty), refs or None, ActionResult(
+            skipped=skipped)
 
     def hold(self, job_ids: JobIds) -> ActionResult:
-        """``scontrol hold IDS`` (admin hold); an array's own record as ``A_[TASKS]``, so the
-        tasks split off it keep their state."""
-        return self._scontrol_ids(["hold"], job_ids, "scontrol hold", (_GONE, _DONE),
-                                  refs=self._record_refs(job_ids))
+        """``scontrol hold IDS`` (admin hold); an array's own record as ``A_[TASKS]``, its
+        tasks read afresh, so the tasks split off it (also since the snapshot) keep their
+        state."""
+        ids, refs, result = self._to_records(job_ids, fresh=True)
+        return result.merged(self._scontrol_ids(["hold"], ids, "scontrol hold", (_GONE, _DONE),
+                                                refs=refs))
 
     def release(self, job_ids: JobIds) -> ActionResult:
-        """``scontrol release IDS``; an array's own record as ``A_[TASKS]`` (a task split off
-        it that its user held stays held)."""
-        return self._scontrol_ids(["release"], job_ids, "scontrol release", (_GONE, _DONE),
-                                  refs=self._record_refs(job_ids))
+        """``scontrol release IDS``; an array's own record as ``A_[TASKS]``, its tasks read
+        afresh (a task split off it that its user held stays held, also one split off since
+        the snapshot)."""
+        ids, refs, result = self._to_records(job_ids, fresh=True)
+        return result.merged(self._scontrol_ids(["release"], ids, "scontrol release",
+                                                (_GONE, _DONE), refs=refs))
 
     def set_admin_comment(self, job_id: int, text: str) -> ActionResult:
         """``scontrol update JobId=ID AdminComment=TEXT`` (one argv element, spaces allowed);
@@ -669,17 +699,17 @@ class CliSlurmClient:
         if "\n" in text or "\0" in text:
             raise ValueError("admin_comment must be a single line without NUL bytes")
         self.listing.forget(job_id)  # the next snapshot reads it again (squeue --json)
-        return self._scontrol_ids(["update"], job_id, "scontrol update AdminComment",
-                                  (_GONE, _DONE), suffix=[f"AdminComment={text}"],
-                                  refs=self._record_refs(job_id))
+        ids, refs, result = self._to_records(job_id, fresh=False)
+        return result.merged(self._scontrol_ids(["update"], ids, "scontrol update AdminComment",
+                                                (_GONE, _DONE), suffix=[f"AdminComment={text}"],
+                                                refs=refs))
 
     def cancel(self, job_ids: JobIds) -> ActionResult:
         """``scancel IDS``; an array's own record as ``A_[TASKS]`` (its split-off and running
         tasks are other jobs), its tasks read afresh: one started since the snapshot is
         another job now, and is not cancelled with the record."""
-        ids = job_id_tuple(job_ids)
-        refs = self._array_refs(ids, fresh=True) if self._arrays else {}
-        result = ActionResult()
+        ids, found, result = self._to_records(job_ids, fresh=True)
+        refs = found or {}
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i:i + CHUNK]
             named = [refs.get(j) or self._ref(j) for j in chunk]
@@ -904,12 +934,14 @@ class CliSlurmClient:
 
     def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
         """``scontrol update JobId=ID Reservation=NAME`` ("" unlinks); a job that ended is
-        skipped; an array's own record as ``A_[TASKS]``."""
+        skipped; an array's own record as ``A_[TASKS]``, its tasks read afresh (a task split
+        off since the snapshot is another job, not linked with it)."""
         if name:
             self._resv_name(name)
-        return self._scontrol_ids(["update"], job_id, "scontrol update Reservation",
-                                  (_GONE, _DONE, _NOT_PENDING), suffix=[f"Reservation={name}"],
-                                  refs=self._record_refs(job_id))
+        ids, refs, result = self._to_records(job_id, fresh=True)
+        return result.merged(self._scontrol_ids(
+            ["update"], ids, "scontrol update Reservation", (_GONE, _DONE, _NOT_PENDING),
+            suffix=[f"Reservation={name}"], refs=refs))
 
 
 def _record_tasks(listing: str) -> dict[int, dict[int, str]]:

@@ -484,8 +484,9 @@ def test_writes_to_an_array_record_spare_the_tasks_split_off_it(
     """An array's own pending record (tasks 1-3; task 0 split off by its user's hold): hold,
     release, AdminComment, the Reservation link and scancel reach the record's tasks only
     (``JobId=A`` would be the whole array, 22.05.8). The split task stays held, keeps its
-    comment, is linked to no reservation and is not cancelled; nor is task 1, split off after
-    the client's last snapshot (scancel reads the record's tasks afresh)."""
+    comment, is linked to no reservation and is not cancelled; nor is task 1, split off and
+    held by its user after the client's last snapshot: it stays held, unlinked and pending
+    (hold, release, the link and scancel read the record's tasks afresh)."""
     tmp_path.chmod(0o777)
     client = backend_client(backend, adapter_slurm_conf)
     h = CliHarness(adapter_slurm_conf, tmp_path)
@@ -518,10 +519,17 @@ def test_writes_to_an_array_record_spare_the_tasks_split_off_it(
         assert not now[array].held and now[split].held, now
         facts = client.job_facts([array, split])
         assert facts[array].pending and facts[split].pending
-        # task 1 leaves the record behind the client's back (after its last snapshot)
-        subprocess.run(["scontrol", "update", f"JobId={array}_1", "TimeLimit=100"],
-                       env=h.env, timeout=30, check=True)
+        # task 1 leaves the record behind the client's back (after its last snapshot): its
+        # user holds it. Hold, release, the link and scancel read the record's tasks afresh.
+        subprocess.run(["scontrol", "hold", f"{array}_1"], env=h.env, timeout=30, check=True)
         (later,) = set(jobs(array)) - {array, split}
+        assert client.hold(array).done == (array,)
+        assert client.release(array).done == (array,)
+        assert jobs(array)[later].held, "a release of the record released a task split off it"
+        assert client.set_job_reservation(array, name).done == (array,)
+        shown = subprocess.run(["scontrol", "-o", "show", "job", str(later)], env=h.env,
+                               capture_output=True, text=True, timeout=30, check=True).stdout
+        assert f"Reservation={name}" not in shown, shown
         assert client.cancel(array).done == (array,)
         h.wait_for(array, "cancelled", lambda j: j is None or not j.state.active
                    or j.state.value != "PENDING")

@@ -529,6 +529,34 @@ def test_array_task_expression_cut_by_squeue_is_read_again_whole(piped: bool) ->
     assert throttled.updates == ["update JobId=52_[1-2] Priority=5"]
 
 
+def test_writes_to_an_array_record_read_its_tasks_afresh() -> None:
+    """Hold, release, the Reservation link and scancel read the record's pending tasks again
+    (the priorities, written every cycle, keep the snapshot's): task 1 split off after the
+    snapshot (as 55) is not named with the record. Once no task is left in the record (task 2
+    started and took the array's id) nothing is written: ``52`` would be the whole array, the
+    split tasks and the running one too."""
+    slurmctld = ArraySlurmctld(array_52())
+    client = CliSlurmClient(slurmctld)
+    client.snapshot()
+    slurmctld.records[52]["tasks"] = "2"
+    slurmctld.records[55] = {"task": 1, "state": "PENDING", "priority": 100}
+    writes = [("hold", lambda: client.hold(52)), ("release", lambda: client.release(52)),
+              ("update", lambda: client.set_job_reservation(52, "hai-plan-1")),
+              ("scancel", lambda: client.cancel(52))]
+    for verb, write in writes:
+        before = len(slurmctld.calls)
+        write()
+        named = [c for c in slurmctld.calls[before:] if verb in c[:2]]
+        assert len(named) == 1 and "52_2" in " ".join(named[0]), (verb, named)
+    slurmctld.records[52] = {"task": 2, "state": "RUNNING", "priority": 100}
+    for verb, write in writes:
+        before = len(slurmctld.calls)
+        res = write()
+        assert res.done == () and [(s.job_id, s.reason) for s in res.skipped] == [
+            (52, SkipReason.NOT_PENDING)], (verb, res)
+        assert not [c for c in slurmctld.calls[before:] if verb in c[:2]], verb
+
+
 def test_no_array_no_extra_work() -> None:
     """Without arrays the writes are as before: ids only, no extra read."""
     runner = ReplayRunner(cluster_2205())
