@@ -15,6 +15,7 @@ reported as ``skipped``, and real failures, raised as SlurmError.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 import time
@@ -31,11 +32,13 @@ from hai_slurm.slurm_plugins.compact_listing import CompactListing, fresh
 from hai_slurm.slurm_plugins.parse import (
     BRIEF_FORMAT,
     COMPACT_JOBS_FORMAT,
+    EXCLUSIVE_FORMAT,
     JOB_FACTS_FORMAT,
     STEPS_FORMAT,
     SWITCHES_FORMAT,
     detail_formats,
     job_messages,
+    parse_exclusive_column,
     parse_job_details,
     parse_job_facts,
     parse_jobs,
@@ -97,6 +100,8 @@ QOS_REFRESH = 300.0
 """Seconds a client keeps the QOS it read with ``sacctmgr show qos`` (0.2-0.3 s per read on
 the testbed, the largest fixed cost of a pyslurm snapshot). Nothing in a daemon cycle depends
 on them; an admin's QOS change shows in snapshots within this long."""
+
+log = logging.getLogger(__name__)
 
 # The one table of harmless races: per-job messages Slurm prints that mean "nothing to do"
 # rather than "failed". Each write names the rows that apply to it.
@@ -183,6 +188,8 @@ class CliSlurmClient:
         self._aliases: dict[int, str] = {}
         """Array tasks whose own id equals the array's id: Slurm reads that id as the whole
         array, so they are addressed as ``ARRAY_TASK`` (filled from the latest snapshot)."""
+        self._column_refused = False
+        """Set once this release refused ``squeue -O Exclusive`` (see :meth:`_with_exclusive`)."""
         self._arrays: dict[int, str] = {}
         """The task expressions (``array_tasks``) of the arrays' own pending records in the
         latest snapshot, by the array's id: a priority is written to ``ID_[TASKS]`` (see
@@ -294,7 +301,7 @@ class CliSlurmClient:
         doc = self._json(plan.jobs)
         self.json_snapshots += 1
         records_json = doc.get("jobs") if isinstance(doc, dict) else None
-        jobs = self._with_switches(parse_jobs(doc))
+        jobs = self._with_exclusive(self._with_switches(parse_jobs(doc)))
         if isinstance(records_json, list):
             self.listing.reset((r for r in records_json if isinstance(r, dict)), now)
         return jobs
@@ -369,6 +376,25 @@ class CliSlurmClient:
                 j = replace(j, switches=count, switch_wait=wait)
             filled.append(j)
         return tuple(filled)
+
+    def _with_exclusive(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
+        """Fill ``exclusive`` where the JSON does not tell it (Slurm 25.05+,
+        :data:`~.version.EXCLUSIVE_COLUMN_SINCE`): one ``squeue -O JobID,Exclusive`` when a job
+        waits. A release that refuses the column keeps the JSON's value, and is not asked
+        again."""
+        if (not self.plan.exclusive_column or self._column_refused
+                or not any(j.state is JobState.PENDING for j in jobs)):
+            return jobs
+        res = self._run(["squeue", "--noheader", f"--Format={EXCLUSIVE_FORMAT}",
+                         *self.each_record()])
+        if res.returncode != 0 and "format specification" in (res.stderr + res.stdout):
+            log.warning("squeue -O Exclusive refused (%s): jobs' --exclusive is read from "
+                        "squeue --json", (res.stderr or res.stdout).strip())
+            self._column_refused = True
+            return jobs
+        told = parse_exclusive_column(check(res, "squeue -O Exclusive").stdout)
+        return tuple(replace(j, exclusive=told[j.job_id])
+                     if j.job_id in told and told[j.job_id] != j.exclusive else j for j in jobs)
 
     def _ref(self, job_id: int) -> str:
         return self._aliases.get(job_id, str(job_id))

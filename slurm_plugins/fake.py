@@ -119,6 +119,7 @@ class _FakeJob:
     reservation: str = ""
     exc_nodes: str = ""
     features: str = ""
+    exclusive: str = ""
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -203,12 +204,15 @@ class FakeSlurm:
                priority: int = 1, hold: bool = False, begin_time: int | None = None,
                now: int | None = None, memory_per_node_mb: int = 0, switches: int = 0,
                switch_wait: int = 300, nodelist: str = "", exclude: str = "",
-               constraint: str = "") -> int:
+               constraint: str = "", exclusive: str = "") -> int:
         """Queue a batch job and return its id (``begin_time`` like ``sbatch --begin``).
 
         ``memory_per_node_mb`` is ``sbatch --mem`` (0: none, as on a cluster where memory is not
         a consumable resource); like GPUs and CPUs it must fit on each node the job gets.
-        ``nodelist``, ``exclude`` and ``constraint`` are sbatch's ``-w``, ``-x`` and ``-C``.
+        ``nodelist``, ``exclude`` and ``constraint`` are sbatch's ``-w``, ``-x`` and ``-C``;
+        ``exclusive`` is :attr:`Job.exclusive` (``"node"`` for ``--exclusive``): such a job
+        starts only on nodes no job runs on and holds all of their GPUs, CPUs and memory, as
+        Slurm 22.05 gives it (``user`` and ``mcs`` are modelled as ``node``).
         """
         part = partition or next(p.name for p in self.partitions if p.default)
         if part not in {p.name for p in self.partitions}:
@@ -233,7 +237,7 @@ class FakeSlurm:
                                   "BeginTime" if (begin_time or t) > t else "Priority",
                                   memory_per_node=memory_per_node_mb, switches=switches,
                                   switch_wait=switch_wait, req_nodes=nodelist,
-                                  exc_nodes=exclude, features=constraint)
+                                  exc_nodes=exclude, features=constraint, exclusive=exclusive)
         self.jobs[jid].changes = self._changed   # adds jid: listed by the next snapshot
         self._bound += 1
         return jid
@@ -256,7 +260,8 @@ class FakeSlurm:
                 for n in j.nodes:
                     have = free.get(n)
                     if have is not None:
-                        free[n] = (have[0] - per_g, have[1] - per_c, have[2] - per_m)
+                        free[n] = (0, 0, 0) if j.exclusive else (
+                            have[0] - per_g, have[1] - per_c, have[2] - per_m)
         return free
 
     def schedule(self, now: int | None = None) -> tuple[int, ...]:
@@ -279,6 +284,7 @@ class FakeSlurm:
             part = next(p for p in self.partitions if p.name == j.partition)
             resv = self.resvs.get(j.reservation) if j.reservation else None
             fits = [n for n in part.nodes if n in free and min(_minus(free[n], j)) >= 0
+                    and (not j.exclusive or free[n] == self._whole(n))
                     and (reserved.get(n) == j.reservation if resv is not None and
                          "FLEX" not in resv.flags else reserved.get(n) in (None, j.reservation))
                     and self._may_use(j, n)]
@@ -293,10 +299,15 @@ class FakeSlurm:
                 continue
             j.nodes = tuple(fits[: j.node_count])
             for n in j.nodes:
-                free[n] = _minus(free[n], j)
+                free[n] = (0, 0, 0) if j.exclusive else _minus(free[n], j)
             j.state, j.reason, j.start_time = JobState.RUNNING, "None", self.now
             started.append(j.job_id)
         return tuple(started)
+
+    def _whole(self, node: str) -> tuple[int, int, int]:
+        """A node's (GPUs, CPUs, MiB): what is free when no job runs there."""
+        n = self.nodes[node]
+        return (n.gpus, n.cpus, n.memory_mb)
 
     def _may_use(self, j: _FakeJob, node: str) -> bool:
         """Whether ``node`` is outside the job's ``--exclude`` and has its ``--constraint``."""
@@ -336,12 +347,14 @@ class FakeSlurm:
             nodes=j.nodes if running else (),
             node_list=_hostlist(j.nodes) if running else "",
             gpus_requested=j.gpus_per_node * j.node_count,
-            gpus_per_node={n: j.gpus_per_node for n in j.nodes} if running else {},
+            gpus_per_node=({n: self.nodes[n].gpus if j.exclusive and n in self.nodes
+                            else j.gpus_per_node for n in j.nodes} if running else {}),
             restart_count=j.restart_count, requeue=j.requeue, comment=j.comment,
             admin_comment=j.admin_comment, batch=True, held=j.held,
             cpus=j.cpus_per_node * j.node_count, memory_mb=j.memory_per_node * j.node_count,
             switches=j.switches, switch_wait=j.switch_wait if j.switches else 0,
-            required_nodes=j.req_nodes, excluded_nodes=j.exc_nodes, features=j.features)
+            required_nodes=j.req_nodes, excluded_nodes=j.exc_nodes, features=j.features,
+            exclusive=j.exclusive)
 
     def snapshot(self) -> ClusterSnapshot:
         """The current state, stamped with the fake clock."""

@@ -137,6 +137,42 @@ def job_state(value: Any, where: str) -> tuple[JobState, tuple[str, ...]]:
     return base, flags
 
 
+_SHARING = {"no": "node", "none": "node", "exclusive": "node", "user": "user", "mcs": "mcs",
+            "topo": "topo"}
+"""How each release names a job's node exclusivity (22.05's JSON ``shared``: ``none``, ``user``,
+``mcs``, ``shared`` or null; ``squeue -O OverSubscribe`` and pyslurm's ``resource_sharing``:
+``NO``, ``USER``, ``MCS``, ``YES``, ``OK``; later JSON a list of such flags), as
+:attr:`Job.exclusive`; any other word (``yes``, ``ok``, ``shared``, ``oversubscribe``) shares."""
+
+
+def exclusivity(value: Any) -> str:
+    """:attr:`Job.exclusive` from any release's form of a job's sharing (see :data:`_SHARING`):
+    ``"node"``, ``"user"``, ``"mcs"``, ``"topo"`` or ``""``."""
+    if isinstance(value, list | tuple):
+        found = [exclusivity(v) for v in value]
+        return next((f for f in found if f), "")
+    return _SHARING.get(text(value).strip().lower(), "") if value is not None else ""
+
+
+#: ``squeue --Format`` of :func:`parse_exclusive_column` (Slurm 25.05+: see
+#: :data:`~.version.EXCLUSIVE_COLUMN_SINCE`).
+EXCLUSIVE_FORMAT = "JobID:|,Exclusive:|"
+_EXCLUSIVE_WORDS = {"node": "node", "user": "user", "mcs": "mcs", "topo": "topo"}
+"""``squeue -O Exclusive`` (26.05: ``NODE``, ``USER``, ``MCS``, ``TOPO``; ``NO`` for a job
+that shares) as :attr:`Job.exclusive`. Not :func:`exclusivity`: there ``NO`` means no sharing."""
+
+
+def parse_exclusive_column(output: str) -> dict[int, str]:
+    """Job id -> :attr:`Job.exclusive` from ``squeue -O`` with :data:`EXCLUSIVE_FORMAT`; lines
+    that do not parse are left out."""
+    out: dict[int, str] = {}
+    for line in output.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 3 and parts[0].isdigit():
+            out[int(parts[0])] = _EXCLUSIVE_WORDS.get(parts[1].strip().lower(), "")
+    return out
+
+
 def _requested_gpus(d: Mapping[str, Any], node_count: int) -> int:
     per_job = gres_gpu_count(text(d.get("tres_per_job")))
     if per_job:
@@ -231,6 +267,7 @@ def parse_job(d: Mapping[str, Any]) -> Job | None:
         required_nodes=text(d.get("required_nodes")),
         excluded_nodes=text(d.get("excluded_nodes")),
         features=text(d.get("features")),
+        exclusive=exclusivity(d.get("shared")),
     )
 
 
@@ -535,7 +572,7 @@ COMPACT_JOB_FIELDS = (
     "State", "PriorityLong", "Reason", "SubmitTime", "EligibleTime", "StartTime", "TimeLimit",
     "NumNodes", "NodeList", "tres-per-job", "tres-per-node", "tres-per-task", "tres-per-socket",
     "tres-alloc", "NumTasks", "Sockets", "RestartCnt", "Requeue", "BatchFlag", "NumCPUs",
-    "ReqSwitch", "Wait4Switch", "ReqNodes",
+    "ReqSwitch", "Wait4Switch", "ReqNodes", "OverSubscribe",
 )
 #: ``squeue --noheader --Format`` of :func:`compact_job_records`; run with
 #: ``SLURM_TIME_FORMAT=%s`` so times are POSIX seconds.
@@ -724,6 +761,7 @@ def compact_job_record(line: str, lineno: int = 1) -> dict[str, Any]:
         "required_switches": _compact_int(f["ReqSwitch"], f"{where}: ReqSwitch") or 0,
         "maximum_switch_wait_time": 0 if wait in (None, INFINITE) else wait,
         "required_nodes": _compact_text(f["ReqNodes"]),
+        "shared": f["OverSubscribe"],   # NO, USER, MCS, YES, OK: read by exclusivity()
     }
 
 

@@ -263,6 +263,7 @@ def job_record(pj: Any, extra_gpus: Mapping[str, str] | None = None,
         "maximum_switch_wait_time": pj.max_wait_time_switches or 0,
         "required_nodes": pj.required_nodes or "", "excluded_nodes": pj.excluded_nodes or "",
         "features": pj.constraints or "",
+        "shared": pj.resource_sharing,   # NO, USER, MCS, YES, OK (Slurm's job_share_string)
     }
 
 

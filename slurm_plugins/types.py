@@ -157,6 +157,17 @@ class Job:
     features: str = ""
     """``sbatch --constraint``: the node features the job asks for (an expression; empty:
     none; see :mod:`~hai_slurm.slurm_plugins.constraints`)."""
+    exclusive: str = ""
+    """``sbatch --exclusive[=user|mcs|topo]``: ``"node"`` (plain ``--exclusive``: its nodes run
+    no other job, and it is given all their GPUs), ``"user"`` or ``"mcs"`` (no other user's or
+    MCS label's job), ``"topo"`` (a topology segment of its own, Slurm 25.05+); ``""``: it
+    shares nodes (Slurm's ``OverSubscribe`` OK or YES)."""
+
+    @property
+    def takes_whole_nodes(self) -> bool:
+        """Whether the job starts only on nodes that run no job of anyone else
+        (:attr:`exclusive` node, user or mcs): free GPUs on a busy node do not start it."""
+        return self.exclusive in _WHOLE_NODE
 
     @property
     def reservation_deleted(self) -> bool:
@@ -202,6 +213,8 @@ class Job:
         return None
 
 
+_WHOLE_NODE = frozenset({"node", "user", "mcs"})
+"""The :attr:`Job.exclusive` values that keep other users' jobs off a job's nodes."""
 _WAITING = frozenset({"Priority", "Resources", "None", ""})
 """The common pending reasons that name nothing but GPUs or the job's turn (a fast path)."""
 _NOT_FOR_GPUS = frozenset({

@@ -34,6 +34,13 @@ from hai_slurm.slurm_formats import OLDEST_SUPPORTED, SlurmVersion
 
 JSON_COMMANDS_SINCE = SlurmVersion(23, 2, 0)
 """First release with ``scontrol show ... --json`` and the data_parser ``sinfo --json`` layout."""
+EXCLUSIVE_COLUMN_SINCE = SlurmVersion(25, 5, 0)
+"""From here a job's ``--exclusive`` is read from ``squeue -O Exclusive``: measured on 26.05.5,
+whose ``squeue --json`` (data_parser v0.0.45) lists ``shared`` as ``[]`` for every job, with
+``--exclusive``, ``=user`` or ``--oversubscribe`` alike, and whose ``OverSubscribe`` column
+no longer tells (``NO`` for a plain job); 24.11.5 refuses the ``Exclusive`` column ("Invalid job
+format specification") and its JSON's ``shared`` tells (``["none"]``, ``["user"]``). The
+releases between were not measured: on a refusal the JSON's value stands."""
 
 
 class PartitionSource(StrEnum):
@@ -55,6 +62,9 @@ class QueryPlan:
     each_record: tuple[str, ...] = ()
     """The ``squeue`` option that lists one line per job record (:data:`ARRAY_UNIQUE` on 22.05;
     none since 23.02, which removed it)."""
+    exclusive_column: bool = False
+    """Whether jobs' ``--exclusive`` is read from ``squeue -O Exclusive`` (see
+    :data:`EXCLUSIVE_COLUMN_SINCE`) rather than from the JSON's ``shared``."""
 
 
 ARRAY_UNIQUE = "--array-unique"
@@ -91,7 +101,8 @@ def query_plan(version: SlurmVersion) -> QueryPlan:
         return QueryPlan(version, jobs, ("sinfo", "--json"), partitions,
                          PartitionSource.SCONTROL_TEXT, (ARRAY_UNIQUE,))
     return QueryPlan(version, jobs, ("scontrol", "show", "nodes", "--json"), partitions,
-                     PartitionSource.SCONTROL_TEXT)
+                     PartitionSource.SCONTROL_TEXT,
+                     exclusive_column=version >= EXCLUSIVE_COLUMN_SINCE)
 
 
 QOS_FIELDS = ("Name", "Priority", "Preempt", "PreemptMode", "GraceTime", "MaxWall",

@@ -188,3 +188,18 @@ def test_writes_to_an_array_record_spare_the_task_split_off_it(
     assert first not in (array, split)
     now = records()
     assert now[first].array_task_id == 1 and now[array].array_tasks == "2-3", now
+
+
+def test_exclusive_jobs_are_told_on_every_release(docker_harness: DockerHarness) -> None:
+    """``--exclusive`` and ``--exclusive=user`` read as ``node`` and ``user``, a plain and an
+    ``--oversubscribe`` job as sharing, on each release: 22.05's and 24.11's JSON ``shared``
+    (``"none"``, ``["none"]``), 26.05's ``squeue -O Exclusive`` (its JSON lists ``shared`` as
+    ``[]`` for all four). The jobs wait for a begin time."""
+    h = docker_harness
+    base = ["--nodes=1", "--gres=gpu:1", "--begin=now+3600", f"--output={h.workdir}/%j.out"]
+    want = {h.sbatch(*base, *extra): told for extra, told in (
+        (["--exclusive"], "node"), (["--exclusive=user"], "user"), ([], ""),
+        (["--oversubscribe"], ""))}
+    snap = h.client.snapshot()
+    got = {jid: (j.exclusive if (j := snap.job(jid)) is not None else None) for jid in want}
+    assert got == want

@@ -102,11 +102,13 @@ def test_snapshot_2205_uses_sinfo_and_scontrol_text() -> None:
                                                   ("26.05", SlurmVersion(26, 5, 5))])
 def test_snapshot_newer_uses_scontrol_json_nodes_text_partitions_and_qos(
         series: str, version: SlurmVersion) -> None:
-    """From 23.02 nodes come from scontrol --json, partitions from its text, QOS from sacctmgr."""
+    """From 23.02 nodes come from scontrol --json, partitions from its text, QOS from sacctmgr;
+    on 26.05 jobs' --exclusive from squeue -O (its JSON does not tell it)."""
     runner = ReplayRunner(cluster_recorded(series))
     client = CliSlurmClient(runner)
     snap = client.snapshot()
-    assert runner.calls == [("scontrol", "version"), ("squeue", "--json"),
+    told = [("squeue", "--noheader", "--Format=JobID:|,Exclusive:|")] if series == "26.05" else []
+    assert runner.calls == [("scontrol", "version"), ("squeue", "--json"), *told,
                             ("scontrol", "show", "nodes", "--json"),
                             ("scontrol", "--oneliner", "show", "partition"),
                             ("scontrol", "show", "config"), QOS_COMMAND]
@@ -117,6 +119,28 @@ def test_snapshot_newer_uses_scontrol_json_nodes_text_partitions_and_qos(
     client.snapshot()
     assert runner.calls.count(("scontrol", "version")) == 1       # detected once
     assert runner.calls.count(("scontrol", "show", "config")) == 1
+
+
+def test_exclusive_is_read_from_its_column_where_the_json_lacks_it() -> None:
+    """26.05's JSON lists ``shared`` as ``[]`` for every job: ``squeue -O Exclusive`` tells
+    (NODE, USER; NO shares). A release that refuses the column keeps the JSON's value and is
+    not asked again."""
+    answers = cluster_recorded("26.05")
+    pending = [j.job_id for j in CliSlurmClient(ReplayRunner(dict(answers))).snapshot().pending]
+    assert len(pending) >= 2
+    column = ("squeue", "--noheader", "--Format=JobID:|,Exclusive:|")
+    answers[column] = ok([], f"{pending[0]}|NODE|\n{pending[1]}|USER|\n999|NO|\n")
+    snap = CliSlurmClient(ReplayRunner(answers)).snapshot()
+    assert [snap.job(j).exclusive for j in pending[:2]] == ["node", "user"]  # type: ignore[union-attr]
+    assert all(j.exclusive == "" for j in snap.jobs if j.job_id not in pending[:2])
+    answers["scontrol", "version"] = ok([], "slurm 25.05.1\n")
+    answers[column] = ok([], "", "squeue: error: Invalid job format specification: Exclusive\n",
+                         rc=1)
+    runner = ReplayRunner(answers)
+    client = CliSlurmClient(runner)
+    assert all(j.exclusive == "" for j in client.snapshot().jobs)
+    client.snapshot()
+    assert runner.calls.count(column) == 1
 
 
 def test_qos_are_read_again_only_after_qos_refresh() -> None:
