@@ -92,6 +92,11 @@ def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
     decision = result.decisions.get(job_id)
     if decision is not None:
         lines = [f"Planner: {decision.outcome.name}: {decision.reason}"]
+        pending = view.snapshot.job(job_id)
+        if pending is not None and pending.takes_whole_nodes:
+            lines.append(f"  it takes whole nodes (sbatch --exclusive"
+                         f"{'' if pending.exclusive == 'node' else '=' + pending.exclusive}):"
+                         " it waits for every GPU of each node it gets")
         plan = result.plan_for(job_id)
         if plan is not None:
             lines += [f"  victim {v.reason}" for v in plan.victims]
@@ -128,6 +133,9 @@ def not_planned(job: Job, claims: Claims, now: float, soon: float) -> str:
         what = _BLOCKERS.get(blocker, "a limit or setting of its partition, QOS or account")
         return (f"Slurm keeps it back for {what} ({blocker}), which free GPUs do not give, "
                 f"so no job is preempted for it")
+    if job.exclusive == "topo":
+        return ("it asks for a topology segment of its own (sbatch --exclusive=topo), which "
+                "the planner does not free")
     return "it is not among the jobs this pass looks at"
 
 

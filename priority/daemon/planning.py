@@ -26,6 +26,7 @@ from hai_slurm.priority.planner.inputs import (
     holders_from_policy,
     save_estimates,
     waiting_from_policy,
+    whole_node_request,
 )
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
@@ -86,7 +87,7 @@ class SnapshotPlanner:
         # victims would lose their work for nothing.
         soon = self.config.save_cost
         cannot_start = {j.job_id for j in snap.pending
-                        if not j.waits_for_gpus(float(snap.time), soon)}
+                        if not j.waits_for_gpus(float(snap.time), soon) or j.exclusive == "topo"}
         running = view.running
         focus = view.focus
         pending = tuple(j for j in view.pending
@@ -113,22 +114,27 @@ class SnapshotPlanner:
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}
+        allowed, whole = self._allowed(topology, snap, pending)
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
-                                      switches=switches,
-                                      allowed=self._allowed(topology, snap, pending),
+                                      switches=switches, allowed=allowed, whole_nodes=whole,
                                       aged_preempt=self.config.aged_preempt)
         return PlanSnapshot(topology, holders, waiting, float(snap.time), claims.closed)
 
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
-                 pending: Sequence[PendingJob]) -> dict[int, frozenset[str]]:
+                 pending: Sequence[PendingJob]
+                 ) -> tuple[dict[int, frozenset[str]], dict[int, int]]:
         """The nodes each pending job may use, for those that may not use every node of
-        ``topology`` (:func:`usable_nodes`). One set object per distinct request (the planner
-        keys its caches by them)."""
+        ``topology`` (:func:`usable_nodes`), and the GPUs per node of each job that takes its
+        nodes whole (``--exclusive``: :func:`whole_node_request`, which also narrows its
+        nodes). One set object per distinct request (the planner keys its caches by them)."""
         parts = {p.name: frozenset(p.nodes) for p in snap.partitions}
-        cluster = frozenset(c.id for c in topology.cells_at(Level.NODE))
+        cells = topology.cells_at(Level.NODE)
+        cluster = frozenset(c.id for c in cells)
         features = {n.name: frozenset(n.features) for n in snap.nodes}
         sets: dict[tuple[str, str, str, str], frozenset[str] | None] = {}
+        wholes: dict[tuple[str, str, str, str], tuple[int, frozenset[str]] | None] = {}
         out: dict[int, frozenset[str]] = {}
+        whole: dict[int, int] = {}
         for job in pending:
             record = snap.job(job.job_id)
             if record is None:
@@ -138,9 +144,16 @@ class SnapshotPlanner:
             if key not in sets:
                 sets[key] = usable_nodes(record, parts, cluster, features)
             got = sets[key]
+            if record.takes_whole_nodes:
+                if key not in wholes:
+                    wholes[key] = whole_node_request(
+                        cluster if got is None else got, {c.id: len(c.gpus) for c in cells})
+                request = wholes[key]
+                if request is not None:
+                    whole[job.job_id], got = request
             if got is not None:
                 out[job.job_id] = got
-        return out
+        return out, whole
 
     def _gpus_of(self, topology: Topology, counts: dict[int, dict[str, int]]
                  ) -> Mapping[int, tuple[GpuRef, ...]]:

@@ -193,6 +193,23 @@ def allowed_nodes(partition: str, partitions: Mapping[str, frozenset[str]],
     return None if out == cluster else out
 
 
+def whole_node_request(usable: frozenset[str], gpus_of: Mapping[str, int]
+                       ) -> tuple[int, frozenset[str]] | None:
+    """What a job that takes its nodes whole (``--exclusive``) waits for, among the ``usable``
+    nodes it may run on (``gpus_of``: each node's GPUs): every GPU of each node it gets, so
+    ``(GPUs per node, the nodes with that many)``, the largest such nodes; None when none of
+    them has a GPU. Slurm starts such a job only on a node no other job runs on and gives it
+    all the node's GPUs (22.05: ``--exclusive --gpus=2`` holds ``gpu:8``): free GPUs beside a
+    running job do not start it, and a plan that frees only the GPUs it asked for would
+    requeue its victims for nothing. Nodes with fewer GPUs are left out of its plans (a
+    plan is for one size of node), as are jobs that hold no GPU (the planner sees none)."""
+    sizes = {n: g for n in usable if (g := gpus_of.get(n, 0)) > 0}
+    if not sizes:
+        return None
+    most = max(sizes.values())
+    return most, frozenset(n for n, g in sizes.items() if g == most)
+
+
 def overrides_protection(decision: PendingDecision) -> bool:
     """Whether a protected team's jobs give way to this pending job too
     (:attr:`Waiting.overrides_protection`): it is urgent (a class of
@@ -210,22 +227,30 @@ def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, P
                         *, nodes: Mapping[int, int] | None = None,
                         switches: Mapping[int, tuple[int, float]] | None = None,
                         allowed: Mapping[int, frozenset[str]] | None = None,
+                        whole_nodes: Mapping[int, int] | None = None,
                         aged_preempt: bool = False) -> tuple[Waiting, ...]:
     """Pending jobs as :class:`Waiting`, highest priority first (ties: job id).
 
     ``nodes`` gives the node count a job asked for (``--nodes``), when it did; ``switches`` its
     ``--switches`` count and the seconds it waits for them (see :func:`max_leaves`); ``allowed``
-    the nodes it may use, when not all (see :func:`allowed_nodes`). A job's class is its
-    :func:`preempt_class` (``aged_preempt``: its effective class as it is)."""
+    the nodes it may use, when not all (see :func:`allowed_nodes`); ``whole_nodes`` the GPUs
+    of each node a job that takes its nodes whole (``--exclusive``) gets there: it waits for
+    that many on each of its nodes (``nodes``, at least one; :func:`whole_node_request`). A
+    job's class is its :func:`preempt_class` (``aged_preempt``: its effective class as it
+    is)."""
     wanted = nodes or {}
     asked = switches or {}
     where = allowed or {}
+    whole = whole_nodes or {}
     rows = [(decisions[j.job_id], j) for j in pending if j.job_id in decisions]
     rows.sort(key=lambda r: (-r[0].priority, r[1].job_id))
     return tuple(Waiting(
         job_id=j.job_id, team=j.team,
-        effective=preempt_class(j, d, aged_preempt=aged_preempt), gpus=j.resources.gpus,
-        nodes=wanted.get(j.job_id), wait=d.reason.wait, user=j.user,
+        effective=preempt_class(j, d, aged_preempt=aged_preempt),
+        gpus=j.resources.gpus if j.job_id not in whole
+        else whole[j.job_id] * max(1, wanted.get(j.job_id) or 1),
+        nodes=wanted.get(j.job_id) if j.job_id not in whole
+        else max(1, wanted.get(j.job_id) or 1), wait=d.reason.wait, user=j.user,
         max_leaves=max_leaves(*asked.get(j.job_id, (0, 0.0)), d.reason.wait),
         allowed=where.get(j.job_id), overrides_protection=overrides_protection(d))
         for d, j in rows)

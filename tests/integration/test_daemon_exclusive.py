@@ -1,0 +1,68 @@
+"""The daemon frees a whole node for a job that takes its nodes whole (``sbatch --exclusive``).
+
+Slurm starts such a job only on a node that runs no other job, and gives it every GPU there
+(22.05: ``--exclusive --gres=gpu:2`` holds ``gpu:8``). On a testbed where one node runs a 2-GPU
+LOW job (6 GPUs free) and the other three an 8-GPU LOW job each, a HIGH ``--exclusive``
+2-GPU job stayed pending for good: the planner counted 6 free GPUs, so it "fit" and got no plan.
+Now its plan takes the 2-GPU job (the cheapest way to empty a node) and the job runs there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Testbed
+from daemon_support import DaemonProcess, wait_until
+from preempt_support import Bed, bed_for, daemon_config
+
+from hai_slurm.priority.store.engine import make_engine
+from hai_slurm.priority.store.repository import Repository
+
+pytestmark = pytest.mark.slow
+
+_HIGH = """#!/bin/bash
+#HAI --priority=HIGH --team=team-b
+#SBATCH -N1 --gres=gpu:2 --exclusive
+sleep 10
+"""
+
+
+@pytest.fixture
+def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    """The testbed with toy-job helpers; cancels what it submitted."""
+    yield from bed_for(testbed, tmp_path_factory)
+
+
+def test_an_exclusive_high_job_gets_a_whole_node(bed: Bed, tmp_path: Path) -> None:
+    """The plan's one victim is the 2-GPU LOW job; the HIGH job then runs alone on its node,
+    holding all 8 GPUs, and completes."""
+    small = bed.toy("small", sbatch=["-N1", "--gres=gpu:2"])
+    bed.wait(small, "RUNNING", timeout=60)
+    bed.wait_progress(small, 20, timeout=60)
+    bed.fill(3)
+    script = bed.workdir / "high.sh"
+    script.write_text(_HIGH)
+    high = bed.slurm.submit_script(script, ["--account=team-b", f"--chdir={bed.workdir}",
+                                            f"--output={bed.workdir}/%j.out"])
+    bed.jobs.append(high)
+    config = daemon_config(tmp_path, bed.testbed)
+    repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
+    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
+    try:
+        wait_until(lambda: any(high in {b.job_id for b in p.beneficiaries}
+                               for p in repo.history(limit=100)), 60,
+                   f"no plan for the exclusive HIGH job {high}:\n{daemon.text()[-4000:]}")
+        (plan,) = [p for p in repo.history(limit=100)
+                   if high in {b.job_id for b in p.beneficiaries}]
+        assert [v.job_id for v in plan.victims] == [small.job_id], plan
+        bed.wait(high, "RUNNING", timeout=120)
+        snap = bed.slurm.snapshot()
+        job = snap.job(high)
+        assert job is not None and job.exclusive == "node" and job.gpus_allocated == 8, job
+        assert [j.job_id for j in snap.running
+                if j.job_id != high and set(j.nodes) & set(job.nodes)] == []
+        bed.wait(high, "COMPLETED", timeout=60)
+    finally:
+        daemon.kill()

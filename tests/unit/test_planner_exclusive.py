@@ -1,0 +1,80 @@
+"""A job that takes its nodes whole (``sbatch --exclusive``) starts only on a node no other job
+runs on, and Slurm gives it all the node's GPUs (22.05: ``--exclusive --gpus=2`` holds
+``gpu:8``). Free GPUs beside a running job do not start it; its plan frees a whole node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from executor_world import Behaviour, make_world, plan_for_high_job
+
+from hai_slurm.priority.daemon.live import not_planned
+from hai_slurm.priority.hooks import Claims
+from hai_slurm.priority.planner.inputs import whole_node_request
+from hai_slurm.priority.planner.types import Outcome
+from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
+from hai_slurm.slurm_plugins.types import JobState
+
+
+def test_the_fake_starts_an_exclusive_job_only_on_an_empty_node_and_gives_it_all() -> None:
+    """As Slurm 22.05 does (recorded in test_adapter_parse's ``_EXCLUSIVE``)."""
+    fake = FakeSlurm([FakeNode("n1", gpus=8), FakeNode("n2", gpus=8)], now=0)
+    small = fake.submit(name="small", gpus_per_node=2, nodelist="n1")
+    excl = fake.submit(name="excl", gpus_per_node=2, exclusive="node")
+    late = fake.submit(name="late", gpus_per_node=2, exclusive="node")
+    assert set(fake.schedule()) == {small, excl}
+    job = fake.snapshot().job(excl)
+    assert job is not None and job.nodes == ("n2",) and job.gpus_per_node == {"n2": 8}
+    assert job.gpus_requested == 2 and job.takes_whole_nodes
+    assert fake.jobs[late].state is JobState.PENDING   # n1 has 6 free GPUs, not a free node
+    fake.finish(small, JobState.COMPLETED)
+    assert fake.schedule() == (late,)
+    assert fake.submit(name="beside", gpus_per_node=1) not in fake.schedule()
+
+
+@pytest.mark.parametrize("exclusive", ["", "node", "user"])
+def test_an_exclusive_high_job_gets_a_plan_that_frees_a_whole_node(tmp_path: Path,
+                                                                    exclusive: str) -> None:
+    """n1 runs a 2-GPU LOW job (6 GPUs free), n2-n4 an 8-GPU LOW job each. A HIGH 2-GPU job
+    that shares fits on n1's free GPUs (no plan). With ``--exclusive`` it did too, so it got
+    no plan and waited; now its plan frees all of a node: n1's 2-GPU job, the cheapest, and
+    the job starts there, holding all 8 GPUs."""
+    world = make_world(tmp_path)
+    small = world.victim("v0", Behaviour(ack_after=0.5), gpus=2)
+    for i in range(1, 4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    last, bene = plan_for_high_job(world, tmp_path, gpus=2, exclusive=exclusive)
+    decision = last.decisions[bene]
+    if not exclusive:
+        assert decision.outcome is Outcome.FITS and not last.plans
+        return
+    (plan,) = last.plans
+    assert plan.beneficiary == bene and plan.victim_ids == (small,) and plan.nodes == ("n1",)
+    for _ in range(30):
+        if world.fake.jobs[bene].state is JobState.RUNNING:
+            break
+        world.clock.now += 5
+        world.tick()
+    job = world.fake.snapshot().job(bene)
+    assert job is not None and job.state is JobState.RUNNING and job.gpus_per_node == {"n1": 8}
+
+
+def test_whole_node_request_takes_the_largest_nodes_it_may_use() -> None:
+    gpus = {"a": 8, "b": 4, "c": 8, "d": 0}
+    assert whole_node_request(frozenset(gpus), gpus) == (8, frozenset({"a", "c"}))
+    assert whole_node_request(frozenset({"b", "d"}), gpus) == (4, frozenset({"b"}))
+    assert whole_node_request(frozenset({"d"}), gpus) is None
+
+
+def test_no_plan_for_a_job_asking_for_a_topology_segment(tmp_path: Path) -> None:
+    """``--exclusive=topo`` (Slurm 25.05+) wants a segment of the topology alone, which the
+    planner does not free: no plan, and explain says why."""
+    world = make_world(tmp_path)
+    for i in range(4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    last, bene = plan_for_high_job(world, tmp_path, exclusive="topo")
+    assert bene not in last.decisions and not last.plans
+    job = world.fake.snapshot().job(bene)
+    assert job is not None
+    assert "--exclusive=topo" in not_planned(job, Claims(), float(world.fake.now), 60.0)
