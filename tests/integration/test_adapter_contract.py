@@ -521,6 +521,7 @@ def test_writes_to_an_array_record_spare_the_tasks_split_off_it(
         assert facts[array].pending and facts[split].pending
         # task 1 leaves the record behind the client's back (after its last snapshot): its
         # user holds it. Hold, release, the link and scancel read the record's tasks afresh.
+        assert client.set_job_reservation(array, "").done == (array,)
         subprocess.run(["scontrol", "hold", f"{array}_1"], env=h.env, timeout=30, check=True)
         (later,) = set(jobs(array)) - {array, split}
         assert client.hold(array).done == (array,)

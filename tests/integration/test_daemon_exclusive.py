@@ -51,6 +51,7 @@ def test_an_exclusive_high_job_gets_a_whole_node(bed: Bed, tmp_path: Path) -> No
     repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     try:
+        daemon.wait_log("preemption on", timeout=30)   # its database is made by then
         wait_until(lambda: any(high in {b.job_id for b in p.beneficiaries}
                                for p in repo.history(limit=100)), 60,
                    f"no plan for the exclusive HIGH job {high}:\n{daemon.text()[-4000:]}")
