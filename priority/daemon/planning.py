@@ -43,6 +43,31 @@ VerdictCounts = Mapping[tuple[str, str], int]
 log = logging.getLogger("hai_slurm.priority.daemon.planning")
 
 
+def starved_nodes(snap: ClusterSnapshot, pending: Sequence[PendingJob]) -> frozenset[str]:
+    """Nodes whose free CPUs or memory fall short of what each of ``pending`` asks per node:
+    Slurm starts none of them there, however many GPUs are free (a job holding 1 GPU and all
+    16 CPUs of an 8-GPU node leaves 7 GPUs nobody can use). The planner treats them as it
+    treats a guarded node (:attr:`PlanSnapshot.closed`): their free GPUs fit nobody, and their
+    jobs may still give way (for a plan that frees GPUs its victims hold there). Without
+    this a job "fit" on such GPUs and got no plan while Slurm kept it pending. A node with
+    room for the smallest request but not for a larger one is not closed (the planner counts
+    GPUs only)."""
+    need_cpus = need_mb = -1
+    for p in pending:
+        job = snap.job(p.job_id)
+        if job is None:
+            continue
+        nodes = max(1, job.node_count)
+        cpus, mb = -(-job.cpus // nodes), job.memory_mb // nodes
+        need_cpus = cpus if need_cpus < 0 else min(need_cpus, cpus)
+        need_mb = mb if need_mb < 0 else min(need_mb, mb)
+    if need_cpus <= 0 and need_mb <= 0:
+        return frozenset()
+    return frozenset(n.name for n in snap.nodes
+                     if (n.cpus > 0 and n.cpus - n.cpus_allocated < need_cpus)
+                     or (n.memory_mb > 0 and n.memory_mb - n.memory_allocated_mb < need_mb))
+
+
 class SnapshotPlanner:
     """Plans preemptions from each cycle's view (see the module docstring)."""
 
@@ -118,7 +143,8 @@ class SnapshotPlanner:
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
                                       switches=switches, allowed=allowed, whole_nodes=whole,
                                       aged_preempt=self.config.aged_preempt)
-        return PlanSnapshot(topology, holders, waiting, float(snap.time), claims.closed)
+        return PlanSnapshot(topology, holders, waiting, float(snap.time),
+                            claims.closed | starved_nodes(snap, pending))
 
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
                  pending: Sequence[PendingJob]

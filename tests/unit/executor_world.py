@@ -84,14 +84,16 @@ class World:
 
     def victim(self, name: str, behaviour: Behaviour | None = None, *, gpus: int = 8,
                nodes: int = 1, team: str = "team-a", grace: int = 30,
-               checkpoint: bool = True) -> int:
-        """Submit and start a victim job with a checkpoint dir under tmp."""
+               checkpoint: bool = True, cpus: int = 1) -> int:
+        """Submit and start a victim job (``cpus`` per node) with a checkpoint dir under
+        tmp."""
         ckdir = self.tmp / f"ck-{name}"
         info = HaiJobInfo(priority="LOW", job_class="LOW", team=team, preemptible=True,
                           grace=grace, source=ClassOrigin.DIRECTIVE,
                           checkpoint_dir=str(ckdir) if checkpoint else None)
         jid = self.fake.submit(name=name, uid=os.getuid(), account=team, qos="low", nodes=nodes,
-                               gpus_per_node=gpus, admin_comment=format_admin_comment(info))
+                               gpus_per_node=gpus, cpus_per_node=cpus,
+                               admin_comment=format_admin_comment(info))
         started = self.fake.schedule()
         assert jid in started, f"victim {name} did not start"
         if checkpoint:

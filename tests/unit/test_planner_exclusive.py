@@ -78,3 +78,28 @@ def test_no_plan_for_a_job_asking_for_a_topology_segment(tmp_path: Path) -> None
     job = world.fake.snapshot().job(bene)
     assert job is not None
     assert "--exclusive=topo" in not_planned(job, Claims(), float(world.fake.now), 60.0)
+
+
+@pytest.mark.parametrize("hog_cpus", [1, 16])
+def test_free_gpus_on_a_node_without_free_cpus_fit_nobody(tmp_path: Path, hog_cpus: int) -> None:
+    """n1 runs a 1-GPU LOW job, n2-n4 an 8-GPU LOW job each. With 1 CPU the HIGH 2-GPU job
+    fits on n1's 7 free GPUs (no plan). With all 16 of n1's CPUs taken it did too, though
+    Slurm cannot start it there: now n1 is closed to "fits" and the plan frees another node,
+    where the job starts."""
+    world = make_world(tmp_path)
+    world.victim("hog", Behaviour(ack_after=0.5), gpus=1, cpus=hog_cpus)
+    for i in range(1, 4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    last, bene = plan_for_high_job(world, tmp_path, gpus=2)
+    if hog_cpus == 1:
+        assert last.decisions[bene].outcome is Outcome.FITS and not last.plans
+        return
+    (plan,) = last.plans
+    assert plan.beneficiary == bene and plan.nodes != ("n1",)
+    for _ in range(30):
+        if world.fake.jobs[bene].state is JobState.RUNNING:
+            break
+        world.clock.now += 5
+        world.tick()
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    assert world.fake.jobs[bene].nodes == plan.nodes

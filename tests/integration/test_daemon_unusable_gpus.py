@@ -1,10 +1,14 @@
-"""The daemon frees a whole node for a job that takes its nodes whole (``sbatch --exclusive``).
+"""The daemon helps jobs that free GPUs beside running jobs cannot start.
 
-Slurm starts such a job only on a node that runs no other job, and gives it every GPU there
-(22.05: ``--exclusive --gres=gpu:2`` holds ``gpu:8``). On a testbed where one node runs a 2-GPU
-LOW job (6 GPUs free) and the other three an 8-GPU LOW job each, a HIGH ``--exclusive``
-2-GPU job stayed pending for good: the planner counted 6 free GPUs, so it "fit" and got no plan.
-Now its plan takes the 2-GPU job (the cheapest way to empty a node) and the job runs there.
+* A job that takes its nodes whole (``sbatch --exclusive``) starts only on a node that runs no
+  other job, and Slurm gives it every GPU there (22.05: ``--exclusive --gres=gpu:2`` holds
+  ``gpu:8``). On a testbed where one node runs a 2-GPU LOW job (6 GPUs free) and the other
+  three an 8-GPU LOW job each, a HIGH ``--exclusive`` 2-GPU job stayed pending for good: the
+  planner counted 6 free GPUs, so it "fit" and got no plan. Now its plan takes the 2-GPU job
+  (the cheapest way to empty a node) and the job runs there.
+* A node whose CPUs are all taken (a 1-GPU LOW job with ``-c 16``) has 7 free GPUs nobody can
+  use: a HIGH 2-GPU job "fit" there too and waited. Now that node is closed to "fits" and the
+  plan frees another.
 """
 
 from __future__ import annotations
@@ -64,6 +68,36 @@ def test_an_exclusive_high_job_gets_a_whole_node(bed: Bed, tmp_path: Path) -> No
         assert job is not None and job.exclusive == "node" and job.gpus_allocated == 8, job
         assert [j.job_id for j in snap.running
                 if j.job_id != high and set(j.nodes) & set(job.nodes)] == []
+        bed.wait(high, "COMPLETED", timeout=60)
+    finally:
+        daemon.kill()
+
+
+_HIGH_2 = _HIGH.replace(" --exclusive", "")
+
+
+def test_free_gpus_on_a_node_without_free_cpus_start_nobody(bed: Bed, tmp_path: Path) -> None:
+    """The plan frees one of the three full nodes; the HIGH job runs there and completes."""
+    hog = bed.toy("hog", sbatch=["-N1", "--gres=gpu:1", "--cpus-per-task=16"])
+    bed.wait(hog, "RUNNING", timeout=60)
+    fill = bed.fill(3)
+    script = bed.workdir / "high.sh"
+    script.write_text(_HIGH_2)
+    high = bed.slurm.submit_script(script, ["--account=team-b", f"--chdir={bed.workdir}",
+                                            f"--output={bed.workdir}/%j.out"])
+    bed.jobs.append(high)
+    config = daemon_config(tmp_path, bed.testbed)
+    repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
+    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
+    try:
+        daemon.wait_log("preemption on", timeout=30)
+        wait_until(lambda: any(high in {b.job_id for b in p.beneficiaries}
+                               for p in repo.history(limit=100)), 60,
+                   f"no plan for the HIGH job {high}:\n{daemon.text()[-4000:]}")
+        (plan,) = [p for p in repo.history(limit=100)
+                   if high in {b.job_id for b in p.beneficiaries}]
+        assert {v.job_id for v in plan.victims} <= {f.job_id for f in fill}, plan
+        bed.wait(high, "RUNNING", timeout=120)
         bed.wait(high, "COMPLETED", timeout=60)
     finally:
         daemon.kill()
