@@ -39,6 +39,10 @@ class _NoJob:
 _NOJOB = _NoJob()
 
 
+EXCLUSIVE_OPTION = {"node": "--exclusive", "user": "--exclusive=user"}
+"""sbatch's option for each ``exclusive`` a harness's ``submit`` takes."""
+
+
 class Harness(Protocol):
     """What the contract needs besides the client: a way to make jobs and to wait for Slurm."""
 
@@ -46,9 +50,10 @@ class Harness(Protocol):
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False,
                begin_in: int = 0, comment: str = "", nodelist: str = "",
-               exclude: str = "") -> int:
+               exclude: str = "", exclusive: str = "") -> int:
         """Queue a job that runs until cancelled and logs the signals it gets (``nodelist``,
-        ``exclude``: sbatch's ``--nodelist``, ``--exclude``)."""
+        ``exclude``: sbatch's ``--nodelist``, ``--exclude``; ``exclusive``: ``node`` for
+        ``--exclusive``, ``user`` for ``--exclusive=user``)."""
         ...
 
     def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
@@ -72,6 +77,15 @@ def running(job: Job | None) -> bool:
 
 class SlurmClientContract:
     """Behaviour every SlurmClient backend shares."""
+
+    def test_exclusive_jobs_read_as_such(self, harness: Harness) -> None:
+        """``--exclusive`` and ``--exclusive=user`` read as ``node`` and ``user`` (every
+        release: 22.05's and 24.11's JSON ``shared``, pyslurm's ``resource_sharing``, 26.05's
+        ``squeue -O Exclusive``, whose JSON tells nothing); a plain job shares."""
+        asked = {harness.submit(name=f"contract-excl-{kind or 'plain'}", gpus=1, begin_in=3600,
+                                exclusive=kind): kind for kind in ("node", "user", "")}
+        snap = harness.client.snapshot()
+        assert {jid: (j.exclusive if (j := snap.job(jid)) else None) for jid in asked} == asked
 
     def test_snapshot_shape(self, harness: Harness) -> None:
         """A snapshot is frozen and carries version, time, nodes with GPUs, partitions, jobs."""

@@ -23,11 +23,12 @@ class FakeHarness:
         self.client: SlurmClient = self.fake
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
-               comment: str = "", nodelist: str = "", exclude: str = "") -> int:
+               comment: str = "", nodelist: str = "", exclude: str = "",
+               exclusive: str = "") -> int:
         """Queue a job in the fake."""
         return self.fake.submit(name=name, gpus_per_node=gpus, hold=hold, comment=comment,
                                 begin_time=self.fake.now + begin_in if begin_in else None,
-                                nodelist=nodelist, exclude=exclude)
+                                nodelist=nodelist, exclude=exclude, exclusive=exclusive)
 
     def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
                  timeout: float = 30.0) -> Job | None:

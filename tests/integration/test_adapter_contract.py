@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from slurm_client_contract import Harness, SlurmClientContract
+from slurm_client_contract import EXCLUSIVE_OPTION, Harness, SlurmClientContract
 
 from hai_slurm.slurm_plugins.adapter import (
     CliSlurmClient,
@@ -76,7 +76,7 @@ class CliHarness:
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
                comment: str = "", nodelist: str = "", exclude: str = "",
-               constraint: str = "") -> int:
+               constraint: str = "", exclusive: str = "") -> int:
         """sbatch a job that runs until cancelled."""
         script = self.workdir / "job.sh"
         script.write_text(_JOB_SCRIPT)
@@ -89,6 +89,7 @@ class CliHarness:
         argv += [f"--nodelist={nodelist}"] if nodelist else []
         argv += [f"--exclude={exclude}"] if exclude else []
         argv += [f"--constraint={constraint}"] if constraint else []
+        argv += [EXCLUSIVE_OPTION[exclusive]] if exclusive else []
         res = subprocess.run([*argv, str(script)], capture_output=True, text=True,
                              env=self.env, timeout=30, check=False)
         assert res.returncode == 0, f"sbatch failed: {res.stderr.strip()}"

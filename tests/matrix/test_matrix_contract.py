@@ -16,7 +16,7 @@ import pytest
 from conftest import SuiteCluster, series_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract"))
-from slurm_client_contract import Harness, SlurmClientContract
+from slurm_client_contract import EXCLUSIVE_OPTION, Harness, SlurmClientContract
 
 from hai_slurm.slurm_plugins.adapter import CliSlurmClient, Job, SlurmClient, make_client
 from hai_slurm.slurm_plugins.runner import DockerExecRunner
@@ -52,7 +52,8 @@ class DockerHarness:
         return jid
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
-               comment: str = "", nodelist: str = "", exclude: str = "") -> int:
+               comment: str = "", nodelist: str = "", exclude: str = "",
+               exclusive: str = "") -> int:
         """sbatch a job that runs until cancelled."""
         args = [f"--job-name={name}", "--nodes=1", f"--output={self.workdir}/%j.out"]
         args += [f"--gres=gpu:{gpus}"] if gpus else []
@@ -61,6 +62,7 @@ class DockerHarness:
         args += [f"--comment={comment}"] if comment else []
         args += [f"--nodelist={nodelist}"] if nodelist else []
         args += [f"--exclude={exclude}"] if exclude else []
+        args += [EXCLUSIVE_OPTION[exclusive]] if exclusive else []
         return self.sbatch(*args)
 
     def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
@@ -189,17 +191,3 @@ def test_writes_to_an_array_record_spare_the_task_split_off_it(
     now = records()
     assert now[first].array_task_id == 1 and now[array].array_tasks == "2-3", now
 
-
-def test_exclusive_jobs_are_told_on_every_release(docker_harness: DockerHarness) -> None:
-    """``--exclusive`` and ``--exclusive=user`` read as ``node`` and ``user``, a plain and an
-    ``--oversubscribe`` job as sharing, on each release: 22.05's and 24.11's JSON ``shared``
-    (``"none"``, ``["none"]``), 26.05's ``squeue -O Exclusive`` (its JSON lists ``shared`` as
-    ``[]`` for all four). The jobs wait for a begin time."""
-    h = docker_harness
-    base = ["--nodes=1", "--gres=gpu:1", "--begin=now+3600", f"--output={h.workdir}/%j.out"]
-    want = {h.sbatch(*base, *extra): told for extra, told in (
-        (["--exclusive"], "node"), (["--exclusive=user"], "user"), ([], ""),
-        (["--oversubscribe"], ""))}
-    snap = h.client.snapshot()
-    got = {jid: (j.exclusive if (j := snap.job(jid)) is not None else None) for jid in want}
-    assert got == want
