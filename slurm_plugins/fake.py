@@ -354,7 +354,7 @@ class FakeSlurm:
             cpus=j.cpus_per_node * j.node_count, memory_mb=j.memory_per_node * j.node_count,
             switches=j.switches, switch_wait=j.switch_wait if j.switches else 0,
             required_nodes=j.req_nodes, excluded_nodes=j.exc_nodes, features=j.features,
-            exclusive=j.exclusive)
+            exclusive=j.exclusive, reservation=j.reservation)
 
     def snapshot(self) -> ClusterSnapshot:
         """The current state, stamped with the fake clock."""

@@ -268,6 +268,7 @@ def parse_job(d: Mapping[str, Any]) -> Job | None:
         excluded_nodes=text(d.get("excluded_nodes")),
         features=text(d.get("features")),
         exclusive=exclusivity(d.get("shared")),
+        reservation=text(d.get("resv_name")),
     )
 
 
@@ -572,7 +573,7 @@ COMPACT_JOB_FIELDS = (
     "State", "PriorityLong", "Reason", "SubmitTime", "EligibleTime", "StartTime", "TimeLimit",
     "NumNodes", "NodeList", "tres-per-job", "tres-per-node", "tres-per-task", "tres-per-socket",
     "tres-alloc", "NumTasks", "Sockets", "RestartCnt", "Requeue", "BatchFlag", "NumCPUs",
-    "ReqSwitch", "Wait4Switch", "ReqNodes", "OverSubscribe",
+    "ReqSwitch", "Wait4Switch", "ReqNodes", "OverSubscribe", "Reservation",
 )
 #: ``squeue --noheader --Format`` of :func:`compact_job_records`; run with
 #: ``SLURM_TIME_FORMAT=%s`` so times are POSIX seconds.
@@ -762,6 +763,7 @@ def compact_job_record(line: str, lineno: int = 1) -> dict[str, Any]:
         "maximum_switch_wait_time": 0 if wait in (None, INFINITE) else wait,
         "required_nodes": _compact_text(f["ReqNodes"]),
         "shared": f["OverSubscribe"],   # NO, USER, MCS, YES, OK: read by exclusivity()
+        "resv_name": _compact_text(f["Reservation"]),
     }
 
 

@@ -264,6 +264,7 @@ def job_record(pj: Any, extra_gpus: Mapping[str, str] | None = None,
         "required_nodes": pj.required_nodes or "", "excluded_nodes": pj.excluded_nodes or "",
         "features": pj.constraints or "",
         "shared": pj.resource_sharing,   # NO, USER, MCS, YES, OK (Slurm's job_share_string)
+        "resv_name": pj.reservation or "",
     }
 
 

@@ -157,6 +157,9 @@ class Job:
     features: str = ""
     """``sbatch --constraint``: the node features the job asks for (an expression; empty:
     none; see :mod:`~hai_slurm.slurm_plugins.constraints`)."""
+    reservation: str = ""
+    """The reservation the job is linked to (``sbatch --reservation``, or a preemption guard's
+    link); empty: none."""
     exclusive: str = ""
     """``sbatch --exclusive[=user|mcs|topo]``: ``"node"`` (plain ``--exclusive``: its nodes run
     no other job, and it is given all their GPUs), ``"user"`` or ``"mcs"`` (no other user's or

@@ -24,7 +24,7 @@ from hai_slurm.priority.daemon.cycle import (
     with_preemptions,
 )
 from hai_slurm.priority.daemon.factory import read_switches, topology_source
-from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.daemon.planning import SnapshotPlanner, foreign_reservation
 from hai_slurm.priority.daemon.save_times import SaveTimes
 from hai_slurm.priority.hooks import Claims, CycleView
 from hai_slurm.priority.planner.search import plan_preemptions, victim_status
@@ -133,6 +133,9 @@ def not_planned(job: Job, claims: Claims, now: float, soon: float) -> str:
         what = _BLOCKERS.get(blocker, "a limit or setting of its partition, QOS or account")
         return (f"Slurm keeps it back for {what} ({blocker}), which free GPUs do not give, "
                 f"so no job is preempted for it")
+    if foreign_reservation(job):
+        return (f"it runs in reservation {job.reservation} (sbatch --reservation), whose nodes "
+                "the planner leaves out (only that reservation's jobs start there)")
     if job.exclusive == "topo":
         return ("it asks for a topology segment of its own (sbatch --exclusive=topo), which "
                 "the planner does not free")

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.priority.daemon.save_times import SaveSource, SaveTimes
+from hai_slurm.priority.executor.guard import RESERVATION_PREFIX
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.inputs import (
     HolderMemo,
@@ -41,6 +42,13 @@ VerdictCounts = Mapping[tuple[str, str], int]
 """Pending jobs per (effective class, verdict) of the latest pass."""
 
 log = logging.getLogger("hai_slurm.priority.daemon.planning")
+
+
+def foreign_reservation(job: Job) -> bool:
+    """Whether ``job`` waits in a reservation other than a plan's guard (``sbatch
+    --reservation``): it starts only on that reservation's nodes, which the planner leaves out
+    (:meth:`SnapshotPlanner.snapshot`), so it gets no plan."""
+    return bool(job.reservation) and not job.reservation.startswith(RESERVATION_PREFIX)
 
 
 def starved_nodes(snap: ClusterSnapshot, pending: Sequence[PendingJob]) -> frozenset[str]:
@@ -96,13 +104,16 @@ class SnapshotPlanner:
         """The planner's inputs for this cycle."""
         snap = view.snapshot
         topology = self.source if isinstance(self.source, Topology) else self.source(snap)
-        # Nodes Slurm cannot place jobs on now (down, drained, failing, not responding) or
-        # whose state is stale (not registered since slurmctld started) are left out: their
-        # free GPUs fit nobody, and freeing GPUs there would help nobody.
-        topology = self._without_lost(topology, frozenset(
-            n.name for n in snap.nodes if n.lost or not n.registered))
-        self.topology = topology
+        # Nodes Slurm cannot place jobs on now (down, drained, failing, not responding), whose
+        # state is stale (not registered since slurmctld started) or that an active
+        # reservation other than a plan's guard holds (an admin's maintenance, a team's
+        # reserved nodes: only jobs linked to it start there, and those get no plan) are left
+        # out: their free GPUs fit nobody, and freeing GPUs there would help nobody.
         claims = view.claims
+        topology = self._without_lost(topology, frozenset(
+            n.name for n in snap.nodes if n.lost or not n.registered
+            or ("RESERVED" in n.state_flags and n.name not in claims.closed)))
+        self.topology = topology
         # Open plans' victims (and victims that missed an aborted plan and still run) keep
         # their GPUs in the planner's eyes but are not chosen twice; open plans' beneficiaries
         # are not planned again, nor are held jobs (the guard's, a user's or an admin's) or
@@ -112,7 +123,8 @@ class SnapshotPlanner:
         # victims would lose their work for nothing.
         soon = self.config.save_cost
         cannot_start = {j.job_id for j in snap.pending
-                        if not j.waits_for_gpus(float(snap.time), soon) or j.exclusive == "topo"}
+                        if not j.waits_for_gpus(float(snap.time), soon) or j.exclusive == "topo"
+                        or foreign_reservation(j)}
         running = view.running
         focus = view.focus
         pending = tuple(j for j in view.pending

@@ -340,7 +340,8 @@ class SlurmClientContract:
     # -- reservations (the preemption guard) -------------------------------------------------
     def test_reservation_is_made_listed_linked_and_ended(self, harness: Harness) -> None:
         """A reservation made over a running job (IGNORE_JOBS) keeps a job not linked to it off
-        the node; a linked job starts there; ending it while the job runs in it (refused delete,
+        the node, which a snapshot flags RESERVED; a linked job (its ``reservation`` named in a
+        snapshot) starts there; ending it while the job runs in it (refused delete,
         so EndTime=now) leaves the job running (FLEX); a second one on the same node, an
         unknown node, are refused."""
         name = f"hai-plan-contract1-{time.time_ns()}"  # an ended one lingers ~20 s
@@ -366,6 +367,13 @@ class SlurmClientContract:
             inside = harness.submit(name="contract-resv-inside", gpus=whole, hold=True)
             assert harness.client.set_job_reservation(inside, name).done == (inside,)
             assert harness.client.job_facts(inside)[inside].reservation == name
+            linked = harness.client.snapshot().job(inside)
+            assert linked is not None and linked.reservation == name
+            flagged = time.monotonic() + 60   # slurmctld flags the node on its next resv check
+            while not any(n.name == node and "RESERVED" in n.state_flags
+                          for n in harness.client.snapshot().nodes):
+                assert time.monotonic() < flagged, f"{node} not flagged RESERVED within 60 s"
+                time.sleep(0.5)
             assert harness.client.set_job_reservation(inside, "").done == (inside,)
             assert harness.client.job_facts(inside)[inside].reservation == ""
             harness.client.set_job_reservation(inside, name)

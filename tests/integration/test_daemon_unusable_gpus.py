@@ -9,10 +9,13 @@
 * A node whose CPUs are all taken (a 1-GPU LOW job with ``-c 16``) has 7 free GPUs nobody can
   use: a HIGH 2-GPU job "fit" there too and waited. Now that node is closed to "fits" and the
   plan frees another.
+* An idle node in an admin's reservation: a HIGH job "fit" on its 8 free GPUs and waited, though
+  Slurm starts there only jobs linked to the reservation. Now such nodes are left out.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,3 +104,41 @@ def test_free_gpus_on_a_node_without_free_cpus_start_nobody(bed: Bed, tmp_path: 
         bed.wait(high, "COMPLETED", timeout=60)
     finally:
         daemon.kill()
+
+
+def test_an_idle_node_in_an_admins_reservation_starts_nobody(bed: Bed, tmp_path: Path) -> None:
+    """Three nodes run LOW jobs, the fourth is idle in reservation ``maint-*`` (root's): the
+    HIGH 8-GPU job's plan frees one of the three, and it runs there."""
+    fill = bed.fill(3)
+    busy = {n for f in fill for n in (bed.slurm.snapshot().job(f.job_id) or f).nodes}
+    snap = bed.slurm.snapshot()
+    (idle,) = [n.name for n in snap.nodes if n.name not in busy]
+    name = f"maint-{time.time_ns()}"
+    made = bed.run(["scontrol", "create", "reservation", f"ReservationName={name}",
+                    "StartTime=now", "Duration=30", f"Nodes={idle}", "Users=root"])
+    assert made.returncode == 0, made.stderr
+    try:
+        wait_until(lambda: any(n.name == idle and "RESERVED" in n.state_flags
+                               for n in bed.slurm.snapshot().nodes), 60,
+                   f"{idle} never flagged RESERVED")
+        script = bed.workdir / "high.sh"
+        script.write_text(_HIGH.replace("--gres=gpu:2 --exclusive", "--gres=gpu:8"))
+        high = bed.slurm.submit_script(script, ["--account=team-b", f"--chdir={bed.workdir}",
+                                                f"--output={bed.workdir}/%j.out"])
+        bed.jobs.append(high)
+        config = daemon_config(tmp_path, bed.testbed)
+        repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
+        daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
+        try:
+            daemon.wait_log("preemption on", timeout=30)
+            wait_until(lambda: any(high in {b.job_id for b in p.beneficiaries}
+                                   for p in repo.history(limit=100)), 60,
+                       f"no plan for the HIGH job {high}:\n{daemon.text()[-4000:]}")
+            facts = bed.wait(high, "RUNNING", timeout=120)
+            job = bed.slurm.snapshot().job(high)
+            assert job is not None and idle not in job.nodes, (facts, job)
+            bed.wait(high, "COMPLETED", timeout=60)
+        finally:
+            daemon.kill()
+    finally:
+        bed.run(["scontrol", "delete", f"ReservationName={name}"])

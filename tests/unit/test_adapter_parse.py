@@ -305,16 +305,17 @@ def test_job_messages_name_an_arrays_tasks_by_range() -> None:
 
 
 # squeue -O COMPACT_JOBS_FORMAT with SLURM_TIME_FORMAT=%s, recorded on the 22.05 testbed (the
-# OverSubscribe column, added since, as 22.05 prints it for jobs without --exclusive: OK).
+# OverSubscribe and Reservation columns, added since, as 22.05 prints them for jobs without
+# --exclusive or --reservation: OK, (null)).
 _COMPACT = (
     "3663|3663|N/A|root|0|team-a|main|high|PENDING|6000|Priority|1796172925|1796172925|N/A|"
     "UNLIMITED|4||N/A|gres:gpu:8|N/A|N/A|cpu=4,mem=500M,node=4,billing=4,gres/gpu=32|4|*|0|1|1|"
-    "4|0|0:00|n[1-4]|OK|\n"
+    "4|0|0:00|n[1-4]|OK|(null)|\n"
     "2|2|N/A|root|0|team-a|main|normal|RUNNING|2000|None|1796172485|1796172485|1796172485|"
     "365-00:00:00|4|n[1-4]|N/A|gres:gpu:8|N/A|N/A|cpu=4,mem=500M,node=4,billing=4,gres/gpu=32|"
-    "4|*|2|1|1|4|1|1:00:00||OK|\n"
+    "4|*|2|1|1|4|1|1:00:00||OK|(null)|\n"
     "4665|4665|1-3|root|0|team-a|main|normal|PENDING|0|JobHeldUser|1796172995|N/A|N/A|30:00|1||"
-    "N/A|N/A|N/A|N/A|cpu=1,mem=125M,node=1,billing=1|1|*|0|1|1|1|0|0:00|(null)|OK|\n"
+    "N/A|N/A|N/A|N/A|cpu=1,mem=125M,node=1,billing=1|1|*|0|1|1|1|0|0:00|(null)|OK|(null)|\n"
 )
 
 
@@ -344,23 +345,24 @@ def test_compact_job_lines_become_json_shaped_records() -> None:
 
 # Recorded on the 22.05 testbed (2026-12-06): sbatch --exclusive --gpus=2 (4, pending beside
 # 6 free GPUs), --exclusive=user --gpus=1 (5), --oversubscribe --gpus=1 (6), plain (2), and
-# --exclusive --gpus=2 running (3: Slurm gave it all 8 GPUs, gpu:8(IDX:0-7)).
+# --exclusive --gpus=2 running (3: Slurm gave it all 8 GPUs, gpu:8(IDX:0-7)); the Reservation
+# column, added since, as 22.05 prints it for a job without one: (null).
 _EXCLUSIVE = (
     "4|4|N/A|root|0|(null)|main|(null)|PENDING|1|Resources|1796548720|1796548720|1828084728|"
     "UNLIMITED|1||gres:gpu:2|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||"
-    "NO|\n"
+    "NO|(null)|\n"
     "5|5|N/A|root|0|(null)|main|(null)|RUNNING|1|None|1796548727|1796548727|1796548728|"
     "365-00:00:00|1|n1|gres:gpu:1|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|"
-    "0:00||USER|\n"
+    "0:00||USER|(null)|\n"
     "6|6|N/A|root|0|(null)|main|(null)|RUNNING|1|None|1796548727|1796548727|1796548728|"
     "365-00:00:00|1|n1|gres:gpu:1|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|"
-    "0:00||YES|\n"
+    "0:00||YES|(null)|\n"
     "2|2|N/A|root|0|(null)|main|(null)|RUNNING|1|None|1796548720|1796548720|1796548721|"
     "365-00:00:00|1|n1|gres:gpu:2|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|"
-    "0:00|n1|OK|\n"
+    "0:00|n1|OK|(null)|\n"
     "3|3|N/A|root|0|(null)|main|(null)|RUNNING|1|None|1796548720|1796548720|1796548721|"
     "365-00:00:00|1|n2|gres:gpu:2|N/A|N/A|N/A|cpu=16,mem=62.50G,node=1,billing=16|1|*|0|1|1|16|"
-    "0|0:00||NO|\n")
+    "0|0:00||NO|(null)|\n")
 
 
 def test_exclusive_jobs_in_every_form_slurm_prints() -> None:
@@ -373,6 +375,9 @@ def test_exclusive_jobs_in_every_form_slurm_prints() -> None:
     assert {i: j.exclusive for i, j in jobs.items()} == {4: "node", 5: "user", 6: "", 2: "",
                                                            3: "node"}
     assert [i for i, j in jobs.items() if j.takes_whole_nodes] == [4, 5, 3]
+    assert all(j.reservation == "" for j in jobs.values())
+    linked = compact_job_records(_EXCLUSIVE.splitlines()[0].replace("|NO|(null)|", "|NO|maint|"))
+    assert parse_job({**linked[0], **details}).reservation == "maint"  # type: ignore[union-attr]
     for shared, want in (("none", "node"), ("user", "user"), ("mcs", "mcs"), ("shared", ""),
                          (None, ""), ([], ""), (["oversubscribe"], ""), (["none"], "node"),
                          (["topo"], "topo"), ("whatever", "")):
@@ -386,9 +391,9 @@ def test_compact_lines_that_do_not_fit_are_errors() -> None:
     """A line with a column too many or too few, or times not in POSIX seconds, is refused:
     the cycle is skipped rather than acting on a misread queue."""
     line = _COMPACT.splitlines()[0]
-    with pytest.raises(SlurmError, match="expected 32"):
+    with pytest.raises(SlurmError, match="expected 33"):
         compact_job_records(line + "extra|")
-    with pytest.raises(SlurmError, match="expected 32"):
+    with pytest.raises(SlurmError, match="expected 33"):
         compact_job_records(line.replace("|high|", "|"))
     with pytest.raises(SlurmError, match="POSIX seconds"):
         compact_job_records(line.replace("1796172925", "2026-12-02T00:55:25", 1))

@@ -289,24 +289,24 @@ def test_compact_listing_with_cli_details_reads_only_pending_jobs() -> None:
 
 _SPLIT_PLAIN = (
     "14|14|0-3|root|0|team-a|main|normal|PENDING|700|Priority|1796497767|1796497767|N/A|"
-    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|\n"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|(null)|\n"
     "7|7|0-2|root|0|team-a|main|normal|PENDING|0|JobHeldUser,Resources|1796497687|N/A|N/A|"
-    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|\n"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|(null)|\n"
     "6|6|N/A|root|0|team-a|main|normal|RUNNING|2000|None|1796497685|1796497685|1796497685|"
     "365-00:00:00|4|n[1-4]|N/A|N/A|N/A|N/A|cpu=64,mem=250G,node=4,billing=64,gres/gpu=32|4|*|0|"
-    "1|1|64|0|0:00||OK|\n")
+    "1|1|64|0|0:00||OK|(null)|\n")
 _SPLIT_UNIQUE = (
     "8|7|0|root|0|team-a|main|normal|PENDING|2000|Resources|1796497687|1796497687|1828033685|"
-    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|\n"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|(null)|\n"
     "15|14|1|root|0|team-a|main|normal|PENDING|700|Priority|1796497767|1796497767|1828033685|"
-    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|\n"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|(null)|\n"
     "14|14|0,2-3|root|0|team-a|main|normal|PENDING|700|Priority|1796497767|1796497767|N/A|"
-    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|\n"
+    "UNLIMITED|1||N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|(null)|\n"
     "7|7|1-2|root|0|team-a|main|normal|PENDING|0|JobHeldUser|1796497687|N/A|N/A|UNLIMITED|1||"
-    "N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|\n"
+    "N/A|N/A|N/A|N/A|cpu=1,mem=4000M,node=1,billing=1|1|*|0|1|1|1|0|0:00||OK|(null)|\n"
     "6|6|N/A|root|0|team-a|main|normal|RUNNING|2000|None|1796497685|1796497685|1796497685|"
     "365-00:00:00|4|n[1-4]|N/A|N/A|N/A|N/A|cpu=64,mem=250G,node=4,billing=64,gres/gpu=32|4|*|0|"
-    "1|1|64|0|0:00||OK|\n")
+    "1|1|64|0|0:00||OK|(null)|\n")
 _ADMIN = "hai:v1:priority=NORMAL;class=NORMAL;team=team-a;preemptible=yes;grace=60;source=default"
 _SPLIT_BASE: dict[str, Any] = {
     "name": "wrap", "job_state": "PENDING", "nodes": "", "node_count": 1, "time_limit": None,

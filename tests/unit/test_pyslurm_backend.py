@@ -31,7 +31,8 @@ def pyslurm_job(**over: Any) -> SimpleNamespace:
         requeue_count=0, is_requeueable=True, comment="c", admin_comment=None,
         is_batch_job=True, array_id=None, array_task_id=None, array_tasks_waiting=None,
         required_switches=None, max_wait_time_switches=None, required_nodes=None,
-        excluded_nodes=None, constraints=None, resource_sharing="OK", steps={})
+        excluded_nodes=None, constraints=None, resource_sharing="OK", reservation=None,
+        steps={})
     base.update(over)
     job = SimpleNamespace(**base)
     job.get_resource_layout_per_node = lambda: over.get("layout", {})
@@ -54,7 +55,9 @@ def test_pending_job_reads_like_squeue_json() -> None:
     assert asked is not None
     assert (asked.required_nodes, asked.excluded_nodes, asked.features) == (
         "n[1-2]", "n3", "a100|h100")
-    assert job.exclusive == "" and not job.takes_whole_nodes
+    assert job.exclusive == "" and not job.takes_whole_nodes and job.reservation == ""
+    linked = parse_job(job_record(pyslurm_job(reservation="maint")))
+    assert linked is not None and linked.reservation == "maint"
     for sharing, want in (("NO", "node"), ("USER", "user"), ("MCS", "mcs"), ("YES", "")):
         got = parse_job(job_record(pyslurm_job(resource_sharing=sharing)))
         assert got is not None and got.exclusive == want, sharing

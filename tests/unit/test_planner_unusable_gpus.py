@@ -1,6 +1,8 @@
-"""A job that takes its nodes whole (``sbatch --exclusive``) starts only on a node no other job
-runs on, and Slurm gives it all the node's GPUs (22.05: ``--exclusive --gpus=2`` holds
-``gpu:8``). Free GPUs beside a running job do not start it; its plan frees a whole node."""
+"""Free GPUs a pending job cannot start on: beside a running job for a job that takes its
+nodes whole (``sbatch --exclusive``: Slurm starts it only on a node no other job runs on and
+gives it all the node's GPUs; 22.05: ``--exclusive --gpus=2`` holds ``gpu:8``), on a node
+without free CPUs, or in a reservation the job is not linked to. Such GPUs made the job "fit",
+so it got no plan and waited; now its plan frees GPUs where it can start."""
 
 from __future__ import annotations
 
@@ -103,3 +105,29 @@ def test_free_gpus_on_a_node_without_free_cpus_fit_nobody(tmp_path: Path, hog_cp
         world.tick()
     assert world.fake.jobs[bene].state is JobState.RUNNING
     assert world.fake.jobs[bene].nodes == plan.nodes
+
+
+def test_free_gpus_in_someone_elses_reservation_fit_nobody(tmp_path: Path) -> None:
+    """n1-n3 run an 8-GPU LOW job each; n4 is idle but in an admin's reservation. A HIGH job
+    "fit" on n4 and got no plan, though Slurm starts there only jobs linked to the reservation:
+    now n4 is left out and the plan frees another node, where the job starts. A job linked to
+    the reservation gets no plan (its nodes are the reservation's), and explain says why."""
+    world = make_world(tmp_path)
+    for i in range(1, 4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    world.fake.create_reservation("maint", ["n4"], ["root"], 600)
+    last, bene = plan_for_high_job(world, tmp_path)
+    (plan,) = last.plans
+    assert plan.beneficiary == bene and plan.nodes != ("n4",)
+    for _ in range(30):
+        if world.fake.jobs[bene].state is JobState.RUNNING:
+            break
+        world.clock.now += 5
+        world.tick()
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    assert world.fake.jobs[bene].nodes == plan.nodes
+    linked = world.pending("linked", gpus=8)
+    world.fake.jobs[linked].reservation = "maint"
+    job = world.fake.snapshot().job(linked)
+    assert job is not None and job.reservation == "maint"
+    assert "reservation maint" in not_planned(job, Claims(), float(world.fake.now), 60.0)
