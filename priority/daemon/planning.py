@@ -164,7 +164,8 @@ class SnapshotPlanner:
         """The nodes each pending job may use, for those that may not use every node of
         ``topology`` (:func:`usable_nodes`), and the GPUs per node of each job that takes its
         nodes whole (``--exclusive``: :func:`whole_node_request`, which also narrows its
-        nodes). One set object per distinct request (the planner keys its caches by them)."""
+        nodes, to those where no job without GPUs runs: the planner frees only GPU holders).
+        One set object per distinct request (the planner keys its caches by them)."""
         parts = {p.name: frozenset(p.nodes) for p in snap.partitions}
         cells = topology.cells_at(Level.NODE)
         cluster = frozenset(c.id for c in cells)
@@ -173,6 +174,7 @@ class SnapshotPlanner:
         wholes: dict[tuple[str, str, str, str], tuple[int, frozenset[str]] | None] = {}
         out: dict[int, frozenset[str]] = {}
         whole: dict[int, int] = {}
+        cpu_only: frozenset[str] | None = None
         for job in pending:
             record = snap.job(job.job_id)
             if record is None:
@@ -184,8 +186,12 @@ class SnapshotPlanner:
             got = sets[key]
             if record.takes_whole_nodes:
                 if key not in wholes:
+                    if cpu_only is None:   # a job without GPUs there: no plan empties it
+                        cpu_only = frozenset(n for j in snap.running if not j.gpus_allocated
+                                             for n in j.nodes)
                     wholes[key] = whole_node_request(
-                        cluster if got is None else got, {c.id: len(c.gpus) for c in cells})
+                        (cluster if got is None else got) - cpu_only,
+                        {c.id: len(c.gpus) for c in cells})
                 request = wholes[key]
                 if request is not None:
                     whole[job.job_id], got = request

@@ -131,3 +131,25 @@ def test_free_gpus_in_someone_elses_reservation_fit_nobody(tmp_path: Path) -> No
     job = world.fake.snapshot().job(linked)
     assert job is not None and job.reservation == "maint"
     assert "reservation maint" in not_planned(job, Claims(), float(world.fake.now), 60.0)
+
+
+def test_an_exclusive_job_is_not_planned_onto_a_node_a_cpu_only_job_holds(
+        tmp_path: Path) -> None:
+    """As above, but n1 also runs a job without GPUs: freeing n1's GPUs would not empty it,
+    so the exclusive job's plan frees another node (all of it) and the job starts there."""
+    world = make_world(tmp_path)
+    world.victim("v0", Behaviour(ack_after=0.5), gpus=2)
+    cpu_job = world.fake.submit(name="cpu", nodelist="n1", gpus_per_node=0)
+    assert cpu_job in world.fake.schedule()
+    for i in range(1, 4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    last, bene = plan_for_high_job(world, tmp_path, gpus=2, exclusive="node")
+    (plan,) = last.plans
+    assert plan.nodes != ("n1",) and len(plan.victim_ids) == 1
+    for _ in range(30):
+        if world.fake.jobs[bene].state is JobState.RUNNING:
+            break
+        world.clock.now += 5
+        world.tick()
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    assert world.fake.jobs[bene].nodes == plan.nodes
