@@ -202,7 +202,8 @@ def whole_node_request(usable: frozenset[str], gpus_of: Mapping[str, int]
     all the node's GPUs (22.05: ``--exclusive --gpus=2`` holds ``gpu:8``): free GPUs beside a
     running job do not start it, and a plan that frees only the GPUs it asked for would
     requeue its victims for nothing. Nodes with fewer GPUs are left out of its plans (a
-    plan is for one size of node), as are jobs that hold no GPU (the planner sees none)."""
+    plan is for one size of node); the caller leaves out nodes where a job without GPUs runs
+    (the planner frees only GPU holders)."""
     sizes = {n: g for n in usable if (g := gpus_of.get(n, 0)) > 0}
     if not sizes:
         return None
