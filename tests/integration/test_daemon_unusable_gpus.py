@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,13 +26,14 @@ from daemon_support import DaemonProcess, wait_until
 from preempt_support import Bed, bed_for, daemon_config
 
 from hai_slurm.priority.store.engine import make_engine
+from hai_slurm.priority.store.records import Plan
 from hai_slurm.priority.store.repository import Repository
 
 pytestmark = pytest.mark.slow
 
 _HIGH = """#!/bin/bash
 #HAI --priority=HIGH --team=team-b
-#SBATCH -N1 --gres=gpu:2 --exclusive
+#SBATCH -N1 {sbatch}
 sleep 10
 """
 
@@ -42,6 +44,33 @@ def bed(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield from bed_for(testbed, tmp_path_factory)
 
 
+@contextmanager
+def planned_high(bed: Bed, tmp_path: Path, sbatch: str) -> Iterator[tuple[int, Plan]]:
+    """Submit a HIGH job (``#SBATCH -N1`` and ``sbatch``), start the daemon (1-s cycles) and
+    wait for the job's plan: (the job's id, its plan). The daemon runs until the block ends."""
+    script = bed.workdir / "high.sh"
+    script.write_text(_HIGH.format(sbatch=sbatch))
+    high = bed.slurm.submit_script(script, ["--account=team-b", f"--chdir={bed.workdir}",
+                                            f"--output={bed.workdir}/%j.out"])
+    bed.jobs.append(high)
+    config = daemon_config(tmp_path, bed.testbed)
+    repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
+    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
+
+    def plans() -> list[Plan]:
+        return [p for p in repo.history(limit=100)
+                if high in {b.job_id for b in p.beneficiaries}]
+
+    try:
+        daemon.wait_log("preemption on", timeout=30)   # its database is made by then
+        wait_until(lambda: plans() != [], 60,
+                   f"no plan for the HIGH job {high} ({sbatch}):\n{daemon.text()[-4000:]}")
+        (plan,) = plans()
+        yield high, plan
+    finally:
+        daemon.kill()
+
+
 def test_an_exclusive_high_job_gets_a_whole_node(bed: Bed, tmp_path: Path) -> None:
     """The plan's one victim is the 2-GPU LOW job; the HIGH job then runs alone on its node,
     holding all 8 GPUs, and completes."""
@@ -49,21 +78,7 @@ def test_an_exclusive_high_job_gets_a_whole_node(bed: Bed, tmp_path: Path) -> No
     bed.wait(small, "RUNNING", timeout=60)
     bed.wait_progress(small, 20, timeout=60)
     bed.fill(3)
-    script = bed.workdir / "high.sh"
-    script.write_text(_HIGH)
-    high = bed.slurm.submit_script(script, ["--account=team-b", f"--chdir={bed.workdir}",
-                                            f"--output={bed.workdir}/%j.out"])
-    bed.jobs.append(high)
-    config = daemon_config(tmp_path, bed.testbed)
-    repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
-    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
-    try:
-        daemon.wait_log("preemption on", timeout=30)   # its database is made by then
-        wait_until(lambda: any(high in {b.job_id for b in p.beneficiaries}
-                               for p in repo.history(limit=100)), 60,
-                   f"no plan for the exclusive HIGH job {high}:\n{daemon.text()[-4000:]}")
-        (plan,) = [p for p in repo.history(limit=100)
-                   if high in {b.job_id for b in p.beneficiaries}]
+    with planned_high(bed, tmp_path, "--gres=gpu:2 --exclusive") as (high, plan):
         assert [v.job_id for v in plan.victims] == [small.job_id], plan
         bed.wait(high, "RUNNING", timeout=120)
         snap = bed.slurm.snapshot()
@@ -72,11 +87,6 @@ def test_an_exclusive_high_job_gets_a_whole_node(bed: Bed, tmp_path: Path) -> No
         assert [j.job_id for j in snap.running
                 if j.job_id != high and set(j.nodes) & set(job.nodes)] == []
         bed.wait(high, "COMPLETED", timeout=60)
-    finally:
-        daemon.kill()
-
-
-_HIGH_2 = _HIGH.replace(" --exclusive", "")
 
 
 def test_free_gpus_on_a_node_without_free_cpus_start_nobody(bed: Bed, tmp_path: Path) -> None:
@@ -84,26 +94,10 @@ def test_free_gpus_on_a_node_without_free_cpus_start_nobody(bed: Bed, tmp_path: 
     hog = bed.toy("hog", sbatch=["-N1", "--gres=gpu:1", "--cpus-per-task=16"])
     bed.wait(hog, "RUNNING", timeout=60)
     fill = bed.fill(3)
-    script = bed.workdir / "high.sh"
-    script.write_text(_HIGH_2)
-    high = bed.slurm.submit_script(script, ["--account=team-b", f"--chdir={bed.workdir}",
-                                            f"--output={bed.workdir}/%j.out"])
-    bed.jobs.append(high)
-    config = daemon_config(tmp_path, bed.testbed)
-    repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
-    daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
-    try:
-        daemon.wait_log("preemption on", timeout=30)
-        wait_until(lambda: any(high in {b.job_id for b in p.beneficiaries}
-                               for p in repo.history(limit=100)), 60,
-                   f"no plan for the HIGH job {high}:\n{daemon.text()[-4000:]}")
-        (plan,) = [p for p in repo.history(limit=100)
-                   if high in {b.job_id for b in p.beneficiaries}]
+    with planned_high(bed, tmp_path, "--gres=gpu:2") as (high, plan):
         assert {v.job_id for v in plan.victims} <= {f.job_id for f in fill}, plan
         bed.wait(high, "RUNNING", timeout=120)
         bed.wait(high, "COMPLETED", timeout=60)
-    finally:
-        daemon.kill()
 
 
 def test_an_idle_node_in_an_admins_reservation_starts_nobody(bed: Bed, tmp_path: Path) -> None:
@@ -111,8 +105,7 @@ def test_an_idle_node_in_an_admins_reservation_starts_nobody(bed: Bed, tmp_path:
     HIGH 8-GPU job's plan frees one of the three, and it runs there."""
     fill = bed.fill(3)
     busy = {n for f in fill for n in (bed.slurm.snapshot().job(f.job_id) or f).nodes}
-    snap = bed.slurm.snapshot()
-    (idle,) = [n.name for n in snap.nodes if n.name not in busy]
+    (idle,) = [n.name for n in bed.slurm.snapshot().nodes if n.name not in busy]
     name = f"maint-{time.time_ns()}"
     made = bed.run(["scontrol", "create", "reservation", f"ReservationName={name}",
                     "StartTime=now", "Duration=30", f"Nodes={idle}", "Users=root"])
@@ -121,24 +114,10 @@ def test_an_idle_node_in_an_admins_reservation_starts_nobody(bed: Bed, tmp_path:
         wait_until(lambda: any(n.name == idle and "RESERVED" in n.state_flags
                                for n in bed.slurm.snapshot().nodes), 60,
                    f"{idle} never flagged RESERVED")
-        script = bed.workdir / "high.sh"
-        script.write_text(_HIGH.replace("--gres=gpu:2 --exclusive", "--gres=gpu:8"))
-        high = bed.slurm.submit_script(script, ["--account=team-b", f"--chdir={bed.workdir}",
-                                                f"--output={bed.workdir}/%j.out"])
-        bed.jobs.append(high)
-        config = daemon_config(tmp_path, bed.testbed)
-        repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
-        daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
-        try:
-            daemon.wait_log("preemption on", timeout=30)
-            wait_until(lambda: any(high in {b.job_id for b in p.beneficiaries}
-                                   for p in repo.history(limit=100)), 60,
-                       f"no plan for the HIGH job {high}:\n{daemon.text()[-4000:]}")
-            facts = bed.wait(high, "RUNNING", timeout=120)
+        with planned_high(bed, tmp_path, "--gres=gpu:8") as (high, _plan):
+            bed.wait(high, "RUNNING", timeout=120)
             job = bed.slurm.snapshot().job(high)
-            assert job is not None and idle not in job.nodes, (facts, job)
+            assert job is not None and idle not in job.nodes, job
             bed.wait(high, "COMPLETED", timeout=60)
-        finally:
-            daemon.kill()
     finally:
         bed.run(["scontrol", "delete", f"ReservationName={name}"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from executor_world import Behaviour, make_world, plan_for_high_job
+from executor_world import Behaviour, World, make_world, plan_for_high_job
 
 from hai_slurm.priority.daemon.live import not_planned
 from hai_slurm.priority.hooks import Claims
@@ -17,6 +17,16 @@ from hai_slurm.priority.planner.inputs import whole_node_request
 from hai_slurm.priority.planner.types import Outcome
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import JobState
+
+
+def started_on(world: World, job_id: int) -> tuple[str, ...]:
+    """Let the world move 5 s at a time (at most 150 s) until ``job_id`` runs: its nodes."""
+    for _ in range(30):
+        if world.fake.jobs[job_id].state is JobState.RUNNING:
+            return world.fake.jobs[job_id].nodes
+        world.clock.now += 5
+        world.tick()
+    raise AssertionError(f"job {job_id} did not start: {world.fake.jobs[job_id]}")
 
 
 def test_the_fake_starts_an_exclusive_job_only_on_an_empty_node_and_gives_it_all() -> None:
@@ -53,13 +63,9 @@ def test_an_exclusive_high_job_gets_a_plan_that_frees_a_whole_node(tmp_path: Pat
         return
     (plan,) = last.plans
     assert plan.beneficiary == bene and plan.victim_ids == (small,) and plan.nodes == ("n1",)
-    for _ in range(30):
-        if world.fake.jobs[bene].state is JobState.RUNNING:
-            break
-        world.clock.now += 5
-        world.tick()
+    assert started_on(world, bene) == ("n1",)
     job = world.fake.snapshot().job(bene)
-    assert job is not None and job.state is JobState.RUNNING and job.gpus_per_node == {"n1": 8}
+    assert job is not None and job.gpus_per_node == {"n1": 8}
 
 
 def test_whole_node_request_takes_the_largest_nodes_it_may_use() -> None:
@@ -98,13 +104,7 @@ def test_free_gpus_on_a_node_without_free_cpus_fit_nobody(tmp_path: Path, hog_cp
         return
     (plan,) = last.plans
     assert plan.beneficiary == bene and plan.nodes != ("n1",)
-    for _ in range(30):
-        if world.fake.jobs[bene].state is JobState.RUNNING:
-            break
-        world.clock.now += 5
-        world.tick()
-    assert world.fake.jobs[bene].state is JobState.RUNNING
-    assert world.fake.jobs[bene].nodes == plan.nodes
+    assert started_on(world, bene) == plan.nodes
 
 
 def test_free_gpus_in_someone_elses_reservation_fit_nobody(tmp_path: Path) -> None:
@@ -119,13 +119,7 @@ def test_free_gpus_in_someone_elses_reservation_fit_nobody(tmp_path: Path) -> No
     last, bene = plan_for_high_job(world, tmp_path)
     (plan,) = last.plans
     assert plan.beneficiary == bene and plan.nodes != ("n4",)
-    for _ in range(30):
-        if world.fake.jobs[bene].state is JobState.RUNNING:
-            break
-        world.clock.now += 5
-        world.tick()
-    assert world.fake.jobs[bene].state is JobState.RUNNING
-    assert world.fake.jobs[bene].nodes == plan.nodes
+    assert started_on(world, bene) == plan.nodes
     linked = world.pending("linked", gpus=8)
     world.fake.jobs[linked].reservation = "maint"
     job = world.fake.snapshot().job(linked)
@@ -146,10 +140,4 @@ def test_an_exclusive_job_is_not_planned_onto_a_node_a_cpu_only_job_holds(
     last, bene = plan_for_high_job(world, tmp_path, gpus=2, exclusive="node")
     (plan,) = last.plans
     assert plan.nodes != ("n1",) and len(plan.victim_ids) == 1
-    for _ in range(30):
-        if world.fake.jobs[bene].state is JobState.RUNNING:
-            break
-        world.clock.now += 5
-        world.tick()
-    assert world.fake.jobs[bene].state is JobState.RUNNING
-    assert world.fake.jobs[bene].nodes == plan.nodes
+    assert started_on(world, bene) == plan.nodes
