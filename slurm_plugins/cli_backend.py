@@ -189,7 +189,7 @@ class CliSlurmClient:
         """Array tasks whose own id equals the array's id: Slurm reads that id as the whole
         array, so they are addressed as ``ARRAY_TASK`` (filled from the latest snapshot)."""
         self._column_refused = False
-        """Set once this release refused ``squeue -O Exclusive`` (see :meth:`_with_exclusive`)."""
+        """Set once this release refused ``squeue -O Exclusive`` (see :meth:`with_exclusive`)."""
         self._arrays: dict[int, str] = {}
         """The task expressions (``array_tasks``) of the arrays' own pending records in the
         latest snapshot, by the array's id: a priority is written to ``ID_[TASKS]`` (see
@@ -301,7 +301,7 @@ class CliSlurmClient:
         doc = self._json(plan.jobs)
         self.json_snapshots += 1
         records_json = doc.get("jobs") if isinstance(doc, dict) else None
-        jobs = self._with_exclusive(self._with_switches(parse_jobs(doc)))
+        jobs = self.with_exclusive(self._with_switches(parse_jobs(doc)))
         if isinstance(records_json, list):
             self.listing.reset((r for r in records_json if isinstance(r, dict)), now)
         return jobs
@@ -377,11 +377,13 @@ class CliSlurmClient:
             filled.append(j)
         return tuple(filled)
 
-    def _with_exclusive(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
-        """Fill ``exclusive`` where the JSON does not tell it (Slurm 25.05+,
-        :data:`~.version.EXCLUSIVE_COLUMN_SINCE`): one ``squeue -O JobID,Exclusive`` when a job
-        waits. A release that refuses the column keeps the JSON's value, and is not asked
-        again."""
+    def with_exclusive(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
+        """``jobs`` with ``exclusive`` read from ``squeue -O JobID,Exclusive`` where the JSON
+        (or pyslurm's ``resource_sharing``) does not tell it (Slurm 25.05+,
+        :data:`~.version.EXCLUSIVE_COLUMN_SINCE`), when a job waits. A task split off its
+        array, which squeue folds into the array's line there, takes its array's value (the
+        tasks share their options). A release that refuses the column keeps the value read,
+        and is not asked again."""
         if (not self.plan.exclusive_column or self._column_refused
                 or not any(j.state is JobState.PENDING for j in jobs)):
             return jobs
@@ -393,8 +395,14 @@ class CliSlurmClient:
             self._column_refused = True
             return jobs
         told = parse_exclusive_column(check(res, "squeue -O Exclusive").stdout)
-        return tuple(replace(j, exclusive=told[j.job_id])
-                     if j.job_id in told and told[j.job_id] != j.exclusive else j for j in jobs)
+        out = []
+        for j in jobs:
+            value = told.get(j.job_id)
+            if value is None and j.array_job_id is not None:
+                value = told.get(j.array_job_id)
+            out.append(j if value is None or value == j.exclusive else
+                       replace(j, exclusive=value))
+        return tuple(out)
 
     def _ref(self, job_id: int) -> str:
         return self._aliases.get(job_id, str(job_id))

@@ -212,7 +212,7 @@ class FakeSlurm:
         ``nodelist``, ``exclude`` and ``constraint`` are sbatch's ``-w``, ``-x`` and ``-C``;
         ``exclusive`` is :attr:`Job.exclusive` (``"node"`` for ``--exclusive``): such a job
         starts only on nodes no job runs on and holds all of their GPUs, CPUs and memory, as
-        Slurm 22.05 gives it (``user`` and ``mcs`` are modelled as ``node``).
+        Slurm 22.05 gives it (``user``, ``mcs`` and ``topo`` are modelled as ``node``).
         """
         part = partition or next(p.name for p in self.partitions if p.default)
         if part not in {p.name for p in self.partitions}:
@@ -351,7 +351,10 @@ class FakeSlurm:
                             else j.gpus_per_node for n in j.nodes} if running else {}),
             restart_count=j.restart_count, requeue=j.requeue, comment=j.comment,
             admin_comment=j.admin_comment, batch=True, held=j.held,
-            cpus=j.cpus_per_node * j.node_count, memory_mb=j.memory_per_node * j.node_count,
+            cpus=(sum(self.nodes[n].cpus for n in j.nodes if n in self.nodes)
+                  if j.exclusive and running else j.cpus_per_node * j.node_count),
+            memory_mb=(sum(self.nodes[n].memory_mb for n in j.nodes if n in self.nodes)
+                       if j.exclusive and running else j.memory_per_node * j.node_count),
             switches=j.switches, switch_wait=j.switch_wait if j.switches else 0,
             required_nodes=j.req_nodes, excluded_nodes=j.exc_nodes, features=j.features,
             exclusive=j.exclusive, reservation=j.reservation)

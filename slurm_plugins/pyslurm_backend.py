@@ -517,6 +517,8 @@ class PyslurmClient:
         else:
             jobs = self.jobs()
             nodes, partitions, qos = self._cli.cluster_parts()
+        # from 25.05 resource_sharing (job_share_string) may no longer tell --exclusive
+        jobs = self._cli.with_exclusive(jobs)
         self._aliases = frozenset(j.job_id for j in jobs if j.array_job_id == j.job_id
                                   and j.array_task_id is not None)
         self._records = frozenset(j.job_id for j in jobs if j.array_job_id == j.job_id

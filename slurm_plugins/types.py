@@ -168,8 +168,9 @@ class Job:
 
     @property
     def takes_whole_nodes(self) -> bool:
-        """Whether the job starts only on nodes that run no job of anyone else
-        (:attr:`exclusive` node, user or mcs): free GPUs on a busy node do not start it."""
+        """Whether the job starts only on nodes that run no other job (:attr:`exclusive`
+        ``node``; ``user`` and ``mcs``: no job of another user or MCS label, planned alike):
+        free GPUs on a busy node do not start it."""
         return self.exclusive in _WHOLE_NODE
 
     @property

@@ -134,11 +134,15 @@ def not_planned(job: Job, claims: Claims, now: float, soon: float) -> str:
         return (f"Slurm keeps it back for {what} ({blocker}), which free GPUs do not give, "
                 f"so no job is preempted for it")
     if foreign_reservation(job):
-        return (f"it runs in reservation {job.reservation} (sbatch --reservation), whose nodes "
-                "the planner leaves out (only that reservation's jobs start there)")
+        return (f"it waits for reservation {job.reservation} (sbatch --reservation), whose "
+                "nodes the planner leaves out (only that reservation's jobs start there)")
     if job.exclusive == "topo":
         return ("it asks for a topology segment of its own (sbatch --exclusive=topo), which "
                 "the planner does not free")
+    if job.takes_whole_nodes:
+        return ("it takes whole nodes (sbatch --exclusive) and no size of node it may use can "
+                "hold it with enough such nodes where only jobs with GPUs run (the planner "
+                "frees only those)")
     return "it is not among the jobs this pass looks at"
 
 

@@ -52,7 +52,8 @@ def foreign_reservation(job: Job) -> bool:
 
 
 def starved_nodes(snap: ClusterSnapshot, pending: Sequence[PendingJob]) -> frozenset[str]:
-    """Nodes whose free CPUs or memory fall short of what each of ``pending`` asks per node:
+    """Nodes whose free CPUs or memory fall short of what each of ``pending`` with GPUs asks
+    per node (a request of 0, unknown, does not count):
     Slurm starts none of them there, however many GPUs are free (a job holding 1 GPU and all
     16 CPUs of an 8-GPU node leaves 7 GPUs nobody can use). The planner treats them as it
     treats a guarded node (:attr:`PlanSnapshot.closed`): their free GPUs fit nobody, and their
@@ -63,12 +64,14 @@ def starved_nodes(snap: ClusterSnapshot, pending: Sequence[PendingJob]) -> froze
     need_cpus = need_mb = -1
     for p in pending:
         job = snap.job(p.job_id)
-        if job is None:
+        if job is None or p.resources.gpus <= 0:
             continue
         nodes = max(1, job.node_count)
         cpus, mb = -(-job.cpus // nodes), job.memory_mb // nodes
-        need_cpus = cpus if need_cpus < 0 else min(need_cpus, cpus)
-        need_mb = mb if need_mb < 0 else min(need_mb, mb)
+        if cpus > 0:
+            need_cpus = cpus if need_cpus < 0 else min(need_cpus, cpus)
+        if mb > 0:
+            need_mb = mb if need_mb < 0 else min(need_mb, mb)
     if need_cpus <= 0 and need_mb <= 0:
         return frozenset()
     return frozenset(n.name for n in snap.nodes
@@ -151,7 +154,9 @@ class SnapshotPlanner:
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}
-        allowed, whole = self._allowed(topology, snap, pending)
+        allowed, whole, unserved = self._allowed(topology, snap, pending)
+        if unserved:   # --exclusive with no node size that can hold it: see not_planned
+            pending = tuple(j for j in pending if j.job_id not in unserved)
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
                                       switches=switches, allowed=allowed, whole_nodes=whole,
                                       aged_preempt=self.config.aged_preempt)
@@ -160,21 +165,24 @@ class SnapshotPlanner:
 
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
                  pending: Sequence[PendingJob]
-                 ) -> tuple[dict[int, frozenset[str]], dict[int, int]]:
+                 ) -> tuple[dict[int, frozenset[str]], dict[int, tuple[int, int]], set[int]]:
         """The nodes each pending job may use, for those that may not use every node of
-        ``topology`` (:func:`usable_nodes`), and the GPUs per node of each job that takes its
-        nodes whole (``--exclusive``: :func:`whole_node_request`, which also narrows its
-        nodes, to those where no job without GPUs runs: the planner frees only GPU holders).
-        One set object per distinct request (the planner keys its caches by them)."""
+        ``topology`` (:func:`usable_nodes`); the (GPUs per node, nodes) of each job with GPUs
+        that takes its nodes whole (``--exclusive``: :func:`whole_node_request`, which also
+        narrows its nodes, to those of one size where no job without GPUs runs: the planner
+        frees only GPU holders); and such jobs no plan can serve (no size holds them). One
+        set object per distinct request (the planner keys its caches by them)."""
         parts = {p.name: frozenset(p.nodes) for p in snap.partitions}
         cells = topology.cells_at(Level.NODE)
         cluster = frozenset(c.id for c in cells)
         features = {n.name: frozenset(n.features) for n in snap.nodes}
         sets: dict[tuple[str, str, str, str], frozenset[str] | None] = {}
-        wholes: dict[tuple[str, str, str, str], tuple[int, frozenset[str]] | None] = {}
+        wholes: dict[tuple[str, str, str, str, int, int],
+                     tuple[int, int, frozenset[str]] | None] = {}
         out: dict[int, frozenset[str]] = {}
-        whole: dict[int, int] = {}
-        cpu_only: frozenset[str] | None = None
+        whole: dict[int, tuple[int, int]] = {}
+        unserved: set[int] = set()
+        sizes: tuple[frozenset[str], dict[str, int], frozenset[str]] | None = None
         for job in pending:
             record = snap.job(job.job_id)
             if record is None:
@@ -184,20 +192,28 @@ class SnapshotPlanner:
             if key not in sets:
                 sets[key] = usable_nodes(record, parts, cluster, features)
             got = sets[key]
-            if record.takes_whole_nodes:
-                if key not in wholes:
-                    if cpu_only is None:   # a job without GPUs there: no plan empties it
-                        cpu_only = frozenset(n for j in snap.running if not j.gpus_allocated
-                                             for n in j.nodes)
-                    wholes[key] = whole_node_request(
-                        (cluster if got is None else got) - cpu_only,
-                        {c.id: len(c.gpus) for c in cells})
-                request = wholes[key]
-                if request is not None:
-                    whole[job.job_id], got = request
+            if record.takes_whole_nodes and job.resources.gpus > 0:
+                if sizes is None:   # a job without GPUs on a node: no plan empties it
+                    cpu_only = frozenset(n for j in snap.running if not j.gpus_allocated
+                                         for n in j.nodes)
+                    gpus_of = {c.id: len(c.gpus) for c in cells}
+                    idle = frozenset(n.name for n in snap.nodes if n.gpus_used == 0
+                                     and n.cpus_allocated == 0) - cpu_only
+                    sizes = (cpu_only, gpus_of, idle)
+                asked = (*key, job.resources.gpus, max(0, record.node_count))
+                if asked not in wholes:
+                    wholes[asked] = whole_node_request(
+                        (cluster if got is None else got) - sizes[0], sizes[1], sizes[2],
+                        job.resources.gpus, max(0, record.node_count))
+                request = wholes[asked]
+                if request is None:
+                    unserved.add(job.job_id)
+                    continue
+                per, count, got = request
+                whole[job.job_id] = (per, count)
             if got is not None:
                 out[job.job_id] = got
-        return out, whole
+        return out, whole, unserved
 
     def _gpus_of(self, topology: Topology, counts: dict[int, dict[str, int]]
                  ) -> Mapping[int, tuple[GpuRef, ...]]:

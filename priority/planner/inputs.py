@@ -193,22 +193,38 @@ def allowed_nodes(partition: str, partitions: Mapping[str, frozenset[str]],
     return None if out == cluster else out
 
 
-def whole_node_request(usable: frozenset[str], gpus_of: Mapping[str, int]
-                       ) -> tuple[int, frozenset[str]] | None:
-    """What a job that takes its nodes whole (``--exclusive``) waits for, among the ``usable``
-    nodes it may run on (``gpus_of``: each node's GPUs): every GPU of each node it gets, so
-    ``(GPUs per node, the nodes with that many)``, the largest such nodes; None when none of
-    them has a GPU. Slurm starts such a job only on a node no other job runs on and gives it
-    all the node's GPUs (22.05: ``--exclusive --gpus=2`` holds ``gpu:8``): free GPUs beside a
-    running job do not start it, and a plan that frees only the GPUs it asked for would
-    requeue its victims for nothing. Nodes with fewer GPUs are left out of its plans (a
-    plan is for one size of node); the caller leaves out nodes where a job without GPUs runs
-    (the planner frees only GPU holders)."""
-    sizes = {n: g for n in usable if (g := gpus_of.get(n, 0)) > 0}
-    if not sizes:
+def whole_node_request(usable: frozenset[str], gpus_of: Mapping[str, int],
+                       idle: frozenset[str], gpus: int, nodes: int
+                       ) -> tuple[int, int, frozenset[str]] | None:
+    """What a job that takes its nodes whole (``--exclusive``) and asked for ``gpus`` GPUs on
+    ``nodes`` nodes (0: as few as fit) waits for, among the ``usable`` nodes it may run on
+    (``gpus_of``: each node's GPUs; ``idle``: those no job runs on): every GPU of each node it
+    gets. Slurm starts such a job only on a node no other job runs on and gives it all the
+    node's GPUs (22.05: ``--exclusive --gpus=2`` holds ``gpu:8``): free GPUs beside a running
+    job do not start it, and a plan that frees only the GPUs it asked for would requeue its
+    victims for nothing.
+
+    A plan is for one size of node: ``(GPUs per node, nodes, the usable nodes of that size)``
+    for a size that holds the job's share per node (``ceil(gpus / nodes)``; without
+    ``nodes``, as many nodes of the size as its GPUs need) and has that many nodes: the
+    smallest size with that many idle nodes (the job fits there now), else the largest (the
+    fewest nodes to empty). None when no size can hold it (the caller gives no plan)."""
+    sizes: dict[int, list[str]] = {}
+    for n in usable:
+        g = gpus_of.get(n, 0)
+        if g > 0:
+            sizes.setdefault(g, []).append(n)
+    fitting: list[tuple[int, int]] = []
+    for size, names in sizes.items():
+        count = nodes if nodes > 0 else max(1, -(-gpus // size))
+        if -(-gpus // count) <= size and len(names) >= count:
+            fitting.append((size, count))
+    if not fitting:
         return None
-    most = max(sizes.values())
-    return most, frozenset(n for n, g in sizes.items() if g == most)
+    ready = [(size, count) for size, count in fitting
+             if sum(1 for n in sizes[size] if n in idle) >= count]
+    size, count = min(ready) if ready else max(fitting)
+    return size, count, frozenset(sizes[size])
 
 
 def overrides_protection(decision: PendingDecision) -> bool:
@@ -228,17 +244,16 @@ def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, P
                         *, nodes: Mapping[int, int] | None = None,
                         switches: Mapping[int, tuple[int, float]] | None = None,
                         allowed: Mapping[int, frozenset[str]] | None = None,
-                        whole_nodes: Mapping[int, int] | None = None,
+                        whole_nodes: Mapping[int, tuple[int, int]] | None = None,
                         aged_preempt: bool = False) -> tuple[Waiting, ...]:
     """Pending jobs as :class:`Waiting`, highest priority first (ties: job id).
 
     ``nodes`` gives the node count a job asked for (``--nodes``), when it did; ``switches`` its
     ``--switches`` count and the seconds it waits for them (see :func:`max_leaves`); ``allowed``
-    the nodes it may use, when not all (see :func:`allowed_nodes`); ``whole_nodes`` the GPUs
-    of each node a job that takes its nodes whole (``--exclusive``) gets there: it waits for
-    that many on each of its nodes (``nodes``, at least one; :func:`whole_node_request`). A
-    job's class is its :func:`preempt_class` (``aged_preempt``: its effective class as it
-    is)."""
+    the nodes it may use, when not all (see :func:`allowed_nodes`); ``whole_nodes`` the
+    (GPUs per node, nodes) of each job that takes its nodes whole (``--exclusive``:
+    :func:`whole_node_request`): it waits for all of those. A job's class is its
+    :func:`preempt_class` (``aged_preempt``: its effective class as it is)."""
     wanted = nodes or {}
     asked = switches or {}
     where = allowed or {}
@@ -248,10 +263,8 @@ def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, P
     return tuple(Waiting(
         job_id=j.job_id, team=j.team,
         effective=preempt_class(j, d, aged_preempt=aged_preempt),
-        gpus=j.resources.gpus if j.job_id not in whole
-        else whole[j.job_id] * max(1, wanted.get(j.job_id) or 1),
-        nodes=wanted.get(j.job_id) if j.job_id not in whole
-        else max(1, wanted.get(j.job_id) or 1), wait=d.reason.wait, user=j.user,
+        gpus=j.resources.gpus if (w := whole.get(j.job_id)) is None else w[0] * w[1],
+        nodes=wanted.get(j.job_id) if w is None else w[1], wait=d.reason.wait, user=j.user,
         max_leaves=max_leaves(*asked.get(j.job_id, (0, 0.0)), d.reason.wait),
         allowed=where.get(j.job_id), overrides_protection=overrides_protection(d))
         for d, j in rows)

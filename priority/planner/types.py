@@ -239,8 +239,9 @@ class PlanSnapshot:
     pending: tuple[Waiting, ...]
     taken_at: float
     closed: frozenset[str] = frozenset()
-    """Nodes another plan's guard (a Slurm reservation for its beneficiary) stands on: their
-    free GPUs fit nobody in this pass. The jobs running there may still give way to a new plan:
+    """Nodes another plan's guard (a Slurm reservation for its beneficiary) stands on, or whose
+    free CPUs or memory fit no waiting job (the daemon's ``starved_nodes``): their free GPUs
+    fit nobody in this pass. The jobs running there may still give way to a new plan:
     its beneficiary starts there once that guard ends (when the other beneficiary runs), its
     victims' saves overlapping the wait. Slurm refuses a second reservation on the node, so the
     daemon guards such a plan with holds (:mod:`hai_slurm.priority.executor.guard`). Leaving

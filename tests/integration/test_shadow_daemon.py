@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +53,12 @@ def test_shadow_daemon_plans_a_preemption_and_touches_nothing(bed: Bed, tmp_path
     bed.wait(high, "PENDING", timeout=10)
     for job in lows:
         bed.wait_progress(job, 20, timeout=60)
+    # every LOW job past the test config's min_run_time (5 s), so the first plan's choice is
+    # the last: on a loaded machine the youngest (the borrowed one, the cheapest victim) came
+    # of age a cycle after another was chosen, and the shadow recorded a second plan
+    started = [j.start_time or 0 for j in bed.slurm.snapshot().running
+               if j.job_id in {low.job_id for low in lows}]
+    time.sleep(max(0.0, max(started, default=0) + 7 - time.time()))
     ids = [j.job_id for j in (*lows, high)]
     config = daemon_config(tmp_path, bed.testbed)
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed, "--shadow")

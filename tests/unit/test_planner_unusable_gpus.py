@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 from executor_world import Behaviour, World, make_world, plan_for_high_job
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.daemon.live import not_planned
+from hai_slurm.priority.daemon.planning import starved_nodes
 from hai_slurm.priority.hooks import Claims
 from hai_slurm.priority.planner.inputs import whole_node_request
 from hai_slurm.priority.planner.types import Outcome
+from hai_slurm.priority.policy.state import PendingJob, Resources
 from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import JobState
 
@@ -68,11 +71,22 @@ def test_an_exclusive_high_job_gets_a_plan_that_frees_a_whole_node(tmp_path: Pat
     assert job is not None and job.gpus_per_node == {"n1": 8}
 
 
-def test_whole_node_request_takes_the_largest_nodes_it_may_use() -> None:
-    gpus = {"a": 8, "b": 4, "c": 8, "d": 0}
-    assert whole_node_request(frozenset(gpus), gpus) == (8, frozenset({"a", "c"}))
-    assert whole_node_request(frozenset({"b", "d"}), gpus) == (4, frozenset({"b"}))
-    assert whole_node_request(frozenset({"d"}), gpus) is None
+def test_whole_node_request_picks_one_size_that_holds_the_job() -> None:
+    """The smallest size with enough idle nodes (it fits now), else the largest that holds the
+    job's share per node on enough nodes; None when no size does (no plan)."""
+    gpus = {"a": 8, "b": 4, "c": 8, "d": 0, "e": 4}
+    every, none = frozenset(gpus), frozenset[str]()
+    assert whole_node_request(every, gpus, none, 2, 1) == (8, 1, frozenset({"a", "c"}))
+    assert whole_node_request(every, gpus, frozenset({"b"}), 2, 1) == (4, 1, frozenset({"b", "e"}))
+    assert whole_node_request(every, gpus, frozenset({"b"}), 8, 1) == (8, 1, frozenset({"a", "c"}))
+    assert whole_node_request(every, gpus, none, 16, 0) == (8, 2, frozenset({"a", "c"}))
+    assert whole_node_request(every, gpus, none, 16, 2) == (8, 2, frozenset({"a", "c"}))
+    assert whole_node_request(every, gpus, none, 2, 3) is None     # 3 nodes of one size: none
+    assert whole_node_request(every, gpus, none, 6, 3) is None
+    assert whole_node_request(frozenset({"b", "e", "d"}), gpus, none, 8, 0) == (
+        4, 2, frozenset({"b", "e"}))
+    assert whole_node_request(frozenset({"b", "d"}), gpus, none, 8, 1) is None  # 8 on a 4
+    assert whole_node_request(frozenset({"d"}), gpus, none, 1, 1) is None
 
 
 def test_no_plan_for_a_job_asking_for_a_topology_segment(tmp_path: Path) -> None:
@@ -116,12 +130,13 @@ def test_free_gpus_in_someone_elses_reservation_fit_nobody(tmp_path: Path) -> No
     for i in range(1, 4):
         world.victim(f"v{i}", Behaviour(ack_after=0.5))
     world.fake.create_reservation("maint", ["n4"], ["root"], 600)
+    linked = world.pending("linked", gpus=8, nodes=2)   # more than the reservation holds
+    world.fake.jobs[linked].reservation = "maint"
     last, bene = plan_for_high_job(world, tmp_path)
     (plan,) = last.plans
     assert plan.beneficiary == bene and plan.nodes != ("n4",)
+    assert linked not in last.decisions
     assert started_on(world, bene) == plan.nodes
-    linked = world.pending("linked", gpus=8)
-    world.fake.jobs[linked].reservation = "maint"
     job = world.fake.snapshot().job(linked)
     assert job is not None and job.reservation == "maint"
     assert "reservation maint" in not_planned(job, Claims(), float(world.fake.now), 60.0)
@@ -141,3 +156,39 @@ def test_an_exclusive_job_is_not_planned_onto_a_node_a_cpu_only_job_holds(
     (plan,) = last.plans
     assert plan.nodes != ("n1",) and len(plan.victim_ids) == 1
     assert started_on(world, bene) == plan.nodes
+
+
+def test_an_exclusive_job_no_node_size_can_hold_gets_no_plan(tmp_path: Path) -> None:
+    """Every node runs a job without GPUs beside its LOW job: no plan empties a node, so the
+    exclusive job gets none (before, it was planned as a job that shares nodes), and explain
+    says why."""
+    world = make_world(tmp_path)
+    for i in range(1, 5):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5), gpus=4)
+        assert world.fake.submit(name=f"cpu{i}", nodelist=f"n{i}", gpus_per_node=0) in \
+            world.fake.schedule()
+    last, bene = plan_for_high_job(world, tmp_path, gpus=2, exclusive="node")
+    assert bene not in last.decisions and not last.plans
+    job = world.fake.snapshot().job(bene)
+    assert job is not None
+    assert "takes whole nodes" in not_planned(job, Claims(), float(world.fake.now), 60.0)
+
+
+def test_starved_nodes_count_only_jobs_with_gpus_and_known_requests() -> None:
+    """n1 has 1 free CPU. A waiting GPU job asking 2 CPUs closes it; a waiting job without GPUs
+    asking 1 CPU, or a request of 0 CPUs (unknown), does not reopen it."""
+    fake = FakeSlurm([FakeNode("n1", gpus=8, cpus=16), FakeNode("n2", gpus=8, cpus=16)], now=0)
+    fake.submit(name="hog", gpus_per_node=1, cpus_per_node=15, nodelist="n1")
+    gpu = fake.submit(name="gpu", gpus_per_node=2, cpus_per_node=2, hold=True)
+    cpu = fake.submit(name="cpu", gpus_per_node=0, cpus_per_node=1, hold=True)
+    unknown = fake.submit(name="unknown", gpus_per_node=2, cpus_per_node=0, hold=True)
+    fake.schedule()
+    snap = fake.snapshot()
+
+    def waiting(job_id: int, gpus: int) -> PendingJob:
+        return PendingJob(job_id, "u", "t", PriorityClass.HIGH, 0.0, Resources(gpus, 1, 0))
+
+    assert starved_nodes(snap, [waiting(gpu, 2)]) == {"n1"}
+    assert starved_nodes(snap, [waiting(gpu, 2), waiting(cpu, 0)]) == {"n1"}
+    assert starved_nodes(snap, [waiting(gpu, 2), waiting(unknown, 2)]) == {"n1"}
+    assert starved_nodes(snap, [waiting(cpu, 0)]) == frozenset()
