@@ -48,6 +48,9 @@ from hai_slurm.slurm_plugins.types import (
 )
 
 DEFAULT_VERSION = SlurmVersion(22, 5, 8)
+NODE_RESERVATION_NAMED = SlurmVersion(24, 11)
+"""From this release on a node's JSON names its active reservation (:attr:`Node.reservation`;
+recorded on 24.11 and 26.05); the fake names it from there too."""
 """The release FakeSlurm pretends to be unless told otherwise."""
 
 
@@ -191,7 +194,7 @@ class FakeSlurm:
         self._bound = 0
         """How many of :attr:`jobs` are bound to ``_changed`` (all of them, unless a job was
         put there by hand)."""
-        self._node_values: dict[str, tuple[FakeNode, int, int, int, bool, Node]] = {}
+        self._node_values: dict[str, tuple[FakeNode, int, int, int, str, Node]] = {}
         """The last Node value of each node, with the node, its free GPUs, CPUs and MiB and
         its reserved flag it was made from (a snapshot lists every node; most did not change
         since the last one)."""
@@ -399,26 +402,27 @@ class FakeSlurm:
             free = self._free(map(self.jobs.__getitem__, current))
             self._kept_free = (jobs, fake_nodes, free)
         self._purge_reservations()
-        reserved = {n for r in self.resvs.values() for n in r.nodes}
+        reserved = {n: r.name for r in self.resvs.values() for n in r.nodes}
         nodes = []
         last_nodes = self._node_values
         for n in fake_nodes:
             g, c, m = free.get(n.name, (n.gpus, n.cpus, n.memory_mb))
-            is_reserved = n.name in reserved
+            resv = reserved.get(n.name, "")
             last = last_nodes.get(n.name)
             if (last is not None and last[0] is n and last[1] == g and last[2] == c
-                    and last[3] == m and last[4] is is_reserved):
+                    and last[3] == m and last[4] == resv):
                 nodes.append(last[5])  # the same node, usage and flag: the same value
                 continue
             used_c = n.cpus - c
             state = n.state if n.state != "IDLE" else (
                 "IDLE" if used_c == 0 and g == n.gpus else
                 "ALLOCATED" if c == 0 else "MIXED")
-            flags = ("RESERVED",) if is_reserved else ()  # as sinfo shows it
+            flags = ("RESERVED",) if resv else ()  # as sinfo shows it
             node = Node(n.name, state, flags, n.cpus, used_c, n.memory_mb,
                         n.memory_mb - m, n.gpus, n.gpus - g, n.partitions,
-                        registered=n.registered, features=n.features)
-            last_nodes[n.name] = (n, g, c, m, is_reserved, node)
+                        registered=n.registered, features=n.features,
+                        reservation=resv if self._version >= NODE_RESERVATION_NAMED else "")
+            last_nodes[n.name] = (n, g, c, m, resv, node)
             nodes.append(node)
         return ClusterSnapshot(time=self.now, version=self._version, jobs=jobs,
                                nodes=tuple(nodes), partitions=self.partitions, qos=self.qos)

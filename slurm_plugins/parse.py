@@ -317,6 +317,7 @@ def parse_node(d: Mapping[str, Any]) -> Node:
         registered=bool(number(d.get("boot_time"), f"{where}: boot_time"))
         if "boot_time" in d else True,
         features=_feature_names(d.get("active_features", d.get("features"))),
+        reservation=text(d.get("reservation")),
     )
 
 

@@ -264,6 +264,9 @@ class Node:
     node come from its last state save, and may not be what runs there."""
     features: tuple[str, ...] = ()
     """The node's active features (``Features=`` in slurm.conf), what ``--constraint`` tests."""
+    reservation: str = ""
+    """The active reservation on the node, where Slurm names it (24.11 and 26.05's JSON, with
+    the RESERVED flag; 22.05 has the flag only); empty otherwise."""
 
     @property
     def awaiting_registration(self) -> bool:

@@ -111,11 +111,13 @@ class SnapshotPlanner:
         # state is stale (not registered since slurmctld started) or that an active
         # reservation other than a plan's guard holds (an admin's maintenance, a team's
         # reserved nodes: only jobs linked to it start there, and those get no plan) are left
-        # out: their free GPUs fit nobody, and freeing GPUs there would help nobody.
+        # out: their free GPUs fit nobody, and freeing GPUs there would help nobody. A guard's
+        # node stays (Slurm may flag it a while after the guard ended; 24.11+ name it).
         claims = view.claims
         topology = self._without_lost(topology, frozenset(
             n.name for n in snap.nodes if n.lost or not n.registered
-            or ("RESERVED" in n.state_flags and n.name not in claims.closed)))
+            or ("RESERVED" in n.state_flags and n.name not in claims.closed
+                and not n.reservation.startswith(RESERVATION_PREFIX))))
         self.topology = topology
         # Open plans' victims (and victims that missed an aborted plan and still run) keep
         # their GPUs in the planner's eyes but are not chosen twice; open plans' beneficiaries

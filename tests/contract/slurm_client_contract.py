@@ -26,6 +26,7 @@ from hai_slurm.slurm_plugins.adapter import (
     SlurmClient,
     SlurmVersion,
 )
+from hai_slurm.slurm_plugins.fake import NODE_RESERVATION_NAMED
 from hai_slurm.slurm_plugins.hostlist import expand_hostlist
 
 GONE_ID = 987_654
@@ -374,6 +375,12 @@ class SlurmClientContract:
                           for n in harness.client.snapshot().nodes):
                 assert time.monotonic() < flagged, f"{node} not flagged RESERVED within 60 s"
                 time.sleep(0.5)
+            snap = harness.client.snapshot()
+            (flagged_node,) = [n for n in snap.nodes if n.name == node]
+            # named from 24.11 on (the JSON's "reservation"); 22.05 has the flag only
+            named = snap.version >= NODE_RESERVATION_NAMED
+            assert flagged_node.reservation == (name if named else ""), (snap.version,
+                                                                          flagged_node)
             assert harness.client.set_job_reservation(inside, "").done == (inside,)
             assert harness.client.job_facts(inside)[inside].reservation == ""
             harness.client.set_job_reservation(inside, name)

@@ -35,8 +35,9 @@ from hai_slurm.priority.planner.types import PlannerConfig, PlanningResult
 from hai_slurm.priority.store.engine import upgrade
 from hai_slurm.priority.store.lock import LeaderLock
 from hai_slurm.priority.store.repository import Repository
+from hai_slurm.slurm_formats import SlurmVersion
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
-from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
+from hai_slurm.slurm_plugins.fake import DEFAULT_VERSION, FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import JobState
 
 T0 = 1_800_000_000
@@ -193,13 +194,15 @@ class WorldClock(FakeClock):
 
 
 def make_world(tmp: Path, nodes: int = 4, gpus: int = 8,
-               partitions: Mapping[str, tuple[str, ...]] | None = None) -> World:
+               partitions: Mapping[str, tuple[str, ...]] | None = None,
+               version: SlurmVersion = DEFAULT_VERSION) -> World:
     """A world with ``nodes`` nodes of ``gpus`` GPUs and a migrated SQLite store; each node is
-    in partition ``main`` and in those of ``partitions`` that list it."""
+    in partition ``main`` and in those of ``partitions`` that list it; the fake answers as
+    Slurm ``version``."""
     extra = partitions or {}
     fake = FakeSlurm([FakeNode(f"n{i}", gpus=gpus, partitions=(
         "main", *(p for p, members in extra.items() if f"n{i}" in members)))
-        for i in range(1, nodes + 1)], now=T0)
+        for i in range(1, nodes + 1)], now=T0, version=version)
     repo = Repository(upgrade(f"sqlite:///{tmp / 'state.db'}"))
     return World(tmp, fake, repo)
 

@@ -415,6 +415,19 @@ def test_a_node_not_registered_since_slurmctld_started() -> None:
     assert not parse_nodes(later)[0].registered
 
 
+def test_a_nodes_reservation_where_slurm_names_it() -> None:
+    """24.11 and 26.05 name a node's active reservation (``reservation``, empty when none, as
+    recorded); 22.05's ``sinfo --json`` does not (only the RESERVED flag)."""
+    for series in ("24.11", "26.05"):
+        doc = load(f"{series}/scontrol-show-nodes.json")
+        assert [n.reservation for n in parse_nodes(doc)] == ["", ""]
+        doc["nodes"][0]["reservation"] = "maint"
+        doc["nodes"][0]["state"] = ["IDLE", "RESERVED"]
+        first = parse_nodes(doc)[0]
+        assert first.reservation == "maint" and "RESERVED" in first.state_flags
+    assert all(n.reservation == "" for n in parse_nodes(load("22.05/sinfo.json")))
+
+
 def test_a_job_held_for_its_deleted_reservation() -> None:
     """``RESV_DEL_HOLD`` as 22.05's ``squeue --json`` showed it (measured by hand: a job
     requeued held in a reservation that was then purged): pending, priority 0, reason

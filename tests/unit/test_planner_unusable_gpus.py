@@ -18,7 +18,7 @@ from hai_slurm.priority.hooks import Claims
 from hai_slurm.priority.planner.inputs import whole_node_request
 from hai_slurm.priority.planner.types import Outcome
 from hai_slurm.priority.policy.state import PendingJob, Resources
-from hai_slurm.slurm_plugins.fake import FakeNode, FakeSlurm
+from hai_slurm.slurm_plugins.fake import NODE_RESERVATION_NAMED, FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import JobState
 
 
@@ -192,3 +192,18 @@ def test_starved_nodes_count_only_jobs_with_gpus_and_known_requests() -> None:
     assert starved_nodes(snap, [waiting(gpu, 2), waiting(cpu, 0)]) == {"n1"}
     assert starved_nodes(snap, [waiting(gpu, 2), waiting(unknown, 2)]) == {"n1"}
     assert starved_nodes(snap, [waiting(cpu, 0)]) == frozenset()
+
+
+def test_a_node_of_a_guard_no_open_plan_stands_on_stays_in(tmp_path: Path) -> None:
+    """Slurm may flag a guard's node RESERVED a while after the guard ended (no open plan
+    stands on it any more); where Slurm names the reservation (24.11+) and it is a guard's, the
+    node stays in the planner's cluster: the HIGH job fits on its free GPUs (an admin's
+    reservation there leaves it out: the test above)."""
+    world = make_world(tmp_path, version=NODE_RESERVATION_NAMED)   # a release that names it
+    for i in range(1, 4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    world.fake.create_reservation("hai-plan-9-1796000000", ["n4"], ["root"], 600)
+    node = next(n for n in world.fake.snapshot().nodes if n.name == "n4")
+    assert "RESERVED" in node.state_flags and node.reservation == "hai-plan-9-1796000000"
+    last, bene = plan_for_high_job(world, tmp_path)
+    assert last.decisions[bene].outcome is Outcome.FITS and not last.plans
