@@ -18,7 +18,7 @@ from types import MappingProxyType
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.priority.daemon.save_times import SaveSource, SaveTimes
-from hai_slurm.priority.executor.guard import RESERVATION_PREFIX
+from hai_slurm.priority.executor.guard import reservation_plan
 from hai_slurm.priority.hooks import CycleView
 from hai_slurm.priority.planner.inputs import (
     HolderMemo,
@@ -48,7 +48,7 @@ def foreign_reservation(job: Job) -> bool:
     """Whether ``job`` waits in a reservation other than a plan's guard (``sbatch
     --reservation``): it starts only on that reservation's nodes, which the planner leaves out
     (:meth:`SnapshotPlanner.snapshot`), so it gets no plan."""
-    return bool(job.reservation) and not job.reservation.startswith(RESERVATION_PREFIX)
+    return bool(job.reservation) and reservation_plan(job.reservation) is None
 
 
 def starved_nodes(snap: ClusterSnapshot, pending: Sequence[PendingJob]) -> frozenset[str]:
@@ -117,7 +117,7 @@ class SnapshotPlanner:
         topology = self._without_lost(topology, frozenset(
             n.name for n in snap.nodes if n.lost or not n.registered
             or ("RESERVED" in n.state_flags and n.name not in claims.closed
-                and not n.reservation.startswith(RESERVATION_PREFIX))))
+                and (not n.reservation or reservation_plan(n.reservation) is None))))
         self.topology = topology
         # Open plans' victims (and victims that missed an aborted plan and still run) keep
         # their GPUs in the planner's eyes but are not chosen twice; open plans' beneficiaries
