@@ -51,32 +51,76 @@ def foreign_reservation(job: Job) -> bool:
     return bool(job.reservation) and reservation_plan(job.reservation) is None
 
 
-def starved_nodes(snap: ClusterSnapshot, pending: Sequence[PendingJob]) -> frozenset[str]:
-    """Nodes whose free CPUs or memory fall short of what each of ``pending`` with GPUs asks
-    per node (a request of 0, unknown, does not count):
-    Slurm starts none of them there, however many GPUs are free (a job holding 1 GPU and all
-    16 CPUs of an 8-GPU node leaves 7 GPUs nobody can use). The planner treats them as it
-    treats a guarded node (:attr:`PlanSnapshot.closed`): their free GPUs fit nobody, and their
-    jobs may still give way (for a plan that frees GPUs its victims hold there). Without
-    this a job "fit" on such GPUs and got no plan while Slurm kept it pending. A node with
-    room for the smallest request but not for a larger one is not closed (the planner counts
-    GPUs only)."""
-    need_cpus = need_mb = -1
+def per_node_request(job: Job) -> tuple[int, int]:
+    """(CPUs, MiB of memory) ``job`` asks per node (0: unknown, or not asked)."""
+    nodes = max(1, job.node_count)
+    return -(-job.cpus // nodes), job.memory_mb // nodes
+
+
+def room_for(snap: ClusterSnapshot, pending: Sequence[PendingJob],
+             allowed: Mapping[int, frozenset[str]], cluster: frozenset[str]
+             ) -> dict[int, frozenset[str]]:
+    """The nodes each pending job with GPUs may have a plan on, for those with fewer than their
+    ``allowed`` ones (else ``cluster``): nodes without room for the CPUs or memory it asks per
+    node are left out.
+
+    Slurm starts a job only where what it asks per node is free: a job holding 1 GPU and all 16
+    CPUs of an 8-GPU node leaves 7 GPUs nobody can use, and one holding 12 leaves them to jobs
+    asking 4 CPUs or fewer. A job "fit" on such free GPUs and got no plan while Slurm kept it
+    pending. Left out, per job: a node with free GPUs but not the room now (the planner counts
+    GPUs only: a plan there would count the free ones, though its victims may not free enough
+    CPUs or memory), and a node where jobs without GPUs, which no plan frees, hold so much
+    that the rest falls short. A node without free GPUs stays (a plan there frees every GPU
+    the job gets from jobs that hold CPUs and memory beside them). A request of 0 (unknown)
+    does not count. One set object per distinct (nodes, request): the planner keys its caches
+    by them."""
+    fixed_cpus: dict[str, int] = {}
+    fixed_mb: dict[str, int] = {}
+    for j in snap.running:   # what no plan frees: jobs without GPUs
+        if j.gpus_allocated:
+            continue
+        cpus, mb = per_node_request(j)
+        for name in j.nodes:
+            fixed_cpus[name] = fixed_cpus.get(name, 0) + cpus
+            fixed_mb[name] = fixed_mb.get(name, 0) + mb
+    # per node: the CPUs and MiB free now, where it has free GPUs; those no plan can free;
+    # None where not counted (Slurm tells nothing, or no free GPU)
+    room: list[tuple[str, int | None, int | None, int | None, int | None]] = []
+    for n in snap.nodes:
+        if n.name not in cluster:
+            continue
+        has_free, cpus_known, mb_known = n.gpus_used < n.gpus, n.cpus > 0, n.memory_mb > 0
+        room.append((n.name,
+                     n.cpus - n.cpus_allocated if has_free and cpus_known else None,
+                     n.memory_mb - n.memory_allocated_mb if has_free and mb_known else None,
+                     n.cpus - fixed_cpus.get(n.name, 0) if cpus_known else None,
+                     n.memory_mb - fixed_mb.get(n.name, 0) if mb_known else None))
+    shorts: dict[tuple[int, int], frozenset[str]] = {}
+    made: dict[tuple[frozenset[str], int, int], frozenset[str] | None] = {}
+    out: dict[int, frozenset[str]] = {}
     for p in pending:
         job = snap.job(p.job_id)
         if job is None or p.resources.gpus <= 0:
             continue
-        nodes = max(1, job.node_count)
-        cpus, mb = -(-job.cpus // nodes), job.memory_mb // nodes
-        if cpus > 0:
-            need_cpus = cpus if need_cpus < 0 else min(need_cpus, cpus)
-        if mb > 0:
-            need_mb = mb if need_mb < 0 else min(need_mb, mb)
-    if need_cpus <= 0 and need_mb <= 0:
-        return frozenset()
-    return frozenset(n.name for n in snap.nodes
-                     if (n.cpus > 0 and n.cpus - n.cpus_allocated < need_cpus)
-                     or (n.memory_mb > 0 and n.memory_mb - n.memory_allocated_mb < need_mb))
+        cpus, mb = per_node_request(job)
+        if cpus <= 0 and mb <= 0:
+            continue
+        short = shorts.get((cpus, mb))
+        if short is None:
+            short = shorts[cpus, mb] = frozenset(
+                name for name, now_c, now_m, plan_c, plan_m in room
+                if (cpus > 0 and ((now_c is not None and now_c < cpus)
+                                  or (plan_c is not None and plan_c < cpus)))
+                or (mb > 0 and ((now_m is not None and now_m < mb)
+                                or (plan_m is not None and plan_m < mb))))
+        where = allowed.get(p.job_id, cluster)
+        key = (where, cpus, mb)
+        if key not in made:
+            made[key] = where - short if short & where else None
+        got = made[key]
+        if got is not None:
+            out[p.job_id] = got
+    return out
 
 
 class SnapshotPlanner:
@@ -159,11 +203,14 @@ class SnapshotPlanner:
         allowed, whole, unserved = self._allowed(topology, snap, pending)
         if unserved:   # --exclusive with no node size that can hold it: see not_planned
             pending = tuple(j for j in pending if j.job_id not in unserved)
+        cluster = frozenset(c.id for c in topology.cells_at(Level.NODE))
+        # (a job taking whole nodes gets an empty node: room for whatever it asks)
+        allowed.update(room_for(snap, [j for j in pending if j.job_id not in whole], allowed,
+                                cluster))
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
                                       switches=switches, allowed=allowed, whole_nodes=whole,
                                       aged_preempt=self.config.aged_preempt)
-        return PlanSnapshot(topology, holders, waiting, float(snap.time),
-                            claims.closed | starved_nodes(snap, pending))
+        return PlanSnapshot(topology, holders, waiting, float(snap.time), claims.closed)
 
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
                  pending: Sequence[PendingJob]

@@ -761,7 +761,8 @@ class _Shape(NamedTuple):
         if allowed is not None:
             count = len(view.members(None, allowed))
             what += (f" of the {count} node{'s' if count != 1 else ''} it may use (partition, "
-                     "--nodelist, --exclude, --constraint)")
+                     "--nodelist, --exclude, --constraint, --exclusive, room for its CPUs and "
+                     "memory)")
         impossible = None
         if group_capacity(view, per, cross_leaf=cross, allowed=allowed) < nodes:
             where = ("one node" if nodes == 1 else "the cluster" if cross

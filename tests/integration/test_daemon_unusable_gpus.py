@@ -7,8 +7,8 @@
   planner counted 6 free GPUs, so it "fit" and got no plan. Now its plan takes the 2-GPU job
   (the cheapest way to empty a node) and the job runs there.
 * A node whose CPUs are all taken (a 1-GPU LOW job with ``-c 16``) has 7 free GPUs nobody can
-  use: a HIGH 2-GPU job "fit" there too and waited. Now that node is closed to "fits" and the
-  plan frees another.
+  use: a HIGH 2-GPU job "fit" there too and waited. Now that node is left out of the job's
+  plans and the plan frees another; so is a node with free CPUs, but fewer than the job asks.
 * An idle node in an admin's reservation: a HIGH job "fit" on its 8 free GPUs and waited, though
   Slurm starts there only jobs linked to the reservation. Now such nodes are left out.
 """
@@ -89,12 +89,22 @@ def test_an_exclusive_high_job_gets_a_whole_node(bed: Bed, tmp_path: Path) -> No
         bed.wait(high, "COMPLETED", timeout=60)
 
 
-def test_free_gpus_on_a_node_without_free_cpus_start_nobody(bed: Bed, tmp_path: Path) -> None:
-    """The plan frees one of the three full nodes; the HIGH job runs there and completes."""
-    hog = bed.toy("hog", sbatch=["-N1", "--gres=gpu:1", "--cpus-per-task=16"])
+@pytest.mark.parametrize(("hog_cpus", "high_cpus"), [(16, 1), (12, 8)])
+def test_free_gpus_on_a_node_without_free_cpus_start_nobody(bed: Bed, tmp_path: Path,
+                                                            hog_cpus: int, high_cpus: int) -> None:
+    """The plan frees one of the three full nodes; the HIGH job runs there and completes.
+    With 4 CPUs left beside the hog, a LOW 1-GPU job asking 2 CPUs waits for a full node
+    (``--nodelist``): the hog's node had room for it, so it was not closed, and the HIGH job
+    asking 8 CPUs "fit" there (no plan) until each job's own request was checked."""
+    hog = bed.toy("hog", sbatch=["-N1", "--gres=gpu:1", f"--cpus-per-task={hog_cpus}"])
     bed.wait(hog, "RUNNING", timeout=60)
     fill = bed.fill(3)
-    with planned_high(bed, tmp_path, "--gres=gpu:2") as (high, plan):
+    if hog_cpus < 16:
+        full = sorted(bed.nodes_of(fill[0]))[0]
+        bed.toy("small", sbatch=["-N1", "--gres=gpu:1", "--cpus-per-task=2",
+                                 f"--nodelist={full}"])
+    with planned_high(bed, tmp_path, f"--gres=gpu:2 --cpus-per-task={high_cpus}") as (
+            high, plan):
         assert {v.job_id for v in plan.victims} <= {f.job_id for f in fill}, plan
         bed.wait(high, "RUNNING", timeout=120)
         bed.wait(high, "COMPLETED", timeout=60)

@@ -209,10 +209,11 @@ def make_world(tmp: Path, nodes: int = 4, gpus: int = 8,
 
 def plan_for_high_job(world: World, tmp: Path, partition: str = "", *,
                       save_times: SaveTimes | None = None, begin_in: int | None = None,
-                      gpus: int = 8, exclusive: str = "") -> tuple[PlanningResult, int]:
-    """An hour on, a HIGH job of ``gpus`` GPUs on one node (team-b, waited 10 min; in
-    ``partition`` when given; with ``sbatch --begin`` ``begin_in`` seconds away when given;
-    ``exclusive`` as :attr:`Job.exclusive`): one daemon cycle with the planner
+                      gpus: int = 8, exclusive: str = "", cpus: int = 1
+                      ) -> tuple[PlanningResult, int]:
+    """An hour on, a HIGH job of ``gpus`` GPUs and ``cpus`` CPUs on one node (team-b, waited
+    10 min; in ``partition`` when given; with ``sbatch --begin`` ``begin_in`` seconds away when
+    given; ``exclusive`` as :attr:`Job.exclusive`): one daemon cycle with the planner
     (``min_run_time`` 1 min); its pass and the job's id."""
     world.fake.advance(world.fake.now + 3600)
     world.clock.now = float(world.fake.now)
@@ -220,7 +221,8 @@ def plan_for_high_job(world: World, tmp: Path, partition: str = "", *,
                       grace=30, source=ClassOrigin.DIRECTIVE)
     bene = world.fake.submit(name="bene", uid=1000, account="team-b", qos="high",
                              partition=partition, nodes=1, gpus_per_node=gpus,
-                             admin_comment=format_admin_comment(info), now=world.fake.now - 600,
+                             cpus_per_node=cpus, admin_comment=format_admin_comment(info),
+                             now=world.fake.now - 600,
                              begin_time=None if begin_in is None else world.fake.now + begin_in,
                              exclusive=exclusive)
     cfg = replace(DaemonConfig(), database_url="sqlite://", state_dir=str(tmp))

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from executor_world import Behaviour, World, make_world, plan_for_high_job
 
-from hai_slurm.classes import PriorityClass
+from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.priority.daemon.live import not_planned
-from hai_slurm.priority.daemon.planning import starved_nodes
+from hai_slurm.priority.daemon.planning import room_for
 from hai_slurm.priority.hooks import Claims
 from hai_slurm.priority.planner.inputs import whole_node_request
 from hai_slurm.priority.planner.types import Outcome
 from hai_slurm.priority.policy.state import PendingJob, Resources
+from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.fake import NODE_RESERVATION_NAMED, FakeNode, FakeSlurm
 from hai_slurm.slurm_plugins.types import JobState
 
@@ -174,24 +175,59 @@ def test_an_exclusive_job_no_node_size_can_hold_gets_no_plan(tmp_path: Path) -> 
     assert "takes whole nodes" in not_planned(job, Claims(), float(world.fake.now), 60.0)
 
 
-def test_starved_nodes_count_only_jobs_with_gpus_and_known_requests() -> None:
-    """n1 has 1 free CPU. A waiting GPU job asking 2 CPUs closes it; a waiting job without GPUs
-    asking 1 CPU, or a request of 0 CPUs (unknown), does not reopen it."""
-    fake = FakeSlurm([FakeNode("n1", gpus=8, cpus=16), FakeNode("n2", gpus=8, cpus=16)], now=0)
+def test_room_for_counts_only_jobs_with_gpus_and_known_requests() -> None:
+    """n1 has 1 free CPU beside a GPU job (and 7 free GPUs), n2 1 beside a job without GPUs,
+    n3 16, n4 4 of 16 beside an 8-GPU job. A waiting GPU job asking 2 CPUs may have plans on
+    n3 and n4 only: n2's CPUs are held by a job no plan frees, and a plan on n1 would count
+    its free GPUs though its victim may not free 2 CPUs. One asking 8 CPUs may have a plan on
+    n3 or n4 (where every GPU it gets frees a job's CPUs too). A waiting job without GPUs, or
+    a request of 0 CPUs (unknown), gets no entry; the same request gets the same set object."""
+    fake = FakeSlurm([FakeNode(f"n{i}", gpus=8, cpus=16) for i in range(1, 5)], now=0)
     fake.submit(name="hog", gpus_per_node=1, cpus_per_node=15, nodelist="n1")
+    fake.submit(name="cpu-hog", gpus_per_node=0, cpus_per_node=15, nodelist="n2")
+    fake.submit(name="full", gpus_per_node=8, cpus_per_node=12, nodelist="n4")
     gpu = fake.submit(name="gpu", gpus_per_node=2, cpus_per_node=2, hold=True)
+    twin = fake.submit(name="twin", gpus_per_node=1, cpus_per_node=2, hold=True)
+    wide = fake.submit(name="wide", gpus_per_node=2, cpus_per_node=8, hold=True)
     cpu = fake.submit(name="cpu", gpus_per_node=0, cpus_per_node=1, hold=True)
     unknown = fake.submit(name="unknown", gpus_per_node=2, cpus_per_node=0, hold=True)
     fake.schedule()
     snap = fake.snapshot()
+    cluster = frozenset({"n1", "n2", "n3", "n4"})
 
     def waiting(job_id: int, gpus: int) -> PendingJob:
         return PendingJob(job_id, "u", "t", PriorityClass.HIGH, 0.0, Resources(gpus, 1, 0))
 
-    assert starved_nodes(snap, [waiting(gpu, 2)]) == {"n1"}
-    assert starved_nodes(snap, [waiting(gpu, 2), waiting(cpu, 0)]) == {"n1"}
-    assert starved_nodes(snap, [waiting(gpu, 2), waiting(unknown, 2)]) == {"n1"}
-    assert starved_nodes(snap, [waiting(cpu, 0)]) == frozenset()
+    got = room_for(snap, [waiting(gpu, 2), waiting(twin, 1), waiting(wide, 2),
+                          waiting(cpu, 0), waiting(unknown, 2)], {}, cluster)
+    assert got == {gpu: {"n3", "n4"}, twin: {"n3", "n4"}, wide: {"n3", "n4"}}
+    assert got[gpu] is got[twin]
+    part = frozenset({"n3", "n4"})   # a partition of the nodes with room: no restriction
+    assert room_for(snap, [waiting(gpu, 2)], {gpu: part}, cluster) == {}
+    assert room_for(snap, [waiting(gpu, 2)], {gpu: frozenset({"n1", "n3"})},
+                    cluster) == {gpu: {"n3"}}
+
+
+def test_a_job_asking_more_cpus_than_a_node_has_free_does_not_fit_there(tmp_path: Path) -> None:
+    """n1 runs a 1-GPU LOW job holding 12 of its 16 CPUs (7 GPUs, 4 CPUs free), n2-n4 an
+    8-GPU LOW job each. A HIGH 1-GPU job asking 2 CPUs waits for n2 (``--nodelist``). The
+    HIGH 2-GPU job asking 8 CPUs "fit" on n1 (free CPUs were checked against the smallest
+    request of the pass: 2), and Slurm kept it pending there. Now its plan frees another node,
+    where it starts."""
+    world = make_world(tmp_path)
+    world.victim("hog", Behaviour(ack_after=0.5), gpus=1, cpus=12)
+    for i in range(1, 4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    small = world.fake.submit(name="small", account="team-b", qos="high", gpus_per_node=1,
+                              cpus_per_node=2, nodelist="n2",
+                              admin_comment=format_admin_comment(info))
+    last, bene = plan_for_high_job(world, tmp_path, gpus=2, cpus=8)
+    assert world.fake.jobs[small].state is JobState.PENDING
+    plan = last.plan_for(bene)
+    assert plan is not None and plan.nodes != ("n1",), last.decisions[bene]
+    assert started_on(world, bene) == plan.nodes
 
 
 def test_a_node_of_a_guard_no_open_plan_stands_on_stays_in(tmp_path: Path) -> None:
