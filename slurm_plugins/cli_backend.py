@@ -380,15 +380,16 @@ class CliSlurmClient:
     def with_exclusive(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
         """``jobs`` with ``exclusive`` read from ``squeue -O JobID,Exclusive`` where the JSON
         (or pyslurm's ``resource_sharing``) does not tell it (Slurm 25.05+,
-        :data:`~.version.EXCLUSIVE_COLUMN_SINCE`), when a job waits. A task split off its
-        array, which squeue folds into the array's line there, takes its array's value (the
-        tasks share their options). A release that refuses the column keeps the value read,
-        and is not asked again."""
+        :data:`~.version.EXCLUSIVE_COLUMN_SINCE`), for the waiting jobs (only they are
+        planned by it; a running one has its GPUs already), when a job waits. A task split
+        off its array, which squeue folds into the array's line there, takes its array's
+        value (the tasks share their options). A release that refuses the column keeps the
+        value read, and is not asked again."""
         if (not self.plan.exclusive_column or self._column_refused
                 or not any(j.state is JobState.PENDING for j in jobs)):
             return jobs
-        res = self._run(["squeue", "--noheader", f"--Format={EXCLUSIVE_FORMAT}",
-                         *self.each_record()])
+        res = self._run(["squeue", "--noheader", "--states=PENDING",
+                         f"--Format={EXCLUSIVE_FORMAT}", *self.each_record()])
         if res.returncode != 0 and "format specification" in (res.stderr + res.stdout):
             log.warning("squeue -O Exclusive refused (%s): jobs' --exclusive is read from "
                         "squeue --json", (res.stderr or res.stdout).strip())

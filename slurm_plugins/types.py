@@ -164,7 +164,8 @@ class Job:
     """``sbatch --exclusive[=user|mcs|topo]``: ``"node"`` (plain ``--exclusive``: its nodes run
     no other job, and it is given all their GPUs), ``"user"`` or ``"mcs"`` (no other user's or
     MCS label's job), ``"topo"`` (a topology segment of its own, Slurm 25.05+); ``""``: it
-    shares nodes (Slurm's ``OverSubscribe`` OK or YES)."""
+    shares nodes (Slurm's ``OverSubscribe`` OK or YES). On 25.05+ (whose JSON does not tell
+    it) read for waiting jobs only: ``""`` for a running one."""
 
     @property
     def takes_whole_nodes(self) -> bool:

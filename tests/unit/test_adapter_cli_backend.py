@@ -128,7 +128,7 @@ def test_exclusive_is_read_from_its_column_where_the_json_lacks_it() -> None:
     answers = cluster_recorded("26.05")
     pending = [j.job_id for j in CliSlurmClient(ReplayRunner(dict(answers))).snapshot().pending]
     assert len(pending) >= 2
-    column = ("squeue", "--noheader", "--Format=JobID:|,Exclusive:|")
+    column = ("squeue", "--noheader", "--states=PENDING", "--Format=JobID:|,Exclusive:|")
     answers[column] = ok([], f"{pending[0]}|NODE|\n{pending[1]}|USER|\n999|NO|\n")
     snap = CliSlurmClient(ReplayRunner(answers)).snapshot()
     assert [snap.job(j).exclusive for j in pending[:2]] == ["node", "user"]  # type: ignore[union-attr]
