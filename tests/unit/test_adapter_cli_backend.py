@@ -107,7 +107,8 @@ def test_snapshot_newer_uses_scontrol_json_nodes_text_partitions_and_qos(
     runner = ReplayRunner(cluster_recorded(series))
     client = CliSlurmClient(runner)
     snap = client.snapshot()
-    told = [("squeue", "--noheader", "--Format=JobID:|,Exclusive:|")] if series == "26.05" else []
+    told = ([("squeue", "--noheader", "--states=PENDING", "--Format=JobID:|,Exclusive:|")]
+            if series == "26.05" else [])
     assert runner.calls == [("scontrol", "version"), ("squeue", "--json"), *told,
                             ("scontrol", "show", "nodes", "--json"),
                             ("scontrol", "--oneliner", "show", "partition"),
