@@ -13,8 +13,12 @@ so runs are reproducible. It models what the daemon relies on, as measured on Sl
 * ids never submitted are "gone"; finished jobs stay known (like ``MinJobAge``);
 * reservations are enforced by :meth:`FakeSlurm.schedule`: while one is active, only jobs
   linked to it start on its nodes, and a linked job starts only on its nodes (``FLEX``: or on
-  nodes no reservation holds); overlapping ones are refused; ``delete`` is refused while a job
-  runs in one or waits for it; one that ends unlinks its jobs, which go on running (``FLEX``).
+  nodes no reservation holds); before one starts (an admin's,
+  :meth:`FakeSlurm.admin_reservation`) a job not linked to it starts on its nodes only if its
+  time limit ends by then (none: never), as 22.05 does (measured: ``ReqNodeNotAvail``, which
+  holds up no job behind it); ones that overlap in nodes and time are refused; ``delete`` is
+  refused while a job runs in one or waits for it; one that ends unlinks its jobs, which go on
+  running (``FLEX``).
 """
 
 from __future__ import annotations
@@ -273,7 +277,10 @@ class FakeSlurm:
             self.advance(now)
         self._purge_reservations()
         free = self._free()
-        reserved = {n: r.name for r in self.resvs.values() for n in r.nodes}
+        reserved = self._reserved()
+        # nodes of reservations not started yet: (start, its name) per node
+        ahead = [(r.start_time, r.name, frozenset(r.nodes)) for r in self.resvs.values()
+                 if r.start_time is not None and r.start_time > self.now]
         started: list[int] = []
         blocked: set[str] = set()
         queue = sorted((j for j in self.jobs.values() if j.state is JobState.PENDING),
@@ -291,10 +298,22 @@ class FakeSlurm:
                     and (reserved.get(n) == j.reservation if resv is not None and
                          "FLEX" not in resv.flags else reserved.get(n) in (None, j.reservation))
                     and self._may_use(j, n)]
+            kept_off = False
+            if ahead:   # a job ending after a reservation starts does not start on its nodes
+                ends = (self.now + 60 * j.time_limit if j.time_limit is not None
+                        and j.time_limit != INFINITE else None)
+                late = {n for start, name, nodes in ahead if name != j.reservation
+                        and (ends is None or ends > start) for n in nodes}
+                kept = [n for n in fits if n not in late]
+                kept_off = len(kept) < j.node_count <= len(fits)
+                fits = kept
             must = expand_hostlist(j.req_nodes)
             if must:   # every listed node, then others
                 fits = [*must, *(n for n in fits if n not in must)] if set(must) <= set(fits) \
                     else []
+            if len(fits) < j.node_count and kept_off:   # does not hold up the jobs behind
+                j.reason = "ReqNodeNotAvail, Reserved for maintenance"
+                continue
             if len(fits) < j.node_count:
                 j.reason = "Resources" if j.partition not in blocked else "Priority"
                 if not self.backfill:
@@ -402,7 +421,7 @@ class FakeSlurm:
             free = self._free(map(self.jobs.__getitem__, current))
             self._kept_free = (jobs, fake_nodes, free)
         self._purge_reservations()
-        reserved = {n: r.name for r in self.resvs.values() for n in r.nodes}
+        reserved = self._reserved()
         nodes = []
         last_nodes = self._node_values
         for n in fake_nodes:
@@ -619,6 +638,32 @@ class FakeSlurm:
                 if j.reservation == r.name:
                     j.reservation = ""
 
+    def _reserved(self) -> dict[str, str]:
+        """The name of the active reservation on each node that has one."""
+        return {n: r.name for r in self.resvs.values()
+                if r.start_time is None or r.start_time <= self.now for n in r.nodes}
+
+    def _overlaps(self, nodes: Iterable[str], start: int, end: int, but: str = "") -> bool:
+        """Whether a reservation other than ``but`` holds one of ``nodes`` in [start, end)."""
+        wanted = set(nodes)
+        return any(wanted & set(r.nodes)
+                   and (r.start_time if r.start_time is not None else self.now) < end
+                   and (r.end_time is None or start < r.end_time)
+                   for r in self.resvs.values() if r.name != but)
+
+    def admin_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str], *,
+                          start: int, minutes: int, flags: tuple[str, ...] = ("MAINT",)) -> None:
+        """An admin's reservation from ``start`` for ``minutes`` (``scontrol create reservation
+        StartTime=... Flags=MAINT``), refused on an overlap as :meth:`create_reservation` is."""
+        node_list, user_list = tuple(nodes), tuple(users)
+        self._purge_reservations()
+        if (name in self.resvs or any(n not in self.nodes for n in node_list)
+                or self._overlaps(node_list, start, start + 60 * minutes)):
+            raise SlurmError(f"scontrol create reservation failed: {name}",
+                             command=["scontrol", "create", "reservation"])
+        self.resvs[name] = Reservation(name, node_list, user_list, start, start + 60 * minutes,
+                                       flags, "ACTIVE" if start <= self.now else "INACTIVE")
+
     def create_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str],
                            minutes: int) -> None:
         """A reservation from now for ``minutes`` (Flags IGNORE_JOBS, FLEX); refused like
@@ -634,8 +679,7 @@ class FakeSlurm:
                    if not node_list or any(n not in self.nodes for n in node_list) else None)
                or ("Invalid user id" if not user_list else None)
                or ("Requested reservation overlaps with another reservation"
-                   if any(set(node_list) & set(r.nodes) for r in self.resvs.values())
-                   else None))
+                   if self._overlaps(node_list, self.now, self.now + 60 * minutes) else None))
         if why:
             raise SlurmError(f"scontrol create reservation failed: Error creating the "
                              f"reservation: {why}", command=["scontrol", "create", "reservation",
@@ -659,8 +703,10 @@ class FakeSlurm:
                    if not node_list or any(n not in self.nodes for n in node_list) else None)
                or ("Invalid user id" if not user_list else None)
                or ("Requested reservation overlaps with another reservation"
-                   if any(set(node_list) & set(r.nodes) for r in self.resvs.values()
-                          if r.name != name) else None))
+                   if old is not None and self._overlaps(
+                       node_list, old.start_time if old.start_time is not None else self.now,
+                       (old.start_time if old.start_time is not None else self.now)
+                       + 60 * minutes, but=name) else None))
         if why or old is None:
             raise SlurmError(f"scontrol update reservation failed: Error updating the "
                              f"reservation: {why}", command=["scontrol", "update",
@@ -683,9 +729,12 @@ class FakeSlurm:
         return True
 
     def reservations(self, prefix: str = "") -> tuple[Reservation, ...]:
-        """The reservations not ended yet whose name starts with ``prefix``."""
+        """The reservations not ended yet whose name starts with ``prefix`` (``State``
+        INACTIVE until it starts)."""
         self._purge_reservations()
-        return tuple(r for n, r in sorted(self.resvs.items()) if n.startswith(prefix))
+        return tuple(replace(r, state="INACTIVE" if r.start_time is not None
+                             and r.start_time > self.now else "ACTIVE")
+                     for n, r in sorted(self.resvs.items()) if n.startswith(prefix))
 
     def set_job_reservation(self, job_id: int, name: str) -> ActionResult:
         """Link a job to a reservation ("" unlinks); an unknown reservation, or one that does

@@ -11,12 +11,15 @@ topology is either given once (from the cluster description) or a function of ea
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
+from hai_slurm.errors import SlurmError
 from hai_slurm.priority.daemon.save_times import SaveSource, SaveTimes
 from hai_slurm.priority.executor.guard import reservation_plan
 from hai_slurm.priority.hooks import CycleView
@@ -32,10 +35,11 @@ from hai_slurm.priority.planner.inputs import (
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningResult, PlanSnapshot
 from hai_slurm.priority.policy.state import PendingJob
+from hai_slurm.slurm_formats import INFINITE
 from hai_slurm.slurm_plugins.constraints import node_filter
 from hai_slurm.slurm_plugins.hostlist import expand_hostlist
 from hai_slurm.slurm_plugins.job_record import job_record
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, Reservation
 
 TopologySource = Topology | Callable[[ClusterSnapshot], Topology]
 VerdictCounts = Mapping[tuple[str, str], int]
@@ -123,6 +127,55 @@ def room_for(snap: ClusterSnapshot, pending: Sequence[PendingJob],
     return out
 
 
+def reserved_ahead(reservations: Sequence[Reservation], now: float
+                   ) -> tuple[tuple[int, str, frozenset[str]], ...]:
+    """(start, name, nodes) of each reservation with nodes that has not started yet, other
+    than a plan's guard (an admin's maintenance window, a team's booking)."""
+    return tuple((r.start_time, r.name, frozenset(r.nodes)) for r in reservations
+                 if r.start_time is not None and r.start_time > now and r.nodes
+                 and reservation_plan(r.name) is None)
+
+
+def before_reservations(snap: ClusterSnapshot, pending: Sequence[PendingJob],
+                        allowed: Mapping[int, frozenset[str]], cluster: frozenset[str],
+                        ahead: Sequence[tuple[int, str, frozenset[str]]]
+                        ) -> dict[int, frozenset[str]]:
+    """The nodes each pending job with GPUs may have a plan on, for those with fewer than their
+    ``allowed`` ones (else ``cluster``): the nodes of a reservation in ``ahead``
+    (:func:`reserved_ahead`) that starts before the job's time limit would end, if it started
+    now, are left out (no time limit: every such reservation's).
+
+    Slurm does not start a job on a reserved node when its run could reach into the
+    reservation (measured on 22.05: ``ReqNodeNotAvail``; a job with ``--time=10`` starts
+    beside a reservation 30 min away, one with ``--time=60`` or none waits). Before, free GPUs
+    there made the job "fit" (no plan while it waited), or a plan freed GPUs there that the
+    job then could not start on. A job linked to the reservation is not kept off it. One set
+    object per distinct (nodes, nodes left out)."""
+    if not ahead:
+        return {}
+    now = float(snap.time)
+    made: dict[tuple[frozenset[str], frozenset[str]], frozenset[str] | None] = {}
+    out: dict[int, frozenset[str]] = {}
+    for p in pending:
+        job = snap.job(p.job_id)
+        if job is None or p.resources.gpus <= 0:
+            continue
+        limit = job.time_limit
+        ends = now + 60 * limit if limit is not None and limit != INFINITE else math.inf
+        late = frozenset(n for start, name, nodes in ahead
+                         if start < ends and name != job.reservation for n in nodes)
+        if not late:
+            continue
+        where = allowed.get(p.job_id, cluster)
+        key = (where, late)
+        if key not in made:
+            made[key] = where - late if late & where else None
+        got = made[key]
+        if got is not None:
+            out[p.job_id] = got
+    return out
+
+
 class SnapshotPlanner:
     """Plans preemptions from each cycle's view (see the module docstring)."""
 
@@ -163,6 +216,15 @@ class SnapshotPlanner:
             or ("RESERVED" in n.state_flags and n.name not in claims.closed
                 and (not n.reservation or reservation_plan(n.reservation) is None))))
         self.topology = topology
+        ahead: tuple[tuple[int, str, frozenset[str]], ...] = ()
+        if view.pending:
+            try:
+                ahead = reserved_ahead(view.slurm.reservations(), float(snap.time))
+            except SlurmError as err:
+                # a job might be planned onto nodes a reservation keeps it off
+                log.warning("reading Slurm's reservations failed, so no job is planned in this "
+                            "pass: %s", err)
+                view = replace(view, pending=())
         # Open plans' victims (and victims that missed an aborted plan and still run) keep
         # their GPUs in the planner's eyes but are not chosen twice; open plans' beneficiaries
         # are not planned again, nor are held jobs (the guard's, a user's or an admin's) or
@@ -207,6 +269,7 @@ class SnapshotPlanner:
         # (a job taking whole nodes gets an empty node: room for whatever it asks)
         allowed.update(room_for(snap, [j for j in pending if j.job_id not in whole], allowed,
                                 cluster))
+        allowed.update(before_reservations(snap, pending, allowed, cluster, ahead))
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
                                       switches=switches, allowed=allowed, whole_nodes=whole,
                                       aged_preempt=self.config.aged_preempt)

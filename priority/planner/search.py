@@ -762,7 +762,7 @@ class _Shape(NamedTuple):
             count = len(view.members(None, allowed))
             what += (f" of the {count} node{'s' if count != 1 else ''} it may use (partition, "
                      "--nodelist, --exclude, --constraint, --exclusive, room for its CPUs and "
-                     "memory)")
+                     "memory, reservations that start before its time limit would end)")
         impossible = None
         if group_capacity(view, per, cross_leaf=cross, allowed=allowed) < nodes:
             where = ("one node" if nodes == 1 else "the cluster" if cross

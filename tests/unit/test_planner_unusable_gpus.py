@@ -12,15 +12,17 @@ import pytest
 from executor_world import Behaviour, World, make_world, plan_for_high_job
 
 from hai_slurm.classes import ClassOrigin, PriorityClass
+from hai_slurm.errors import SlurmError
 from hai_slurm.priority.daemon.live import not_planned
-from hai_slurm.priority.daemon.planning import room_for
+from hai_slurm.priority.daemon.planning import before_reservations, reserved_ahead, room_for
 from hai_slurm.priority.hooks import Claims
 from hai_slurm.priority.planner.inputs import whole_node_request
 from hai_slurm.priority.planner.types import Outcome
 from hai_slurm.priority.policy.state import PendingJob, Resources
+from hai_slurm.slurm_formats import INFINITE
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.fake import NODE_RESERVATION_NAMED, FakeNode, FakeSlurm
-from hai_slurm.slurm_plugins.types import JobState
+from hai_slurm.slurm_plugins.types import JobState, Reservation
 
 
 def started_on(world: World, job_id: int) -> tuple[str, ...]:
@@ -243,3 +245,74 @@ def test_a_node_of_a_guard_no_open_plan_stands_on_stays_in(tmp_path: Path) -> No
     assert "RESERVED" in node.state_flags and node.reservation == "hai-plan-9-1796000000"
     last, bene = plan_for_high_job(world, tmp_path)
     assert last.decisions[bene].outcome is Outcome.FITS and not last.plans
+
+
+def test_the_fake_keeps_a_job_off_a_reservation_its_run_would_reach() -> None:
+    """As measured on 22.05: a reservation 30 min away keeps jobs limited to 60 min or without
+    a limit off its node (``ReqNodeNotAvail``); a 10-min job starts there. A job linked to it
+    waits for it to start. Until it starts the node is not flagged RESERVED and the
+    reservation lists as INACTIVE; reservations may share a node at other times, not at the
+    same time."""
+    fake = FakeSlurm([FakeNode("n1", gpus=8)], now=0)
+    fake.admin_reservation("maint", ["n1"], ["root"], start=1800, minutes=60)
+    late = [fake.submit(name=f"t{limit}", gpus_per_node=1, time_limit=limit)
+            for limit in (60, None, INFINITE)]
+    short = fake.submit(name="short", gpus_per_node=1, time_limit=10)
+    assert fake.schedule() == (short,)
+    assert all(fake.jobs[j].state is JobState.PENDING for j in late)
+    (node,) = fake.snapshot().nodes
+    assert node.state_flags == () and fake.reservations()[0].state == "INACTIVE"
+    fake.jobs[late[0]].reservation = "maint"
+    assert fake.schedule() == ()
+    fake.create_reservation("guard", ["n1"], ["root"], 10)   # ends before maint starts
+    with pytest.raises(SlurmError, match="overlaps"):
+        fake.create_reservation("guard2", ["n1"], ["root"], 40)
+    fake.advance(1800)
+    assert fake.reservations("maint")[0].state == "ACTIVE"
+    assert fake.snapshot().nodes[0].state_flags == ("RESERVED",)
+    assert fake.schedule() == (late[0],)
+
+
+def test_reservations_ahead_keep_jobs_whose_limit_reaches_them_off_their_nodes() -> None:
+    """A maintenance window on n2 in 30 min and a guard (never counted): a job without a time
+    limit, or limited to 60 min, may have plans on n1 only; a 10-min job anywhere; a job
+    linked to the window is not kept off it. Reservations already started or without nodes
+    do not count here (an active one flags its nodes RESERVED)."""
+    fake = FakeSlurm([FakeNode("n1", gpus=8), FakeNode("n2", gpus=8)], now=0)
+    ahead = reserved_ahead([
+        Reservation("maint", ("n2",), ("root",), 1800, 5400, ("MAINT",), "INACTIVE"),
+        Reservation("hai-plan-7-100", ("n1",), ("root",), 1800, 2400, (), "INACTIVE"),
+        Reservation("now", ("n1",), ("root",), 0, 600, (), "ACTIVE"),
+        Reservation("licenses", (), ("root",), 1800, 5400, (), "INACTIVE")], 0.0)
+    assert ahead == ((1800, "maint", frozenset({"n2"})),)
+    jobs = {limit: fake.submit(name=f"t{limit}", gpus_per_node=1, time_limit=limit, hold=True)
+            for limit in (None, 60, 10)}
+    linked = fake.submit(name="linked", gpus_per_node=1, hold=True)
+    fake.jobs[linked].reservation = "maint"
+    snap = fake.snapshot()
+
+    def waiting(job_id: int) -> PendingJob:
+        return PendingJob(job_id, "u", "t", PriorityClass.HIGH, 0.0, Resources(1, 1, 0))
+
+    cluster = frozenset({"n1", "n2"})
+    got = before_reservations(snap, [waiting(j) for j in (*jobs.values(), linked)], {},
+                              cluster, ahead)
+    assert got == {jobs[None]: {"n1"}, jobs[60]: {"n1"}}
+    assert got[jobs[None]] is got[jobs[60]]
+    assert before_reservations(snap, [waiting(jobs[None])], {}, cluster, ()) == {}
+
+
+def test_free_gpus_before_a_maintenance_window_fit_only_short_jobs(tmp_path: Path) -> None:
+    """n1-n3 run an 8-GPU LOW job each; n4 is idle, but an admin's maintenance starts there in
+    30 min. A HIGH job without a time limit "fit" on n4 and got no plan, while Slurm kept it
+    pending there (its run would reach into the window): now n4 is left out, and the plan
+    frees another node, where the job starts."""
+    world = make_world(tmp_path)
+    for i in range(1, 4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    world.fake.admin_reservation("maint", ["n4"], ["root"], start=world.fake.now + 5400,
+                                 minutes=60)
+    last, bene = plan_for_high_job(world, tmp_path)   # an hour on: the window is 30 min away
+    plan = last.plan_for(bene)
+    assert plan is not None and plan.nodes != ("n4",), last.decisions[bene]
+    assert started_on(world, bene) == plan.nodes
