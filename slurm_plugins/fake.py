@@ -298,6 +298,10 @@ class FakeSlurm:
                     and (reserved.get(n) == j.reservation if resv is not None and
                          "FLEX" not in resv.flags else reserved.get(n) in (None, j.reservation))
                     and self._may_use(j, n)]
+            must = expand_hostlist(j.req_nodes)
+            if must:   # every listed node, then others
+                fits = [*must, *(n for n in fits if n not in must)] if set(must) <= set(fits) \
+                    else []
             kept_off = False
             if ahead:   # a job ending after a reservation starts does not start on its nodes
                 ends = (self.now + 60 * j.time_limit if j.time_limit is not None
@@ -305,12 +309,10 @@ class FakeSlurm:
                 late = {n for start, name, nodes in ahead if name != j.reservation
                         and (ends is None or ends > start) for n in nodes}
                 kept = [n for n in fits if n not in late]
+                if must and not set(must) <= set(kept):
+                    kept = []
                 kept_off = len(kept) < j.node_count <= len(fits)
                 fits = kept
-            must = expand_hostlist(j.req_nodes)
-            if must:   # every listed node, then others
-                fits = [*must, *(n for n in fits if n not in must)] if set(must) <= set(fits) \
-                    else []
             if len(fits) < j.node_count and kept_off:   # does not hold up the jobs behind
                 j.reason = "ReqNodeNotAvail, Reserved for maintenance"
                 continue

@@ -51,10 +51,16 @@ class Harness(Protocol):
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False,
                begin_in: int = 0, comment: str = "", nodelist: str = "",
-               exclude: str = "", exclusive: str = "") -> int:
+               exclude: str = "", exclusive: str = "", time_limit: int = 0) -> int:
         """Queue a job that runs until cancelled and logs the signals it gets (``nodelist``,
         ``exclude``: sbatch's ``--nodelist``, ``--exclude``; ``exclusive``: ``node`` for
-        ``--exclusive``, ``user`` for ``--exclusive=user``)."""
+        ``--exclusive``, ``user`` for ``--exclusive=user``; ``time_limit``: ``--time`` in
+        minutes, 0 for none)."""
+        ...
+
+    def admin_reservation(self, name: str, node: str, start_in: int, minutes: int) -> None:
+        """An admin's maintenance reservation (root's, ``Flags=MAINT``) on ``node`` from
+        ``start_in`` seconds on, for ``minutes``."""
         ...
 
     def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
@@ -337,6 +343,32 @@ class SlurmClientContract:
                                          job.restart_count, job.requeue, job.admin_comment)
             assert b.user and b.submit_time is not None and b.submit_time > 1_600_000_000
         assert briefs[held_id].admin_comment == text
+
+    # -- reservations ---------------------------------------------------------------------------
+    def test_a_reservation_ahead_keeps_off_only_jobs_that_would_reach_it(
+            self, harness: Harness) -> None:
+        """A node reserved 30 min ahead (an admin's maintenance) runs a 10-min job; a job
+        without a time limit waits (``ReqNodeNotAvail``), holding up nobody behind it. Until
+        it starts the reservation lists as INACTIVE and the node is not flagged RESERVED."""
+        snap = harness.client.snapshot()
+        node = max(n.name for n in snap.nodes)
+        name = f"maint-contract-{time.time_ns()}"
+        harness.admin_reservation(name, node, 1800, 30)
+        try:
+            (resv,) = harness.client.reservations(name)
+            assert resv.state == "INACTIVE" and resv.nodes == (node,), resv
+            assert resv.start_time is not None and resv.start_time > snap.time + 1500, resv
+            late = harness.submit(name="contract-resv-late", gpus=1, nodelist=node)
+            short = harness.submit(name="contract-resv-short", gpus=1, nodelist=node,
+                                   time_limit=10)
+            harness.wait_for(short, "RUNNING", running)
+            harness.wait_for(late, "kept off its node", lambda j: j is not None
+                             and j.state is JobState.PENDING
+                             and j.reason.startswith("ReqNodeNotAvail"), 60)
+            (now,) = [n for n in harness.client.snapshot().nodes if n.name == node]
+            assert "RESERVED" not in now.state_flags, now
+        finally:
+            harness.client.end_reservation(name)
 
     # -- reservations (the preemption guard) -------------------------------------------------
     def test_reservation_is_made_listed_linked_and_ended(self, harness: Harness) -> None:

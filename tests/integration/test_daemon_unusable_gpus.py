@@ -10,7 +10,9 @@
   use: a HIGH 2-GPU job "fit" there too and waited. Now that node is left out of the job's
   plans and the plan frees another; so is a node with free CPUs, but fewer than the job asks.
 * An idle node in an admin's reservation: a HIGH job "fit" on its 8 free GPUs and waited, though
-  Slurm starts there only jobs linked to the reservation. Now such nodes are left out.
+  Slurm starts there only jobs linked to the reservation. Now such nodes are left out; so are
+  nodes of a reservation that starts before the job's time limit would end (Slurm keeps the job
+  off them too).
 """
 
 from __future__ import annotations
@@ -110,20 +112,31 @@ def test_free_gpus_on_a_node_without_free_cpus_start_nobody(bed: Bed, tmp_path: 
         bed.wait(high, "COMPLETED", timeout=60)
 
 
-def test_an_idle_node_in_an_admins_reservation_starts_nobody(bed: Bed, tmp_path: Path) -> None:
-    """Three nodes run LOW jobs, the fourth is idle in reservation ``maint-*`` (root's): the
-    HIGH 8-GPU job's plan frees one of the three, and it runs there."""
+@pytest.mark.parametrize("start", ["now", "now+30minutes"])
+def test_an_idle_node_in_an_admins_reservation_starts_nobody(bed: Bed, tmp_path: Path,
+                                                             start: str) -> None:
+    """Three nodes run LOW jobs, the fourth is idle in reservation ``maint-*`` (root's),
+    started or starting in 30 min (the HIGH job has no time limit, so Slurm keeps it off that
+    node either way; before, the planner counted the node's GPUs free until the reservation
+    started, and the job waited): the HIGH 8-GPU job's plan frees one of the three, and it
+    runs there."""
     fill = bed.fill(3)
     busy = {n for f in fill for n in (bed.slurm.snapshot().job(f.job_id) or f).nodes}
     (idle,) = [n.name for n in bed.slurm.snapshot().nodes if n.name not in busy]
     name = f"maint-{time.time_ns()}"
     made = bed.run(["scontrol", "create", "reservation", f"ReservationName={name}",
-                    "StartTime=now", "Duration=30", f"Nodes={idle}", "Users=root"])
+                    f"StartTime={start}", "Duration=30", f"Nodes={idle}", "Users=root",
+                    "Flags=MAINT"])
     assert made.returncode == 0, made.stderr
     try:
-        wait_until(lambda: any(n.name == idle and "RESERVED" in n.state_flags
-                               for n in bed.slurm.snapshot().nodes), 60,
-                   f"{idle} never flagged RESERVED")
+        if start == "now":
+            wait_until(lambda: any(n.name == idle and "RESERVED" in n.state_flags
+                                   for n in bed.slurm.snapshot().nodes), 60,
+                       f"{idle} never flagged RESERVED")
+        else:
+            (listed,) = [r for r in bed.slurm.reservations(name) if r.name == name]
+            assert listed.state == "INACTIVE" and listed.nodes == (idle,), listed
+            assert listed.start_time is not None and listed.start_time > time.time() + 600
         with planned_high(bed, tmp_path, "--gres=gpu:8") as (high, _plan):
             bed.wait(high, "RUNNING", timeout=120)
             job = bed.slurm.snapshot().job(high)

@@ -53,7 +53,7 @@ class DockerHarness:
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
                comment: str = "", nodelist: str = "", exclude: str = "",
-               exclusive: str = "") -> int:
+               exclusive: str = "", time_limit: int = 0) -> int:
         """sbatch a job that runs until cancelled."""
         args = [f"--job-name={name}", "--nodes=1", f"--output={self.workdir}/%j.out"]
         args += [f"--gres=gpu:{gpus}"] if gpus else []
@@ -63,7 +63,15 @@ class DockerHarness:
         args += [f"--nodelist={nodelist}"] if nodelist else []
         args += [f"--exclude={exclude}"] if exclude else []
         args += [EXCLUSIVE_OPTION[exclusive]] if exclusive else []
+        args += [f"--time={time_limit}"] if time_limit else []
         return self.sbatch(*args)
+
+    def admin_reservation(self, name: str, node: str, start_in: int, minutes: int) -> None:
+        """``scontrol create reservation`` in the controller (as root, the cluster's admin)."""
+        res = self.run(["scontrol", "create", "reservation", f"ReservationName={name}",
+                        f"StartTime=now+{start_in}", f"Duration={minutes}", f"Nodes={node}",
+                        "Users=root", "Flags=MAINT"])
+        assert res.returncode == 0, res.stderr
 
     def wait_for(self, job_id: int, what: str, ok: Callable[[Job | None], bool],
                  timeout: float = 30.0) -> Job | None:
