@@ -97,6 +97,7 @@ def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
             lines.append(f"  it takes whole nodes (sbatch --exclusive"
                          f"{'' if pending.exclusive == 'node' else '=' + pending.exclusive}):"
                          " it waits for every GPU of each node it gets")
+        lines += [f"  left out of its plans: {text}" for text in planner.left_out(job_id)]
         plan = result.plan_for(job_id)
         if plan is not None:
             lines += [f"  victim {v.reason}" for v in plan.victims]

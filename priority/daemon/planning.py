@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
+from typing import NamedTuple
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
@@ -37,9 +38,9 @@ from hai_slurm.priority.planner.types import Outcome, PlannerConfig, PlanningRes
 from hai_slurm.priority.policy.state import PendingJob
 from hai_slurm.slurm_formats import INFINITE
 from hai_slurm.slurm_plugins.constraints import node_filter
-from hai_slurm.slurm_plugins.hostlist import expand_hostlist
+from hai_slurm.slurm_plugins.hostlist import compress_hostlist, expand_hostlist
 from hai_slurm.slurm_plugins.job_record import job_record
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, Reservation
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState, Reservation
 
 TopologySource = Topology | Callable[[ClusterSnapshot], Topology]
 VerdictCounts = Mapping[tuple[str, str], int]
@@ -61,6 +62,58 @@ def per_node_request(job: Job) -> tuple[int, int]:
     return -(-job.cpus // nodes), job.memory_mb // nodes
 
 
+class _Room(NamedTuple):
+    """A node's room for a job's CPUs and memory (None: not counted; Slurm tells nothing)."""
+
+    name: str
+    cpus_now: int | None
+    """CPUs free now, where the node has free GPUs (None where it has none)."""
+    mb_now: int | None
+    """MiB free now, likewise."""
+    cpus_plan: int | None
+    """CPUs less those jobs without GPUs hold (no plan frees them)."""
+    mb_plan: int | None
+    """MiB less those jobs without GPUs hold."""
+
+
+def _rooms(snap: ClusterSnapshot, cluster: frozenset[str]) -> list[_Room]:
+    """The room on each ``cluster`` node of ``snap``."""
+    fixed_cpus: dict[str, int] = {}
+    fixed_mb: dict[str, int] = {}
+    for j in snap.running:   # what no plan frees: jobs without GPUs
+        if j.gpus_allocated:
+            continue
+        cpus, mb = per_node_request(j)
+        for name in j.nodes:
+            fixed_cpus[name] = fixed_cpus.get(name, 0) + cpus
+            fixed_mb[name] = fixed_mb.get(name, 0) + mb
+    out = []
+    for n in snap.nodes:
+        if n.name not in cluster:
+            continue
+        has_free, cpus_known, mb_known = n.gpus_used < n.gpus, n.cpus > 0, n.memory_mb > 0
+        out.append(_Room(n.name,
+                         n.cpus - n.cpus_allocated if has_free and cpus_known else None,
+                         n.memory_mb - n.memory_allocated_mb if has_free and mb_known else None,
+                         n.cpus - fixed_cpus.get(n.name, 0) if cpus_known else None,
+                         n.memory_mb - fixed_mb.get(n.name, 0) if mb_known else None))
+    return out
+
+
+def _short(room: _Room, cpus: int, mb: int) -> str | None:
+    """Why a job asking ``cpus`` CPUs and ``mb`` MiB per node has no plan on ``room``'s node
+    (see :func:`room_for`); None: it may."""
+    if cpus > 0 and room.cpus_plan is not None and room.cpus_plan < cpus:
+        return "jobs without GPUs, which no plan frees, leave fewer CPUs than it asks"
+    if mb > 0 and room.mb_plan is not None and room.mb_plan < mb:
+        return "jobs without GPUs, which no plan frees, leave less memory than it asks"
+    if cpus > 0 and room.cpus_now is not None and room.cpus_now < cpus:
+        return "fewer CPUs free than it asks, beside free GPUs"
+    if mb > 0 and room.mb_now is not None and room.mb_now < mb:
+        return "less memory free than it asks, beside free GPUs"
+    return None
+
+
 def room_for(snap: ClusterSnapshot, pending: Sequence[PendingJob],
              allowed: Mapping[int, frozenset[str]], cluster: frozenset[str]
              ) -> dict[int, frozenset[str]]:
@@ -78,27 +131,7 @@ def room_for(snap: ClusterSnapshot, pending: Sequence[PendingJob],
     the job gets from jobs that hold CPUs and memory beside them). A request of 0 (unknown)
     does not count. One set object per distinct (nodes, request): the planner keys its caches
     by them."""
-    fixed_cpus: dict[str, int] = {}
-    fixed_mb: dict[str, int] = {}
-    for j in snap.running:   # what no plan frees: jobs without GPUs
-        if j.gpus_allocated:
-            continue
-        cpus, mb = per_node_request(j)
-        for name in j.nodes:
-            fixed_cpus[name] = fixed_cpus.get(name, 0) + cpus
-            fixed_mb[name] = fixed_mb.get(name, 0) + mb
-    # per node: the CPUs and MiB free now, where it has free GPUs; those no plan can free;
-    # None where not counted (Slurm tells nothing, or no free GPU)
-    room: list[tuple[str, int | None, int | None, int | None, int | None]] = []
-    for n in snap.nodes:
-        if n.name not in cluster:
-            continue
-        has_free, cpus_known, mb_known = n.gpus_used < n.gpus, n.cpus > 0, n.memory_mb > 0
-        room.append((n.name,
-                     n.cpus - n.cpus_allocated if has_free and cpus_known else None,
-                     n.memory_mb - n.memory_allocated_mb if has_free and mb_known else None,
-                     n.cpus - fixed_cpus.get(n.name, 0) if cpus_known else None,
-                     n.memory_mb - fixed_mb.get(n.name, 0) if mb_known else None))
+    rooms: list[_Room] | None = None
     shorts: dict[tuple[int, int], frozenset[str]] = {}
     made: dict[tuple[frozenset[str], int, int], frozenset[str] | None] = {}
     out: dict[int, frozenset[str]] = {}
@@ -111,12 +144,10 @@ def room_for(snap: ClusterSnapshot, pending: Sequence[PendingJob],
             continue
         short = shorts.get((cpus, mb))
         if short is None:
-            short = shorts[cpus, mb] = frozenset(
-                name for name, now_c, now_m, plan_c, plan_m in room
-                if (cpus > 0 and ((now_c is not None and now_c < cpus)
-                                  or (plan_c is not None and plan_c < cpus)))
-                or (mb > 0 and ((now_m is not None and now_m < mb)
-                                or (plan_m is not None and plan_m < mb))))
+            if rooms is None:
+                rooms = _rooms(snap, cluster)
+            short = shorts[cpus, mb] = frozenset(r.name for r in rooms
+                                                 if _short(r, cpus, mb) is not None)
         where = allowed.get(p.job_id, cluster)
         key = (where, cpus, mb)
         if key not in made:
@@ -160,10 +191,7 @@ def before_reservations(snap: ClusterSnapshot, pending: Sequence[PendingJob],
         job = snap.job(p.job_id)
         if job is None or p.resources.gpus <= 0:
             continue
-        limit = job.time_limit
-        ends = now + 60 * limit if limit is not None and limit != INFINITE else math.inf
-        late = frozenset(n for start, name, nodes in ahead
-                         if start < ends and name != job.reservation for n in nodes)
+        late = frozenset(n for _, _, nodes in _reaches(job, ahead, now) for n in nodes)
         if not late:
             continue
         where = allowed.get(p.job_id, cluster)
@@ -174,6 +202,48 @@ def before_reservations(snap: ClusterSnapshot, pending: Sequence[PendingJob],
         if got is not None:
             out[p.job_id] = got
     return out
+
+
+def _reaches(job: Job, ahead: Sequence[tuple[int, str, frozenset[str]]], now: float
+             ) -> list[tuple[int, str, frozenset[str]]]:
+    """The reservations of ``ahead`` that ``job``'s run would reach into if it started at
+    ``now`` (its time limit; none: all), other than its own."""
+    limit = job.time_limit
+    ends = now + 60 * limit if limit is not None and limit != INFINITE else math.inf
+    return [r for r in ahead if r[0] < ends and r[1] != job.reservation]
+
+
+def left_out_texts(snap: ClusterSnapshot, job: Job, where: frozenset[str],
+                   ahead: Sequence[tuple[int, str, frozenset[str]]], *,
+                   whole: bool = False) -> list[str]:
+    """Which of ``where`` (the nodes ``job`` may use) :func:`room_for` and
+    :func:`before_reservations` leave out of its plans, and why, one line per reason
+    (``whole``: it takes whole nodes, so its room is not checked)."""
+    groups: dict[str, list[str]] = {}
+    cpus, mb = per_node_request(job)
+    if not whole and (cpus > 0 or mb > 0):
+        asks = ", ".join(part for part in (f"{cpus} CPUs" if cpus > 0 else "",
+                                           f"{mb} MiB" if mb > 0 else "") if part)
+        for room in _rooms(snap, where):
+            why = _short(room, cpus, mb)
+            if why is not None:
+                groups.setdefault(f"{why} ({asks} per node)", []).append(room.name)
+    now = float(snap.time)
+    limit = ("none" if job.time_limit is None or job.time_limit == INFINITE
+             else _minutes(job.time_limit))
+    for start, name, nodes in _reaches(job, ahead, now):
+        groups.setdefault(f"reservation {name} starts in {_minutes((start - now) / 60)}, "
+                          f"before its time limit ({limit}) would end",
+                          []).extend(sorted(nodes & where))
+    return [f"{compress_hostlist(sorted(set(names)))}: {why}"
+            for why, names in groups.items() if names]
+
+
+def _minutes(minutes: float) -> str:
+    """``minutes`` as text: "45 min", "3 h 20 min"."""
+    whole = max(0, round(minutes))
+    hours, mins = divmod(whole, 60)
+    return f"{hours} h {mins} min" if hours else f"{mins} min"
 
 
 class SnapshotPlanner:
@@ -199,6 +269,12 @@ class SnapshotPlanner:
                           Mapping[int, tuple[GpuRef, ...]]] | None = None
         self._holders = HolderMemo()
         """The last pass's holders, reused for running jobs whose values did not change."""
+        self._narrowed: tuple[ClusterSnapshot, dict[int, frozenset[str]], frozenset[str],
+                              tuple[tuple[int, str, frozenset[str]], ...],
+                              dict[int, tuple[int, int]]] | None = None
+        """The last pass's snapshot, each job's nodes before :func:`room_for` and
+        :func:`before_reservations` narrowed them, the cluster, the reservations ahead and the
+        jobs taking whole nodes (for :meth:`left_out`)."""
 
     def snapshot(self, view: CycleView) -> PlanSnapshot:
         """The planner's inputs for this cycle."""
@@ -266,6 +342,7 @@ class SnapshotPlanner:
         if unserved:   # --exclusive with no node size that can hold it: see not_planned
             pending = tuple(j for j in pending if j.job_id not in unserved)
         cluster = frozenset(c.id for c in topology.cells_at(Level.NODE))
+        self._narrowed = (snap, dict(allowed), cluster, ahead, whole)
         # (a job taking whole nodes gets an empty node: room for whatever it asks)
         allowed.update(room_for(snap, [j for j in pending if j.job_id not in whole], allowed,
                                 cluster))
@@ -274,6 +351,19 @@ class SnapshotPlanner:
                                       switches=switches, allowed=allowed, whole_nodes=whole,
                                       aged_preempt=self.config.aged_preempt)
         return PlanSnapshot(topology, holders, waiting, float(snap.time), claims.closed)
+
+    def left_out(self, job_id: int) -> list[str]:
+        """Which nodes the last pass left out of pending ``job_id``'s plans for want of room
+        for its CPUs and memory, or for a reservation its run would reach, and why
+        (:func:`left_out_texts`); empty when none, or the job was not in the pass."""
+        if self._narrowed is None:
+            return []
+        snap, allowed, cluster, ahead, whole = self._narrowed
+        job = snap.job(job_id)
+        if job is None or job.state is not JobState.PENDING:
+            return []
+        return left_out_texts(snap, job, allowed.get(job_id, cluster), ahead,
+                              whole=job_id in whole)
 
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
                  pending: Sequence[PendingJob]

@@ -181,3 +181,29 @@ def test_a_node_not_registered_since_slurmctld_started_is_left_out(tmp_path: Pat
     assert "FITS" not in text and "n4" not in text, text
     r.slurm.nodes["n4"] = replace(r.slurm.nodes["n4"], registered=True)
     assert "fit on free GPUs" in _explain(r, urgent)
+
+
+def test_explain_names_the_nodes_left_out_for_room_or_a_reservation_ahead(
+        tmp_path: Path) -> None:
+    """n1 runs a 1-GPU job holding 12 of its 16 CPUs, n2 and n3 an 8-GPU job each, and an
+    admin's maintenance starts on n4 in 30 min: a HIGH job asking 2 GPUs and 8 CPUs without
+    a time limit is told which nodes its plans leave out, and why; a job asking 2 CPUs and
+    limited to 20 min is told of none."""
+    r = rig(tmp_path)
+    r.daemon().run_once()
+    r.submit(LOW, "team-a", gpus=1, cpus_per_node=12, nodelist="n1")
+    for node in ("n2", "n3"):
+        r.submit(LOW, "team-a", gpus=8, nodelist=node)
+    r.slurm.schedule()
+    r.slurm.admin_reservation("maint", ["n4"], ["root"], start=r.slurm.now + 1800, minutes=60)
+    wide = r.submit(HIGH, gpus=2, cpus_per_node=8)
+    text = _explain(r, wide)
+    assert ("  left out of its plans: n1: fewer CPUs free than it asks, beside free GPUs "
+            "(8 CPUs per node)") in text, text
+    assert ("  left out of its plans: n4: reservation maint starts in 30 min, before its time "
+            "limit (none) would end") in text, text
+    assert "Planner: NO_VICTIMS" in text and "of the 2 nodes it may use" in text, text
+    r.slurm.cancel(wide)
+    short = r.submit(HIGH, gpus=2, cpus_per_node=2, time_limit=20)
+    text = _explain(r, short)
+    assert "left out" not in text and "Planner: FITS" in text, text
