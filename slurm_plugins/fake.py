@@ -314,7 +314,7 @@ class FakeSlurm:
                 kept_off = len(kept) < j.node_count <= len(fits)
                 fits = kept
             if len(fits) < j.node_count and kept_off:   # does not hold up the jobs behind
-                j.reason = "ReqNodeNotAvail, Reserved for maintenance"
+                j.reason = "ReqNodeNotAvail, May be reserved for other job"   # as 22.05
                 continue
             if len(fits) < j.node_count:
                 j.reason = "Resources" if j.partition not in blocked else "Priority"
@@ -646,21 +646,25 @@ class FakeSlurm:
                 if r.start_time is None or r.start_time <= self.now for n in r.nodes}
 
     def _overlaps(self, nodes: Iterable[str], start: int, end: int, but: str = "") -> bool:
-        """Whether a reservation other than ``but`` holds one of ``nodes`` in [start, end)."""
+        """Whether a reservation other than ``but`` holds one of ``nodes`` in [start, end); one
+        flagged MAINT or OVERLAP may be overlapped (Slurm's ``_resv_overlap`` skips them)."""
         wanted = set(nodes)
         return any(wanted & set(r.nodes)
                    and (r.start_time if r.start_time is not None else self.now) < end
                    and (r.end_time is None or start < r.end_time)
-                   for r in self.resvs.values() if r.name != but)
+                   for r in self.resvs.values()
+                   if r.name != but and not {"MAINT", "OVERLAP"} & set(r.flags))
 
     def admin_reservation(self, name: str, nodes: Iterable[str], users: Iterable[str], *,
                           start: int, minutes: int, flags: tuple[str, ...] = ("MAINT",)) -> None:
         """An admin's reservation from ``start`` for ``minutes`` (``scontrol create reservation
-        StartTime=... Flags=MAINT``), refused on an overlap as :meth:`create_reservation` is."""
+        StartTime=... Flags=MAINT``), refused on an overlap as :meth:`create_reservation` is
+        unless flagged MAINT or OVERLAP."""
         node_list, user_list = tuple(nodes), tuple(users)
         self._purge_reservations()
         if (name in self.resvs or any(n not in self.nodes for n in node_list)
-                or self._overlaps(node_list, start, start + 60 * minutes)):
+                or (not {"MAINT", "OVERLAP"} & set(flags)
+                    and self._overlaps(node_list, start, start + 60 * minutes))):
             raise SlurmError(f"scontrol create reservation failed: {name}",
                              command=["scontrol", "create", "reservation"])
         self.resvs[name] = Reservation(name, node_list, user_list, start, start + 60 * minutes,

@@ -348,8 +348,8 @@ class SlurmClientContract:
     def test_a_reservation_ahead_keeps_off_only_jobs_that_would_reach_it(
             self, harness: Harness) -> None:
         """A node reserved 30 min ahead (an admin's maintenance) runs a 10-min job; a job
-        without a time limit waits (``ReqNodeNotAvail``), holding up nobody behind it. Until
-        it starts the reservation lists as INACTIVE and the node is not flagged RESERVED."""
+        without a time limit, submitted first, waits (``ReqNodeNotAvail``). Until it starts
+        the reservation lists as INACTIVE and the node is not flagged RESERVED."""
         snap = harness.client.snapshot()
         node = max(n.name for n in snap.nodes)
         name = f"maint-contract-{time.time_ns()}"

@@ -11,18 +11,14 @@ from pathlib import Path
 import pytest
 from executor_world import Behaviour, World, make_world, plan_for_high_job
 
-from hai_slurm.classes import ClassOrigin, PriorityClass
-from hai_slurm.errors import SlurmError
+from hai_slurm.classes import ClassOrigin
 from hai_slurm.priority.daemon.live import not_planned
-from hai_slurm.priority.daemon.planning import before_reservations, reserved_ahead, room_for
 from hai_slurm.priority.hooks import Claims
 from hai_slurm.priority.planner.inputs import whole_node_request
 from hai_slurm.priority.planner.types import Outcome
-from hai_slurm.priority.policy.state import PendingJob, Resources
-from hai_slurm.slurm_formats import INFINITE
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.fake import NODE_RESERVATION_NAMED, FakeNode, FakeSlurm
-from hai_slurm.slurm_plugins.types import JobState, Reservation
+from hai_slurm.slurm_plugins.types import JobState
 
 
 def started_on(world: World, job_id: int) -> tuple[str, ...]:
@@ -177,39 +173,6 @@ def test_an_exclusive_job_no_node_size_can_hold_gets_no_plan(tmp_path: Path) -> 
     assert "takes whole nodes" in not_planned(job, Claims(), float(world.fake.now), 60.0)
 
 
-def test_room_for_counts_only_jobs_with_gpus_and_known_requests() -> None:
-    """n1 has 1 free CPU beside a GPU job (and 7 free GPUs), n2 1 beside a job without GPUs,
-    n3 16, n4 4 of 16 beside an 8-GPU job. A waiting GPU job asking 2 CPUs may have plans on
-    n3 and n4 only: n2's CPUs are held by a job no plan frees, and a plan on n1 would count
-    its free GPUs though its victim may not free 2 CPUs. One asking 8 CPUs may have a plan on
-    n3 or n4 (where every GPU it gets frees a job's CPUs too). A waiting job without GPUs, or
-    a request of 0 CPUs (unknown), gets no entry; the same request gets the same set object."""
-    fake = FakeSlurm([FakeNode(f"n{i}", gpus=8, cpus=16) for i in range(1, 5)], now=0)
-    fake.submit(name="hog", gpus_per_node=1, cpus_per_node=15, nodelist="n1")
-    fake.submit(name="cpu-hog", gpus_per_node=0, cpus_per_node=15, nodelist="n2")
-    fake.submit(name="full", gpus_per_node=8, cpus_per_node=12, nodelist="n4")
-    gpu = fake.submit(name="gpu", gpus_per_node=2, cpus_per_node=2, hold=True)
-    twin = fake.submit(name="twin", gpus_per_node=1, cpus_per_node=2, hold=True)
-    wide = fake.submit(name="wide", gpus_per_node=2, cpus_per_node=8, hold=True)
-    cpu = fake.submit(name="cpu", gpus_per_node=0, cpus_per_node=1, hold=True)
-    unknown = fake.submit(name="unknown", gpus_per_node=2, cpus_per_node=0, hold=True)
-    fake.schedule()
-    snap = fake.snapshot()
-    cluster = frozenset({"n1", "n2", "n3", "n4"})
-
-    def waiting(job_id: int, gpus: int) -> PendingJob:
-        return PendingJob(job_id, "u", "t", PriorityClass.HIGH, 0.0, Resources(gpus, 1, 0))
-
-    got = room_for(snap, [waiting(gpu, 2), waiting(twin, 1), waiting(wide, 2),
-                          waiting(cpu, 0), waiting(unknown, 2)], {}, cluster)
-    assert got == {gpu: {"n3", "n4"}, twin: {"n3", "n4"}, wide: {"n3", "n4"}}
-    assert got[gpu] is got[twin]
-    part = frozenset({"n3", "n4"})   # a partition of the nodes with room: no restriction
-    assert room_for(snap, [waiting(gpu, 2)], {gpu: part}, cluster) == {}
-    assert room_for(snap, [waiting(gpu, 2)], {gpu: frozenset({"n1", "n3"})},
-                    cluster) == {gpu: {"n3"}}
-
-
 def test_a_job_asking_more_cpus_than_a_node_has_free_does_not_fit_there(tmp_path: Path) -> None:
     """n1 runs a 1-GPU LOW job holding 12 of its 16 CPUs (7 GPUs, 4 CPUs free), n2-n4 an
     8-GPU LOW job each. A HIGH 1-GPU job asking 2 CPUs waits for n2 (``--nodelist``). The
@@ -247,61 +210,6 @@ def test_a_node_of_a_guard_no_open_plan_stands_on_stays_in(tmp_path: Path) -> No
     assert last.decisions[bene].outcome is Outcome.FITS and not last.plans
 
 
-def test_the_fake_keeps_a_job_off_a_reservation_its_run_would_reach() -> None:
-    """As measured on 22.05: a reservation 30 min away keeps jobs limited to 60 min or without
-    a limit off its node (``ReqNodeNotAvail``); a 10-min job starts there. A job linked to it
-    waits for it to start. Until it starts the node is not flagged RESERVED and the
-    reservation lists as INACTIVE; reservations may share a node at other times, not at the
-    same time."""
-    fake = FakeSlurm([FakeNode("n1", gpus=8)], now=0)
-    fake.admin_reservation("maint", ["n1"], ["root"], start=1800, minutes=60)
-    late = [fake.submit(name=f"t{limit}", gpus_per_node=1, time_limit=limit)
-            for limit in (60, None, INFINITE)]
-    short = fake.submit(name="short", gpus_per_node=1, time_limit=10)
-    assert fake.schedule() == (short,)
-    assert all(fake.jobs[j].state is JobState.PENDING for j in late)
-    (node,) = fake.snapshot().nodes
-    assert node.state_flags == () and fake.reservations()[0].state == "INACTIVE"
-    fake.jobs[late[0]].reservation = "maint"
-    assert fake.schedule() == ()
-    fake.create_reservation("guard", ["n1"], ["root"], 10)   # ends before maint starts
-    with pytest.raises(SlurmError, match="overlaps"):
-        fake.create_reservation("guard2", ["n1"], ["root"], 40)
-    fake.advance(1800)
-    assert fake.reservations("maint")[0].state == "ACTIVE"
-    assert fake.snapshot().nodes[0].state_flags == ("RESERVED",)
-    assert fake.schedule() == (late[0],)
-
-
-def test_reservations_ahead_keep_jobs_whose_limit_reaches_them_off_their_nodes() -> None:
-    """A maintenance window on n2 in 30 min and a guard (never counted): a job without a time
-    limit, or limited to 60 min, may have plans on n1 only; a 10-min job anywhere; a job
-    linked to the window is not kept off it. Reservations already started or without nodes
-    do not count here (an active one flags its nodes RESERVED)."""
-    fake = FakeSlurm([FakeNode("n1", gpus=8), FakeNode("n2", gpus=8)], now=0)
-    ahead = reserved_ahead([
-        Reservation("maint", ("n2",), ("root",), 1800, 5400, ("MAINT",), "INACTIVE"),
-        Reservation("hai-plan-7-100", ("n1",), ("root",), 1800, 2400, (), "INACTIVE"),
-        Reservation("now", ("n1",), ("root",), 0, 600, (), "ACTIVE"),
-        Reservation("licenses", (), ("root",), 1800, 5400, (), "INACTIVE")], 0.0)
-    assert ahead == ((1800, "maint", frozenset({"n2"})),)
-    jobs = {limit: fake.submit(name=f"t{limit}", gpus_per_node=1, time_limit=limit, hold=True)
-            for limit in (None, 60, 10)}
-    linked = fake.submit(name="linked", gpus_per_node=1, hold=True)
-    fake.jobs[linked].reservation = "maint"
-    snap = fake.snapshot()
-
-    def waiting(job_id: int) -> PendingJob:
-        return PendingJob(job_id, "u", "t", PriorityClass.HIGH, 0.0, Resources(1, 1, 0))
-
-    cluster = frozenset({"n1", "n2"})
-    got = before_reservations(snap, [waiting(j) for j in (*jobs.values(), linked)], {},
-                              cluster, ahead)
-    assert got == {jobs[None]: {"n1"}, jobs[60]: {"n1"}}
-    assert got[jobs[None]] is got[jobs[60]]
-    assert before_reservations(snap, [waiting(jobs[None])], {}, cluster, ()) == {}
-
-
 def test_free_gpus_before_a_maintenance_window_fit_only_short_jobs(tmp_path: Path) -> None:
     """n1-n3 run an 8-GPU LOW job each; n4 is idle, but an admin's maintenance starts there in
     30 min. A HIGH job without a time limit "fit" on n4 and got no plan, while Slurm kept it
@@ -316,3 +224,22 @@ def test_free_gpus_before_a_maintenance_window_fit_only_short_jobs(tmp_path: Pat
     plan = last.plan_for(bene)
     assert plan is not None and plan.nodes != ("n4",), last.decisions[bene]
     assert started_on(world, bene) == plan.nodes
+
+
+def test_a_job_holding_a_nodes_cpus_may_give_way_for_them(tmp_path: Path) -> None:
+    """n1 runs a 1-GPU LOW job holding all 16 CPUs (7 GPUs free nobody can use), n2-n4 a HIGH
+    8-GPU job each (never victims of a HIGH job). A HIGH 1-GPU job's plan takes the LOW job:
+    its CPUs come free with its GPU, and the job starts on n1 (a review found the node left
+    out of the job's plans, so it got none)."""
+    world = make_world(tmp_path)
+    hog = world.victim("hog", Behaviour(ack_after=0.5), gpus=1, cpus=16)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-a", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+    for i in range(2, 5):
+        world.fake.submit(name=f"high{i}", account="team-a", qos="high", gpus_per_node=8,
+                          nodelist=f"n{i}", admin_comment=format_admin_comment(info))
+    world.fake.schedule()
+    last, bene = plan_for_high_job(world, tmp_path, gpus=1)
+    plan = last.plan_for(bene)
+    assert plan is not None and plan.victim_ids == (hog,), last.decisions[bene]
+    assert started_on(world, bene) == ("n1",)
