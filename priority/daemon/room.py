@@ -55,8 +55,9 @@ def per_node_request(job: Job) -> tuple[int, int]:
 
 def reserved(reservations: Sequence[Reservation], now: float) -> Ahead:
     """The reservations with nodes, not ended at ``now``, other than a plan's guard (an admin's
-    maintenance window, a team's booking), as (start, name, nodes); one started counts from
-    ``now`` (Slurm flags its nodes RESERVED only a few seconds after it starts)."""
+    maintenance window, a team's booking), as (start, name, nodes); one already started is
+    reached by every job (Slurm flags its nodes RESERVED, which leaves them out of the
+    planner's cluster, only a few seconds after it starts)."""
     return tuple((r.start_time if r.start_time is not None else int(now),
                   r.name, frozenset(r.nodes)) for r in reservations
                  if r.nodes and (r.end_time is None or r.end_time > now)

@@ -83,7 +83,8 @@ class Waiting:
     allowed: frozenset[str] | None = None
     """The nodes the job may run on: those of its partitions, within its ``--nodelist`` and
     outside its ``--exclude``, with the features its ``--constraint`` asks for (the daemon also
-    leaves out nodes without room for its CPUs and memory: ``room_for``). None: any node.
+    leaves out nodes it cannot start on for want of CPUs or memory, or for a reservation:
+    ``hai_slurm.priority.daemon.room``). None: any node.
     A plan frees GPUs only there (freeing GPUs elsewhere would help nobody: Slurm would not
     start the job on them). Give jobs with the same restriction the same set object: the pass
     keys its caches by it."""
@@ -240,11 +241,11 @@ class PlanSnapshot:
     pending: tuple[Waiting, ...]
     taken_at: float
     closed: frozenset[str] = frozenset()
-    """Nodes another plan's guard (a Slurm reservation for its beneficiary) stands on: their
-    free GPUs fit nobody in this pass (a node without room for the CPUs or memory one job asks
-    is left out of that job's ``allowed`` nodes: the daemon's ``room_for``). The jobs running
-    there may still give way to a new plan: its beneficiary starts there once that guard ends
-    (when the other beneficiary runs), its victims' saves overlapping the wait. Slurm refuses
+    """Nodes another plan's guard (a Slurm reservation for its beneficiary) stands on, or
+    without room for the CPUs or memory any waiting job asks (``hai_slurm.priority.daemon.room``):
+    their free GPUs fit nobody in this pass. The jobs running there may still give way to a new
+    plan: its beneficiary starts there once that guard ends (when the other beneficiary runs),
+    its victims' saves overlapping the wait (or their CPUs come free with their GPUs). Slurm refuses
     a second reservation on the node, so the daemon guards such a plan with holds
     (:mod:`hai_slurm.priority.executor.guard`). Leaving those jobs out served a burst of small
     urgent jobs one save at a time per node (alibaba-b: 34 top-class jobs past their bound
