@@ -104,7 +104,7 @@ def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
         return "\n".join(lines)
     job = view.snapshot.job(job_id)
     if job is not None and job.state is JobState.PENDING and planner.unplanned is not None:
-        return f"Planner: not planned: {planner.unplanned}; no job is planned until it reads."
+        return f"Planner: not planned: {planner.unplanned}; no job is planned until it can be read."
     if job is not None and job.state is JobState.PENDING:
         return (f"Planner: not planned: "
                 f"{not_planned(job, view.claims, view.now, planner.config.save_cost)}.")

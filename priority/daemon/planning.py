@@ -22,6 +22,7 @@ from hai_slurm.errors import SlurmError
 from hai_slurm.priority.daemon.room import (
     Ahead,
     Narrowing,
+    asks,
     closed_for_room,
     left_out_texts,
     narrow_allowed,
@@ -124,8 +125,6 @@ class SnapshotPlanner:
                 self.unplanned = f"reading Slurm's reservations failed ({err})"
                 log.warning("%s, so no job is planned in this pass", self.unplanned)
                 view = replace(view, pending=())
-        # a planned job starts once its victims saved, at the earliest
-        start_at = float(snap.time) + self.config.save_cost
         # Open plans' victims (and victims that missed an aborted plan and still run) keep
         # their GPUs in the planner's eyes but are not chosen twice; open plans' beneficiaries
         # are not planned again, nor are held jobs (the guard's, a user's or an admin's) or
@@ -163,7 +162,7 @@ class SnapshotPlanner:
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}
-        allowed, whole, unserved = self._allowed(topology, snap, pending, ahead, start_at)
+        allowed, whole, unserved = self._allowed(topology, snap, pending, ahead)
         if unserved:   # --exclusive with no node size that can hold it: see not_planned
             pending = tuple(j for j in pending if j.job_id not in unserved)
         waiting = waiting_from_policy(pending, view.result.pending, nodes=nodes,
@@ -173,9 +172,10 @@ class SnapshotPlanner:
         # left out of its plans (see hai_slurm.priority.daemon.room)
         cells = topology.cells_at(Level.NODE)
         cluster = frozenset(c.id for c in cells)
-        closed = claims.closed | closed_for_room(snap, waiting, cluster, frozenset(whole))
+        asked = asks(snap, waiting, frozenset(whole))
+        closed = claims.closed | closed_for_room(snap, asked, cluster)
         how = Narrowing(holders, cluster, max((len(c.gpus) for c in cells), default=0), ahead,
-                        start_at, closed, frozenset(whole))
+                        asked, closed, frozenset(whole))
         self._narrowing = (snap, waiting, how)
         narrowed = narrow_allowed(snap, waiting, how)
         if narrowed:
@@ -195,15 +195,15 @@ class SnapshotPlanner:
         return [] if w is None else left_out_texts(snap, w, how)
 
     def _allowed(self, topology: Topology, snap: ClusterSnapshot,
-                 pending: Sequence[PendingJob], ahead: Ahead, start_at: float
+                 pending: Sequence[PendingJob], ahead: Ahead
                  ) -> tuple[dict[int, frozenset[str]], dict[int, tuple[int, int]], set[int]]:
         """The nodes each pending job may use, for those that may not use every node of
         ``topology`` (:func:`usable_nodes`); the (GPUs per node, nodes) of each job with GPUs
         that takes its nodes whole (``--exclusive``: :func:`whole_node_request`, which also
         narrows its nodes, to those of one size where no job without GPUs runs, the planner
-        freeing only GPU holders, and that no reservation of ``ahead`` keeps it off if it
-        started at ``start_at``); and such jobs no plan can serve (no size holds them). One
-        set object per distinct request (the planner keys its caches by them)."""
+        freeing only GPU holders, and that no reservation of ``ahead`` keeps it off); and such
+        jobs no plan can serve (no size holds them). One set object per distinct request (the
+        planner keys its caches by them)."""
         parts = {p.name: frozenset(p.nodes) for p in snap.partitions}
         cells = topology.cells_at(Level.NODE)
         cluster = frozenset(c.id for c in cells)
@@ -232,7 +232,8 @@ class SnapshotPlanner:
                     idle = frozenset(n.name for n in snap.nodes if n.gpus_used == 0
                                      and n.cpus_allocated == 0) - cpu_only
                     sizes = (cpu_only, gpus_of, idle)
-                late = whole_node_late(record, ahead, start_at) if ahead else frozenset()
+                late = (whole_node_late(record, ahead, float(snap.time)) if ahead
+                        else frozenset())
                 asked = (*key, job.resources.gpus, max(0, record.node_count), late)
                 if asked not in wholes:
                     wholes[asked] = whole_node_request(

@@ -19,8 +19,11 @@ nodes; :func:`left_out_texts` says which and why (``priority explain``).
   what is free. Otherwise it stays: the planner does not check that the victims it picks free
   enough (a job of its class or a protected one may hold the rest).
 * **Reservations** (any not ended other than a plan's guard, ``hai-plan-*``): Slurm starts a
-  job on a reservation's nodes only when its run, from when it could start, ends before the
-  reservation starts (no time limit: never), unless it is linked to it. Measured on 22.05: a
+  job on a reservation's nodes only when its run, from now, ends before the reservation
+  starts (no time limit: never), unless it is linked to it. (A planned job starts only once
+  its victims saved: one whose limit ends within that save of a reservation may still get a
+  plan there that Slurm then refuses; counting from after the save instead would leave out
+  nodes where it fits now.) Measured on 22.05: a
   job with ``--time=60`` or none waits beside a node reserved 30 min ahead (``ReqNodeNotAvail``),
   one with ``--time=10`` starts there. An active reservation flags its nodes RESERVED a few
   seconds after it starts, and the planner's cluster leaves those out anyway.
@@ -31,7 +34,7 @@ Pure: no I/O; the caller lists the reservations.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from hai_slurm.classes import PriorityClass
@@ -39,6 +42,7 @@ from hai_slurm.priority.executor.guard import reservation_plan
 from hai_slurm.priority.planner.search import shape
 from hai_slurm.priority.planner.types import Holder, Waiting
 from hai_slurm.priority.policy.ladder import LADDER, RANK
+from hai_slurm.priority.policy.units import format_duration
 from hai_slurm.slurm_formats import INFINITE
 from hai_slurm.slurm_plugins.hostlist import compress_hostlist
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, Reservation
@@ -64,11 +68,11 @@ def reserved(reservations: Sequence[Reservation], now: float) -> Ahead:
                  and reservation_plan(r.name) is None)
 
 
-def reaches(job: Job, ahead: Ahead, start_at: float) -> list[tuple[int, str, frozenset[str]]]:
+def reaches(job: Job, ahead: Ahead, now: float) -> list[tuple[int, str, frozenset[str]]]:
     """The reservations of ``ahead`` that ``job``'s run would reach into if it started at
-    ``start_at`` (its time limit; none: every one), other than its own."""
+    ``now`` (its time limit; none: every one), other than its own."""
     limit = job.time_limit
-    ends = start_at + 60 * limit if limit is not None and limit != INFINITE else math.inf
+    ends = now + 60 * limit if limit is not None and limit != INFINITE else math.inf
     return [r for r in ahead if r[0] < ends and r[1] != job.reservation]
 
 
@@ -139,26 +143,26 @@ def _lacks(room: _Room, cpus: int, mb: int) -> list[str]:
             if need > 0 and free is not None and free < need]
 
 
-def closed_for_room(snap: ClusterSnapshot, waiting: Sequence[Waiting],
-                    cluster: frozenset[str], whole: frozenset[int] = frozenset()
-                    ) -> frozenset[str]:
-    """The ``cluster`` nodes without room for the smallest CPUs and the smallest memory per
-    node that a waiting job with GPUs asks (jobs taking ``whole`` nodes aside): their free GPUs
-    fit nobody (see the module doc)."""
-    least_cpus = least_mb = 0
-    job_of = snap.job
+def asks(snap: ClusterSnapshot, waiting: Sequence[Waiting],
+         whole: frozenset[int] = frozenset()) -> dict[int, tuple[int, int]]:
+    """(CPUs, MiB) per node of each waiting job with GPUs that asks either (jobs taking
+    ``whole`` nodes aside: their nodes are empty)."""
+    out = {}
     for w in waiting:
-        if w.gpus <= 0 or w.job_id in whole:
-            continue
-        job = job_of(w.job_id)
-        if job is None:
-            continue
-        count = job.node_count if job.node_count > 1 else 1   # per_node_request, inline
-        cpus, mb = -(-job.cpus // count), job.memory_mb // count
-        if cpus > 0 and (least_cpus <= 0 or cpus < least_cpus):
-            least_cpus = cpus
-        if mb > 0 and (least_mb <= 0 or mb < least_mb):
-            least_mb = mb
+        job = snap.job(w.job_id) if w.gpus > 0 and w.job_id not in whole else None
+        if job is not None:
+            cpus, mb = per_node_request(job)
+            if cpus > 0 or mb > 0:
+                out[w.job_id] = (cpus, mb)
+    return out
+
+
+def closed_for_room(snap: ClusterSnapshot, asked: Mapping[int, tuple[int, int]],
+                    cluster: frozenset[str]) -> frozenset[str]:
+    """The ``cluster`` nodes without room for the smallest CPUs and the smallest memory per
+    node ``asked`` (:func:`asks`): their free GPUs fit nobody (see the module doc)."""
+    least_cpus = min((c for c, _ in asked.values() if c > 0), default=0)
+    least_mb = min((m for _, m in asked.values() if m > 0), default=0)
     if least_cpus <= 0 and least_mb <= 0:
         return frozenset()
     return frozenset(r.name for r in _rooms(snap, (), cluster).values()
@@ -181,11 +185,6 @@ def _short(room: _Room, req: _Request, closed: frozenset[str]) -> str | None:
     return None
 
 
-def _request(w: Waiting, job: Job, max_node_gpus: int) -> _Request:
-    cpus, mb = per_node_request(job)
-    return _Request(RANK[w.effective], shape(w, max_node_gpus)[1], cpus, mb)
-
-
 class Narrowing(NamedTuple):
     """What :func:`narrow_allowed` weighs besides the snapshot and the waiting jobs."""
 
@@ -197,13 +196,13 @@ class Narrowing(NamedTuple):
     """The most GPUs of a node (a job's GPUs per node, as the planner works it out)."""
     ahead: Ahead
     """The reservations (:func:`reserved`)."""
-    start_at: float
-    """When a planned job could start at the earliest (once its victims saved)."""
+    asked: Mapping[int, tuple[int, int]]
+    """The CPUs and MiB per node of each job that asks either (:func:`asks`)."""
     closed: frozenset[str] = frozenset()
     """Nodes whose free GPUs fit nobody (:func:`closed_for_room`, guards)."""
     whole: frozenset[int] = frozenset()
-    """Jobs that take whole nodes: their nodes are empty, so no room is checked, and the
-    caller leaves the reservations' nodes out before it chooses their node size."""
+    """Jobs that take whole nodes: no reservation is checked for them here (the caller leaves
+    the reservations' nodes out before it chooses their node size)."""
 
 
 def narrow_allowed(snap: ClusterSnapshot, waiting: Sequence[Waiting], how: Narrowing
@@ -211,7 +210,8 @@ def narrow_allowed(snap: ClusterSnapshot, waiting: Sequence[Waiting], how: Narro
     """Each waiting job's allowed nodes (its own, else the cluster's) without those it cannot
     start on for want of room or for a reservation (see the module doc), for the jobs that lose
     some. One set object per distinct set: the planner keys its caches by them."""
-    holders, cluster, max_node_gpus, ahead, start_at, closed, whole = how
+    holders, cluster, max_node_gpus, ahead, asked, closed, whole = how
+    now = float(snap.time)
     rooms: dict[str, _Room] | None = None
     lacking: dict[tuple[int, int], list[_Room]] = {}   # per (CPUs, MiB): nodes without them free
     # per (class, GPUs, nodes, CPUs, MiB) asked: the nodes without room for it
@@ -229,27 +229,24 @@ def narrow_allowed(snap: ClusterSnapshot, waiting: Sequence[Waiting], how: Narro
         if job is None:
             continue
         short = none
-        if w.job_id not in whole:
-            # per_node_request, inline (10,000 waiting jobs a pass)
-            count = job.node_count if job.node_count > 1 else 1
-            cpus, mb = -(-job.cpus // count), job.memory_mb // count
-            if cpus > 0 or mb > 0:
-                asked = (w.effective, w.gpus, w.nodes, cpus, mb)
-                got = shorts.get(asked)
-                if got is None:
-                    few = lacking.get((cpus, mb))
-                    if few is None:
-                        if rooms is None:
-                            rooms = _rooms(snap, holders, cluster)
-                        few = lacking[cpus, mb] = [r for r in rooms.values()
-                                                   if _lacks(r, cpus, mb)]
-                    req = _Request(RANK[w.effective], shape(w, max_node_gpus)[1], cpus, mb)
-                    got = frozenset(r.name for r in few if _short(r, req, closed) is not None)
-                    got = shorts[asked] = interned.setdefault(got, got)
-                short = got
+        request = asked.get(w.job_id)
+        if request is not None:
+            cpus, mb = request
+            key_asked = (w.effective, w.gpus, w.nodes, cpus, mb)
+            got = shorts.get(key_asked)
+            if got is None:
+                few = lacking.get(request)
+                if few is None:
+                    if rooms is None:
+                        rooms = _rooms(snap, holders, cluster)
+                    few = lacking[request] = [r for r in rooms.values() if _lacks(r, cpus, mb)]
+                req = _Request(RANK[w.effective], shape(w, max_node_gpus)[1], cpus, mb)
+                got = frozenset(r.name for r in few if _short(r, req, closed) is not None)
+                got = shorts[key_asked] = interned.setdefault(got, got)
+            short = got
         late = none
         if ahead and w.job_id not in whole:
-            names = tuple(r[1] for r in reaches(job, ahead, start_at))
+            names = tuple(r[1] for r in reaches(job, ahead, now))
             if names:
                 got = lates.get(names)
                 if got is None:
@@ -276,23 +273,23 @@ def left_out_texts(snap: ClusterSnapshot, w: Waiting, how: Narrowing) -> list[st
     job = snap.job(w.job_id)
     if job is None or w.gpus <= 0:
         return []
-    holders, cluster, max_node_gpus, ahead, start_at, closed, wholes = how
-    whole = w.job_id in wholes
+    holders, cluster, max_node_gpus, ahead, asked, closed, wholes = how
     where = cluster if w.allowed is None else w.allowed
     groups: dict[str, list[str]] = {}
-    req = _request(w, job, max_node_gpus)
-    if not whole and (req.cpus > 0 or req.mb > 0):
-        asks = ", ".join(part for part in (f"{req.cpus} CPUs" if req.cpus > 0 else "",
+    request = asked.get(w.job_id)
+    if request is not None:
+        req = _Request(RANK[w.effective], shape(w, max_node_gpus)[1], *request)
+        what = ", ".join(part for part in (f"{req.cpus} CPUs" if req.cpus > 0 else "",
                                            f"{req.mb} MiB" if req.mb > 0 else "") if part)
         for room in _rooms(snap, holders, where).values():
             why = _short(room, req, closed)
             if why is not None:
-                groups.setdefault(f"{why} ({asks} per node)", []).append(room.name)
-    if not whole:
+                groups.setdefault(f"{why} ({what} per node)", []).append(room.name)
+    if w.job_id not in wholes:
         limit = ("none" if job.time_limit is None or job.time_limit == INFINITE
-                 else _minutes(job.time_limit))
-        for start, name, nodes in reaches(job, ahead, start_at):
-            when = (f"starts in {_minutes((start - snap.time) / 60)}" if start > snap.time
+                 else format_duration(60 * job.time_limit))
+        for start, name, nodes in reaches(job, ahead, snap.time):
+            when = (f"starts in {format_duration(start - snap.time)}" if start > snap.time
                     else "has started")
             groups.setdefault(f"reservation {name} {when}, before its time limit ({limit}) "
                               "would end", []).extend(nodes & where)
@@ -300,13 +297,7 @@ def left_out_texts(snap: ClusterSnapshot, w: Waiting, how: Narrowing) -> list[st
             for why, names in groups.items() if names]
 
 
-def _minutes(minutes: float) -> str:
-    """``minutes`` as text: "45 min", "3 h 20 min"."""
-    hours, mins = divmod(max(0, round(minutes)), 60)
-    return f"{hours} h {mins} min" if hours else f"{mins} min"
-
-
-def whole_node_late(job: Job, ahead: Ahead, start_at: float) -> frozenset[str]:
+def whole_node_late(job: Job, ahead: Ahead, now: float) -> frozenset[str]:
     """The nodes a job taking whole nodes may not get for a reservation (:func:`reaches`)."""
-    return frozenset(n for r in reaches(job, ahead, start_at) for n in r[2])
+    return frozenset(n for r in reaches(job, ahead, now) for n in r[2])
 

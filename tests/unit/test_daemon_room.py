@@ -10,6 +10,7 @@ from hai_slurm.conf.topology import GpuRef
 from hai_slurm.errors import SlurmError
 from hai_slurm.priority.daemon.room import (
     Narrowing,
+    asks,
     closed_for_room,
     left_out_texts,
     narrow_allowed,
@@ -43,29 +44,32 @@ def test_rooms_keep_jobs_off_nodes_they_cannot_start_on() -> None:
     hog = fake.submit(name="hog", gpus_per_node=1, cpus_per_node=15, nodelist="n1")
     fake.submit(name="cpu-hog", gpus_per_node=0, cpus_per_node=15, nodelist="n2")
     full = fake.submit(name="full", gpus_per_node=8, cpus_per_node=12, nodelist="n4")
-    asks = {name: fake.submit(name=name, gpus_per_node=gpus, cpus_per_node=cpus, hold=True)
+    ids = {name: fake.submit(name=name, gpus_per_node=gpus, cpus_per_node=cpus, hold=True)
             for name, gpus, cpus in (("two", 2, 2), ("twin", 2, 2), ("wide", 2, 8),
                                      ("normal", 2, 8), ("cpu", 0, 1), ("unknown", 2, 0),
                                      ("tiny", 1, 1))}
     fake.schedule()
     snap = fake.snapshot()
-    waiting = [Waiting(asks[n], "t", NORMAL if n == "normal" else HIGH, gpus)
+    waiting = [Waiting(ids[n], "t", NORMAL if n == "normal" else HIGH, gpus)
                for n, gpus in (("two", 2), ("twin", 2), ("wide", 2), ("normal", 2), ("cpu", 0),
                                ("unknown", 2), ("tiny", 1))]
     holders = [_holder(fake, hog, LOW), _holder(fake, full, LOW)]
-    assert closed_for_room(snap, waiting, CLUSTER) == frozenset()
-    how = Narrowing(holders, CLUSTER, 8, (), 0.0)
+    asked = asks(snap, waiting)
+    assert set(asked) == {ids[n] for n in ("two", "twin", "wide", "normal", "tiny")}
+    assert ids["two"] not in asks(snap, waiting, frozenset({ids["two"]}))   # whole nodes
+    assert closed_for_room(snap, asked, CLUSTER) == frozenset()
+    how = Narrowing(holders, CLUSTER, 8, (), asked)
     got = narrow_allowed(snap, waiting, how)
-    assert got == {asks["two"]: {"n3", "n4"}, asks["twin"]: {"n3", "n4"},
-                   asks["wide"]: {"n3", "n4"}, asks["normal"]: {"n3", "n4"}}
-    assert got[asks["two"]] is got[asks["twin"]] is got[asks["wide"]]
+    assert got == {ids["two"]: {"n3", "n4"}, ids["twin"]: {"n3", "n4"},
+                   ids["wide"]: {"n3", "n4"}, ids["normal"]: {"n3", "n4"}}
+    assert got[ids["two"]] is got[ids["twin"]] is got[ids["wide"]]
     guarded = [_holder(fake, hog, LOW), _holder(fake, full, HIGH)]
-    got = narrow_allowed(snap, waiting, Narrowing(guarded, CLUSTER, 8, (), 0.0))
-    assert got[asks["normal"]] == {"n3"} and got[asks["two"]] == {"n3", "n4"}
+    got = narrow_allowed(snap, waiting, Narrowing(guarded, CLUSTER, 8, (), asked))
+    assert got[ids["normal"]] == {"n3"} and got[ids["two"]] == {"n3", "n4"}
     lines = left_out_texts(snap, waiting[2], how)
     assert lines == ["n[1-2]: not the CPUs it asks free, beside GPUs enough for it (8 CPUs "
                      "per node)"], lines
-    lines = left_out_texts(snap, waiting[3], Narrowing(guarded, CLUSTER, 8, (), 0.0))
+    lines = left_out_texts(snap, waiting[3], Narrowing(guarded, CLUSTER, 8, (), asked))
     assert lines[1:] == ["n4: not the CPUs it asks free, and the jobs that could give way to "
                          "it there hold too little to make the room (8 CPUs per node)"], lines
 
@@ -80,9 +84,10 @@ def test_a_node_no_waiting_job_has_room_on_is_closed_and_its_job_may_give_way() 
     fake.schedule()
     snap = fake.snapshot()
     waiting = [Waiting(one, "t", HIGH, 1)]
-    closed = closed_for_room(snap, waiting, CLUSTER)
+    asked = asks(snap, waiting)
+    closed = closed_for_room(snap, asked, CLUSTER)
     assert closed == {"n1"}
-    how = Narrowing([_holder(fake, hog, LOW)], CLUSTER, 8, (), 0.0, closed)
+    how = Narrowing([_holder(fake, hog, LOW)], CLUSTER, 8, (), asked, closed)
     assert narrow_allowed(snap, waiting, how) == {}
     assert narrow_allowed(snap, waiting, how._replace(closed=frozenset())) == {
         one: CLUSTER - {"n1"}}
@@ -91,8 +96,8 @@ def test_a_node_no_waiting_job_has_room_on_is_closed_and_its_job_may_give_way() 
 def test_reservations_keep_jobs_whose_run_reaches_them_off_their_nodes() -> None:
     """A maintenance window on n2 from 1,800 s, a started one on n3 (not flagged yet), an
     ended one, one without nodes and a guard (never counted). A job without a time limit, or
-    of 60 min, may not use n2 and n3; one of 10 min only n3, but not if it starts after 1,200
-    s (``start_at``: its victims' save); a job linked to the window only n3."""
+    of 60 min, may not use n2 and n3; one of 10 min, or linked to the window, only n3. The
+    explanation names them."""
     fake = FakeSlurm([FakeNode(f"n{i}", gpus=8) for i in range(1, 5)], now=100)
     ahead = reserved([
         Reservation("maint", ("n2",), ("root",), 1800, 5400, ("MAINT",), "INACTIVE"),
@@ -107,17 +112,15 @@ def test_reservations_keep_jobs_whose_run_reaches_them_off_their_nodes() -> None
     fake.jobs[linked].reservation = "maint"
     snap = fake.snapshot()
     waiting = [Waiting(j, "t", HIGH, 1) for j in (*jobs.values(), linked)]
-    how = Narrowing((), CLUSTER, 8, ahead, 100.0)
+    how = Narrowing((), CLUSTER, 8, ahead, {})
     got = narrow_allowed(snap, waiting, how)
     assert got == {jobs[None]: {"n1", "n4"}, jobs[INFINITE]: {"n1", "n4"},
                    jobs[60]: {"n1", "n4"}, jobs[10]: {"n1", "n2", "n4"},
                    linked: {"n1", "n2", "n4"}}
     assert got[jobs[None]] is got[jobs[60]] and got[jobs[10]] is got[linked]
-    later = narrow_allowed(snap, waiting, how._replace(start_at=1300.0))
-    assert later[jobs[10]] == {"n1", "n4"}
     assert left_out_texts(snap, waiting[2], how) == [
-        "n2: reservation maint starts in 28 min, before its time limit (1 h 0 min) would end",
-        "n3: reservation now has started, before its time limit (1 h 0 min) would end"]
+        "n2: reservation maint starts in 28m20s, before its time limit (1h) would end",
+        "n3: reservation now has started, before its time limit (1h) would end"]
 
 
 def test_the_fake_keeps_a_job_off_a_reservation_its_run_would_reach() -> None:

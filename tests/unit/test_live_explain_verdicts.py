@@ -17,10 +17,12 @@ from hai_slurm.checkpoint.protocol import (
     write_phase,
 )
 from hai_slurm.classes import ClassOrigin, PriorityClass
+from hai_slurm.errors import SlurmError
 from hai_slurm.priority.config.preempt import PreemptConfig
 from hai_slurm.priority.daemon.live import explain_live, open_repository
 from hai_slurm.priority.planner.types import PlannerConfig
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
+from hai_slurm.slurm_plugins.types import Reservation
 
 HIGH, LOW = PriorityClass.HIGH, PriorityClass.LOW
 
@@ -199,7 +201,7 @@ def test_explain_names_the_nodes_left_out_for_room_or_a_reservation_ahead(
     r.slurm.admin_reservation("maint", ["n4"], ["root"], start=r.slurm.now + 1800, minutes=60)
     wide = r.submit(HIGH, gpus=2, cpus_per_node=8)
     text = _explain(r, wide)
-    assert ("  left out of its plans: n4: reservation maint starts in 30 min, before its time "
+    assert ("  left out of its plans: n4: reservation maint starts in 30m, before its time "
             "limit (none) would end") in text, text
     assert text.count("left out of its plans") == 1, text
     assert "Planner: NO_VICTIMS" in text and "of the 3 nodes it may use" in text, text
@@ -207,3 +209,19 @@ def test_explain_names_the_nodes_left_out_for_room_or_a_reservation_ahead(
     short = r.submit(HIGH, gpus=2, cpus_per_node=2, time_limit=20)
     text = _explain(r, short)
     assert "left out" not in text and "Planner: FITS" in text, text
+
+
+def test_no_job_is_planned_while_slurms_reservations_cannot_be_read(tmp_path: Path) -> None:
+    """A job might otherwise be planned onto nodes a reservation keeps it off: explain says
+    why the pass planned nothing."""
+    r = rig(tmp_path)
+    r.daemon().run_once()
+    job = r.submit(HIGH, gpus=1)
+
+    def broken(prefix: str = "") -> tuple[Reservation, ...]:
+        raise SlurmError("scontrol show reservation failed: Unable to contact slurm controller")
+
+    r.slurm.reservations = broken  # type: ignore[method-assign]
+    text = _explain(r, job)
+    assert ("Planner: not planned: reading Slurm's reservations failed (scontrol show "
+            "reservation failed: Unable to contact slurm controller)") in text, text

@@ -243,3 +243,19 @@ def test_a_job_holding_a_nodes_cpus_may_give_way_for_them(tmp_path: Path) -> Non
     plan = last.plan_for(bene)
     assert plan is not None and plan.victim_ids == (hog,), last.decisions[bene]
     assert started_on(world, bene) == ("n1",)
+
+
+def test_an_exclusive_job_gets_no_node_a_reservation_ahead_keeps_it_off(tmp_path: Path) -> None:
+    """n1-n3 run an 8-GPU LOW job each; n4 is idle, but a maintenance starts there in 30 min.
+    An exclusive HIGH job without a time limit was given n4 as its idle node (so it "fit"
+    there and waited, as Slurm keeps it off); now its node size is chosen without n4, and
+    its plan frees another node, where it starts."""
+    world = make_world(tmp_path)
+    for i in range(1, 4):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    world.fake.admin_reservation("maint", ["n4"], ["root"], start=world.fake.now + 5400,
+                                 minutes=60)
+    last, bene = plan_for_high_job(world, tmp_path, gpus=2, exclusive="node")
+    plan = last.plan_for(bene)
+    assert plan is not None and plan.nodes != ("n4",), last.decisions[bene]
+    assert started_on(world, bene) == plan.nodes
