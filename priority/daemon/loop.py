@@ -77,6 +77,7 @@ from hai_slurm.priority.daemon.metrics import TOTALS_KEY, DaemonMetrics, Totals
 from hai_slurm.priority.daemon.urgent import (
     UrgentState,
     brief_of,
+    due_in,
     look_again,
     observe,
     urgent_rule,
@@ -528,11 +529,15 @@ class Daemon:
         return extras
 
     def _look_again(self, now: float) -> None:
-        """Watched jobs the planner's latest pass found not worth it yet get a look when their
-        wait will outweigh the loss (:func:`~.urgent.look_again`)."""
+        """Watched jobs the planner's latest pass refused get a look when their wait will
+        outweigh the loss, or when a victim too young for them is old enough
+        (:func:`~.urgent.look_again`)."""
         worth_in = getattr(self.planner, "worth_in", None)
-        if isinstance(worth_in, Mapping) and worth_in:
-            self.urgent = look_again(self.urgent, worth_in, now)
+        ripe_in = getattr(self.planner, "ripe_in", None)
+        due = due_in(worth_in if isinstance(worth_in, Mapping) else {},
+                     ripe_in if isinstance(ripe_in, Mapping) else {}, cycle=self.interval)
+        if due:
+            self.urgent = look_again(self.urgent, due, now)
 
     def _wait(self, report: CycleReport) -> None:
         """Wait for the next cycle. Meanwhile, after a cycle that went well and while this

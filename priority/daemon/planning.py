@@ -83,8 +83,11 @@ class SnapshotPlanner:
         self.config = config or PlannerConfig()
         self.last: PlanningResult | None = None
         self.worth_in: Mapping[int, float] = {}
-        """The latest pass's :attr:`PlanningResult.worth_in` (a cycle's or a look's): the
-        daemon's urgent path looks again at those jobs then."""
+        """The latest pass's :attr:`PlanningResult.worth_in` (a cycle's or a look's)."""
+        self.ripe_in: Mapping[int, float] = {}
+        """The latest pass's :attr:`PlanningResult.ripe_in`. With :attr:`worth_in`, when the
+        daemon's urgent path looks again at the jobs that pass refused
+        (:func:`~.urgent.due_in`)."""
         self.on_verdicts = on_verdicts
         self._verdicts: dict[int, Outcome] = {}
         self._usable: tuple[Topology, frozenset[str], Topology] | None = None
@@ -269,11 +272,11 @@ class SnapshotPlanner:
         """The planner's result when it proposes at least one plan, else None. A pass with a
         ``focus`` (an urgent look) plans for those jobs only; it is not kept as :attr:`last`
         nor counted in the verdicts by class, which describe a cycle's whole queue."""
-        self.worth_in = {}
+        self.worth_in = self.ripe_in = {}
         snapshot = self.snapshot(view)
         result = plan_preemptions(snapshot, config=self.config, now=view.now)
         self._report(snapshot, result, whole=view.focus is None)
-        self.worth_in = result.worth_in
+        self.worth_in, self.ripe_in = result.worth_in, result.ripe_in
         if view.focus is None:
             self.last = result
         return result if result.plans else None

@@ -9,8 +9,9 @@ once; later looks because the planner's benefit test, class weight x wait x GPUs
 victims' lost work, needs some seconds of waiting before it lets a job preempt). A look that
 finds a job not worth it yet also says when its wait will outweigh the loss; the job gets one
 more look just after that (:func:`look_again`), so it is planned as soon as the test lets it
-rather than at the next fixed look. The simulator (:class:`hai_slurm.priority.sim.ours.HaiSlurm`)
-looks at the same times.
+rather than at the next fixed look; so does a job refused for want of victims while a
+lower-class job was too young to give way to it, when that job is old enough (:func:`due_in`).
+The simulator (:class:`hai_slurm.priority.sim.ours.HaiSlurm`) looks at the same times.
 
 Pure: this module decides which jobs to look at and when (:func:`observe`); the loop
 (:mod:`hai_slurm.priority.daemon.loop`) polls, and runs the planner and executor for them.
@@ -134,27 +135,49 @@ LOOK_MARGIN = 0.2
 is strict: benefit > threshold x loss)."""
 
 
-def look_again(state: UrgentState, worth_in: Mapping[int, float], now: float, *,
-               margin: float = LOOK_MARGIN) -> UrgentState:
-    """``state`` with an extra look for each watched job the planner refused as not worth it
-    yet (``worth_in``: seconds from ``now`` until its wait alone outweighs the loss, see
-    :attr:`~hai_slurm.priority.planner.types.PlanningResult.worth_in`), at ``now + worth_in +
-    margin``, when that comes before its next look or it has none left. So a job is planned as
-    soon as the benefit test lets it, not at the next of :data:`URGENT_LOOKS` nor, once those
-    are taken, at the next cycle (up to ``[intervals] cycle`` later: a job smaller than its
-    victims may pass the test only after the last fixed look); jobs never watched (lower
-    classes, requeued victims) are left to the cycle."""
-    due = dict(state.due)
-    changed = False
+RIPE_GAP = 5.0
+"""Seconds from a pass at least before the look :func:`due_in` gives a job that waits for a
+victim to be old enough: young lower-class jobs may ripen every few seconds on a busy cluster,
+and a job refused for want of victims would get a look at each."""
+
+
+def due_in(worth_in: Mapping[int, float], ripe_in: Mapping[int, float], *,
+           cycle: float | None = None, ripe_gap: float = RIPE_GAP) -> dict[int, float]:
+    """Per job a pass refused, seconds from the pass until a look may find what it lacked:
+    the benefit test passing (``worth_in``, see
+    :attr:`~hai_slurm.priority.planner.types.PlanningResult.worth_in`) or a victim too young
+    for it old enough (``ripe_in``, at least ``ripe_gap`` away; see
+    :attr:`~hai_slurm.priority.planner.types.PlanningResult.ripe_in`); the sooner of the two."""
+    got = {jid: max(secs, ripe_gap) for jid, secs in ripe_in.items()
+           if cycle is None or secs < cycle}
     for jid, secs in worth_in.items():
+        if secs < got.get(jid, secs + 1):
+            got[jid] = secs
+    return got
+
+
+def look_again(state: UrgentState, due: Mapping[int, float], now: float, *,
+               margin: float = LOOK_MARGIN) -> UrgentState:
+    """``state`` with an extra look for each watched job the planner refused, at ``now + due +
+    margin`` (``due``: seconds from ``now`` until a look may find what the pass lacked, see
+    :func:`due_in`: until its wait alone outweighs the loss, or a victim too young for it is
+    old enough), when that comes before its next look or it has none left. So a job is planned
+    as soon as the benefit test or the victims' age lets it, not at the next of
+    :data:`URGENT_LOOKS` nor, once those are taken, at the next cycle (up to ``[intervals]
+    cycle`` later: a job smaller than its victims may pass the test only after the last fixed
+    look, and a job waiting for a young victim when it is 1 min old); jobs never watched (lower
+    classes, requeued victims) are left to the cycle."""
+    due_at = dict(state.due)
+    changed = False
+    for jid, secs in due.items():
         if jid not in state.watched:
             continue
-        times = due.get(jid, ())
+        times = due_at.get(jid, ())
         at = now + secs + margin
         if not times or at < times[0]:
-            due[jid] = (at, *times)
+            due_at[jid] = (at, *times)
             changed = True
-    return replace(state, due=MappingProxyType(due)) if changed else state
+    return replace(state, due=MappingProxyType(due_at)) if changed else state
 
 
 def with_jobs_ahead(focus: frozenset[int], priorities: Mapping[int, int]) -> frozenset[int]:

@@ -53,6 +53,7 @@ from hai_slurm.priority.daemon.cycle import CycleMemo, decide, policy_decisions
 from hai_slurm.priority.daemon.urgent import (
     LOOK_MARGIN,
     URGENT_LOOKS,
+    due_in,
     may_preempt,
     with_jobs_ahead,
 )
@@ -172,19 +173,21 @@ class HaiSlurm:
             self.counts["urgent_looks"] += 1
             self.look(now, focus)
 
-    def _look_again(self, now: int, worth_in: Mapping[int, float]) -> None:
+    def _look_again(self, now: int, due: Mapping[int, float]) -> None:
         """As the daemon's :func:`~hai_slurm.priority.daemon.urgent.look_again`: a job with looks
-        that the planner found not worth it yet gets one more, in the first whole second after
-        its wait outweighs the loss, when that comes before its next look or it has none left
-        (a job given looks that never started: the daemon's watched jobs)."""
-        if not worth_in or not self._watched:
+        that the planner refused gets one more, in the first whole second after a look may find
+        what it lacked (``due``, :func:`~hai_slurm.priority.daemon.urgent.due_in`: its wait
+        outweighs the loss, or a victim too young for it is old enough), when that comes
+        before its next look or it has none left (a job given looks that never started: the
+        daemon's watched jobs)."""
+        if not due or not self._watched:
             return
         nxt: dict[int, int] = {}
         for at, jobs in self._urgent.items():
             for job in jobs:
-                if job.slurm_id in worth_in and at < nxt.get(job.slurm_id, at + 1):
+                if job.slurm_id in due and at < nxt.get(job.slurm_id, at + 1):
                     nxt[job.slurm_id] = at
-        for jid, secs in worth_in.items():
+        for jid, secs in due.items():
             job = self.eng.by_slurm[jid]
             if job.trace.job_id not in self._watched or job.first_start is not None:
                 continue
@@ -344,7 +347,7 @@ class HaiSlurm:
                                  config=self.planner, now=float(now))
         if plans.refused:
             self.counts["plans_refused"] += 1
-        self._look_again(now, plans.worth_in)
+        self._look_again(now, due_in(plans.worth_in, plans.ripe_in, cycle=self.cycle))
         for plan in plans.plans:
             delay = max(eng.costs.checkpoint_time(eng.by_slurm[v].gpus)
                         for v in plan.victim_ids)

@@ -498,3 +498,27 @@ def test_plan_limits_grow_with_the_queue() -> None:
         20, 320)
     with pytest.raises(ConfigError, match=r"plans_per_pending: must be a number >= 0"):
         PlannerConfig(plans_per_pending=-0.5)
+
+
+def test_a_job_refused_for_want_of_victims_learns_when_a_young_one_is_old_enough() -> None:
+    """``ripe_in``: a NORMAL job's only possible victim, a LOW job 30 s old, may give way at
+    ``min_run_time`` (2 min): in 90 s. A HIGH job overrides protection and cuts the minimum
+    short (``urgent_min_run_time``, 1 min): in 30 s, also for a protected team's job, which
+    never gives way to the NORMAL job. A job of the young job's own class, and a job refused
+    for another reason (a fit, a plan), get nothing; so does a job whose victims are only
+    protected."""
+    topo = gpu_cluster(1, 1)
+    young = holder(1, LOW, gpus("n1", *ALL8), start=NOW - 30)
+    normal, high = waiting(8, NORMAL, 8), waiting(9, HIGH, 8, overrides_protection=True)
+    low = waiting(7, LOW, 8)
+    result = _plan(snapshot(topo, [young], [normal, high, low]))
+    assert {j: d.outcome for j, d in result.decisions.items()} == {
+        7: Outcome.NO_VICTIMS, 8: Outcome.NO_VICTIMS, 9: Outcome.NO_VICTIMS}
+    assert result.ripe_in == {8: pytest.approx(90.0), 9: pytest.approx(30.0)}
+    guarded = _plan(snapshot(topo, [replace(young, protected=True)], [normal, high]))
+    assert guarded.ripe_in == {9: pytest.approx(30.0)}
+    old = _plan(snapshot(topo, [replace(young, protected=True, start_time=NOW - 70)], [normal]))
+    assert old.decisions[8].outcome is Outcome.NO_VICTIMS and old.ripe_in == {}
+    two = gpu_cluster(1, 2)
+    fits = _plan(snapshot(two, [young, holder(2, LOW, gpus("n2", *ALL8))], [high, normal]))
+    assert fits.plan_for(9) is not None and fits.ripe_in == {8: pytest.approx(90.0)}

@@ -239,3 +239,17 @@ def test_hai_slurm_takes_a_small_within_quota_victim_before_a_big_borrowed_one()
     assert [(p.time - T0, p.victim, p.beneficiary) for p in strict.preemptions] == [
         (1014, 1, 3)]
     assert runs(strict)[3] == (1074, 1174, 0)
+
+
+def test_hai_slurm_plans_when_a_too_young_victim_is_old_enough() -> None:
+    """A (LOW, 8 GPUs) starts at 1000; B (HIGH, 8 GPUs) arrives at 1010. Every look and the
+    cycles until 1060 refuse B: A is younger than urgent_min_run_time (1 min), so no job may
+    give way. The refusals say when A is old enough (1060), and B, whose fixed looks are all
+    taken, gets one more look in the first whole second after 1060 + 0.2: 1061 (before, the
+    next cycle after 1060 planned it). A checkpoints (70 s), B runs 1131-1231, A restarts at
+    1231 and ends 1231 + 70 + (5000 - 61) = 6240."""
+    engine = run("hai-slurm", [job(1, 1000, 5000, 8, "t1", P.LOW),
+                               job(2, 1010, 100, 8, "t2", P.HIGH)])
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1061, 1, 2)]
+    assert runs(engine) == {1: (1000, 6240, 1), 2: (1131, 1231, 0)}

@@ -17,8 +17,10 @@ from hai_slurm.priority.daemon.loop import Daemon, Outcome
 from hai_slurm.priority.daemon.urgent import (
     LOOK_MARGIN,
     NEW_WITHIN,
+    RIPE_GAP,
     URGENT_LOOKS,
     UrgentState,
+    due_in,
     look_again,
     may_preempt,
     observe,
@@ -132,13 +134,15 @@ def _daemon(world: World, cfg: DaemonConfig) -> Daemon:
 
 
 def _between_cycles(tmp: Path, urgent_poll: str, threshold: float = 0.01,
-                    looks: list[float] | None = None) -> tuple[World, Daemon, int, float]:
-    """Four LOW jobs fill 4 x 8 GPUs for an hour; a cycle runs; 0.5 s later a HIGH job of 8
-    GPUs is submitted; the daemon then waits for its next cycle (30 s) as ``run`` does."""
+                    looks: list[float] | None = None, age: int = 3600
+                    ) -> tuple[World, Daemon, int, float]:
+    """Four LOW jobs fill 4 x 8 GPUs for ``age`` seconds (an hour); a cycle runs; 0.5 s later
+    a HIGH job of 8 GPUs is submitted; the daemon then waits for its next cycle (30 s) as
+    ``run`` does."""
     world = make_world(tmp)
     for i in range(4):
         world.victim(f"v{i}", Behaviour(ack_after=0.5))
-    world.fake.advance(world.fake.now + 3600)
+    world.fake.advance(world.fake.now + age)
     world.clock.now = float(world.fake.now)
     daemon = _daemon(world, _config(tmp, urgent_poll, threshold))
     assert daemon.interval == 30.0
@@ -328,3 +332,30 @@ def test_a_job_is_planned_as_soon_as_its_wait_outweighs_the_loss(tmp_path: Path)
     assert fixed == list(URGENT_LOOKS[:len(fixed)]) and len(fixed) >= 2, offsets
     assert fixed[-1] < extra < URGENT_LOOKS[len(fixed)], offsets
     assert plan.created_at == pytest.approx(times[-1], abs=0.01)
+
+
+def test_a_job_waiting_for_young_victims_is_planned_when_they_are_old_enough(
+        tmp_path: Path) -> None:
+    """The LOW jobs are 35 s old at the cycle: every fixed look (up to 20 s after the HIGH job
+    was seen, about 21.5 s after the cycle) finds no victim, all being younger than the
+    minimum run time (1 min). The last one says they are old enough 25 s after the cycle, so
+    the job gets one more look then (at least RIPE_GAP after that look) and is planned before
+    the next cycle (before, that cycle planned it, 29.5 s after its submission)."""
+    times: list[float] = []
+    world, _daemon, high, submitted = _between_cycles(tmp_path, "1s", looks=times, age=35)
+    (plan,) = world.repo.history()
+    assert [b.job_id for b in plan.beneficiaries] == [high]
+    assert len(times) == len(URGENT_LOOKS) + 1, [round(t - submitted, 1) for t in times]
+    assert 24.5 <= plan.created_at - submitted < 29.0, plan.created_at - submitted
+    assert plan.created_at == pytest.approx(times[-1], abs=0.01)
+
+
+def test_due_in_takes_the_sooner_look_and_spaces_looks_for_young_victims() -> None:
+    """A job refused as not worth it yet is due when its wait will outweigh the loss; one
+    refused for want of victims while a young one ages, when that one is old enough, but not
+    sooner than RIPE_GAP after the pass (young jobs may come of age every few seconds) and
+    not when the next cycle comes first (it plans the job anyway)."""
+    assert due_in({1: 3.0, 2: 9.0}, {2: 6.0, 3: 1.0, 4: 45.0}, cycle=30.0) == {
+        1: 3.0, 2: 6.0, 3: RIPE_GAP}
+    assert due_in({2: 4.0}, {2: 6.0}) == {2: 4.0}
+    assert due_in({}, {4: 45.0}) == {4: 45.0}
