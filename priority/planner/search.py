@@ -186,6 +186,8 @@ _PROTECTED_URGENT_YOUNG = "protected, too young but not for urgent work"
 """Both: protected (or too young), except for a job that overrides protection."""
 _WAIVED = frozenset({"protected", _URGENT_YOUNG, _PROTECTED_URGENT_YOUNG})
 """The categories a job that overrides protection may take, besides None."""
+_RIPENING = frozenset({"too young", _PROTECTED_YOUNG})
+"""The categories a job that overrides protection may take once they are old enough."""
 
 
 def _left_out(left_out: Mapping[tuple[int, str | None], int], claims: int,
@@ -271,10 +273,9 @@ class _Pass:
         self.frozen_left: dict[tuple[int, str | None], int] | None = None   # see options()
         self.claim_no: dict[int, int] = {}   # victim -> how many were given before it
         self._on_node: dict[str, list[int]] | None = None   # see on_node
-        # per class rank: when its first young running job stops being too young, for jobs
-        # that do not override protection (0) and for those that do (1); see ripe_in
-        self.ripe: tuple[list[float], list[float]] = ([math.inf] * len(LADDER),
-                                                      [math.inf] * len(LADDER))
+        # when each running job too young even for urgent work may give way to it (see ripens)
+        self.ripe_at: dict[int, float] = {}
+        self._ripe_index: VictimIndex | None = None
         held = self._candidates(sorted(snap.running, key=_job_id))
         if self.problem is not None:
             return
@@ -331,8 +332,8 @@ class _Pass:
                     mins = least[cls] = (config.min_run_for(cls), config.min_run_for(cls, True))
                 # young: too young for every job (2), or except for urgent work (1)
                 young = 0 if ran >= mins[0] else 1 if ran >= mins[1] else 2
-                if young and h.preemptible:
-                    self._ripens(h, rank, young, mins)
+                if young == 2 and h.preemptible:
+                    self.ripe_at[jid] = h.start_time + mins[1]
                 cat = ("not preemptible" if not h.preemptible
                        else ("protected", _PROTECTED_URGENT_YOUNG, _PROTECTED_YOUNG)[young]
                        if h.protected else (None, _URGENT_YOUNG, "too young")[young])
@@ -340,26 +341,27 @@ class _Pass:
                 left_out[rank, cat] = left_out.get((rank, cat), 0) + 1
         return held
 
-    def _ripens(self, h: Holder, rank: int, young: int, mins: tuple[float, float]) -> None:
-        """Note when the young running job ``h`` stops being too young: for every job of a
-        higher class if it is not protected, and for urgent work (which overrides protection)
-        if it is too young for that too."""
-        ripe = self.ripe
-        if not h.protected:
-            at = h.start_time + mins[0]
-            if at < ripe[0][rank]:
-                ripe[0][rank] = at
-        if young == 2:
-            at = h.start_time + mins[1]
-            if at < ripe[1][rank]:
-                ripe[1][rank] = at
-
-    def ripe_in(self, rank: int, waive_protection: bool) -> float | None:
-        """Seconds until the first running job of a class below ``rank`` that is too young
-        for a job of that rank (which overrides protection or not) is old enough, or None
-        when no such job is too young."""
-        first = min(self.ripe[waive_protection][:rank], default=math.inf)
-        return max(0.0, first - self.now) if math.isfinite(first) else None
+    def ripens(self, nodes: int, per: int, rank: int, *, cross: bool,
+               allowed: frozenset[str] | None, leaves: int | None) -> float | None:
+        """For a job of ``rank`` that overrides protection and found no victims: seconds until
+        the victims of some set are all old enough to give way to it (the sets the search
+        finds when jobs too young for it now count too), or None when none would do."""
+        ripe_at = self.ripe_at
+        if not ripe_at:
+            return None
+        index = self._ripe_index
+        if index is None:
+            index = self._ripe_index = VictimIndex(
+                self.view, self.cands,
+                [j for j, cat in self.base.items()
+                 if (cat is None or cat in _WAIVED or cat in _RIPENING)
+                 and j not in self.claimed],
+                self.config.max_candidates_per_node)
+        found = index.search(nodes, per, rank, cross_leaf=cross, allowed=allowed)
+        at = min([max([ripe_at.get(v, 0.0) for v in o.victims]) for o in found
+                  if leaves is None or _within(self.view, o.placement, leaves)],
+                 default=0.0)
+        return at - self.now if at > self.now else None
 
     @property
     def on_node(self) -> dict[str, list[int]]:
@@ -413,6 +415,8 @@ class _Pass:
         self.index.claim(victims)
         if self._waived_index is not None:
             self._waived_index.claim(victims)
+        if self._ripe_index is not None:
+            self._ripe_index.claim(victims)
 
     def excluded(self, rank: int) -> dict[str, int]:
         """How many running jobs may not give way to a job of ``rank``, per reason (what
@@ -639,16 +643,16 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                  job.overrides_protection)
         cell = kinds.get(asked)
         if cell is None:
-            cell = kinds[asked] = [_kind(job, view, config, shapes, st)]
+            cell = kinds[asked] = [_kind(job, view, config, shapes)]
         derived = cell[0]
         fixed = derived[0]
         if fixed is not None:   # no GPUs, cannot fit in this cluster, or a final verdict
             decisions[jid] = _decision(Decision, (jid, fixed[0], fixed[1]))
-            if fixed[0] is _NO_VICTIMS and derived[13] is not None:
-                ripe_in[jid] = derived[13]
+            if fixed[0] is _NO_VICTIMS and asked[5]:
+                _ripe_later(ripe_in, jid, st, derived, asked)
             continue
         (_, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text, nw_key,
-         weight, skipped, ripe) = derived
+         weight, skipped, _) = derived
         _, _, leaves, allowed, cls, waive_protection = asked
         if per < no_free.get(shape_key, per + 1):
             free = place_free(view, nodes, per, cross_leaf=cross, allowed=allowed)
@@ -669,8 +673,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             # of this shape and class take the verdict as a fixed one, without those lookups
             cell[0] = ((_NO_VICTIMS, none_text), *derived[1:])
             decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, none_text))
-            if ripe is not None:
-                ripe_in[jid] = ripe
+            if waive_protection:
+                _ripe_later(ripe_in, jid, st, derived, asked)
             continue
         seen = not_worth.get(nw_key)
         if seen is not None and seen[0] == version:
@@ -704,8 +708,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             decisions[jid] = _decision(Decision, (jid, _NO_VICTIMS, (
                 f"{lead}; no set of lower-class, {_victim_kind(waive_protection, config)} "
                 f"frees such a placement (running jobs left out: {_summary(excluded)})")))
-            if ripe is not None:
-                ripe_in[jid] = ripe
+            if waive_protection:
+                _ripe_later(ripe_in, jid, st, derived, asked)
             continue
         best = options[0]
         cands = st.cands
@@ -747,6 +751,24 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         if len(plans) >= max_plans:
             limited, limit = True, 0
     return PlanningResult(tuple(plans), decisions, None, worth_in, ripe_in)
+
+
+_UNSET = -1.0
+"""A cell's ``ripe_in`` not worked out yet."""
+
+
+def _ripe_later(ripe_in: dict[int, float], jid: int, st: _Pass, derived: _Kind,
+                asked: tuple[int, int | None, int | None, frozenset[str] | None,
+                             PriorityClass, bool]) -> None:
+    """Note when job ``jid`` (refused for want of victims, overriding protection) may find
+    victims old enough (:meth:`_Pass.ripens`, once per asked shape and class)."""
+    cell = derived[13]
+    secs = cell[0]
+    if secs == _UNSET:
+        secs = cell[0] = st.ripens(derived[1], derived[2], derived[8], cross=derived[4],
+                                   allowed=asked[3], leaves=asked[2])
+    if secs is not None:
+        ripe_in[jid] = secs
 
 
 def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:
@@ -811,22 +833,23 @@ class _Shape(NamedTuple):
 _LIMITS = ("plans", "victim searches")
 
 _Kind = tuple[tuple[Outcome, str] | None, int, int, str, bool, _Key, _VKey, str, int, str,
-              _NWKey, float, list[str | None], float | None]
+              _NWKey, float, list[str | None], list[float | None]]
 """What the walk derives from a job's asked shape and class, once per pass: (NO_GPUS or
 IMPOSSIBLE verdict or None, nodes, GPUs per node, what, cross-leaf, shape key, victim-verdict
 key, lead, rank, its NO_VICTIMS text, not-worth key, class weight, its SKIPPED texts per
-limit (made when first needed), its ``ripe_in`` when refused for want of victims)."""
+limit (made when first needed), its ``ripe_in`` when refused for want of victims (made when
+first needed: :data:`_UNSET` until then))."""
 
 
 def _kind(job: Waiting, view: ClusterView, config: PlannerConfig,
-          shapes: dict[_Asked, _Shape], st: _Pass) -> _Kind:
+          shapes: dict[_Asked, _Shape]) -> _Kind:
     cls = job.effective
     rank = RANK[cls]
     weight = config.class_weights.get(cls, 0.0)
     if job.gpus <= 0:
         return ((_NO_GPUS, "needs no GPUs: not planned"), 0, 0, "", False, (0, 0, None),
                 (0, 0, None, 0, False), "", rank, "", (0, 0, 0, None, 0, False), weight,
-                [None, None], None)
+                [None, None], [None])
     asked = (job.gpus, job.nodes, job.max_leaves, job.allowed)
     known = shapes.get(asked)
     if known is None:
@@ -838,7 +861,7 @@ def _kind(job: Waiting, view: ClusterView, config: PlannerConfig,
                  f"{lead}; no set of lower-class, "
                  f"{_victim_kind(job.overrides_protection, config)} frees such a placement")
     return (fixed, nodes, per, what, cross, shape_key, vkey, lead, rank, none_text,
-            (rank, *vkey), weight, [None, None], st.ripe_in(rank, job.overrides_protection))
+            (rank, *vkey), weight, [None, None], [_UNSET])
 
 
 def _victim_kind(overrides_protection: bool, config: PlannerConfig) -> str:

@@ -500,25 +500,26 @@ def test_plan_limits_grow_with_the_queue() -> None:
         PlannerConfig(plans_per_pending=-0.5)
 
 
-def test_a_job_refused_for_want_of_victims_learns_when_a_young_one_is_old_enough() -> None:
-    """``ripe_in``: a NORMAL job's only possible victim, a LOW job 30 s old, may give way at
-    ``min_run_time`` (2 min): in 90 s. A HIGH job overrides protection and cuts the minimum
-    short (``urgent_min_run_time``, 1 min): in 30 s, also for a protected team's job, which
-    never gives way to the NORMAL job. A job of the young job's own class, and a job refused
-    for another reason (a fit, a plan), get nothing; so does a job whose victims are only
-    protected."""
+def test_an_urgent_job_refused_for_want_of_victims_learns_when_young_ones_are_old_enough(
+        ) -> None:
+    """``ripe_in``: a HIGH job that overrides protection (as the daemon marks urgent work) and
+    whose only possible victim, a LOW job 30 s old, is too young for it (urgent_min_run_time,
+    1 min) learns that it may give way in 30 s; also when that job's team is protected. Jobs
+    that do not override protection (the urgent path never looks at them), a job of the young
+    job's own class, and a job whose victims would not make room even once old get nothing."""
     topo = gpu_cluster(1, 1)
     young = holder(1, LOW, gpus("n1", *ALL8), start=NOW - 30)
-    normal, high = waiting(8, NORMAL, 8), waiting(9, HIGH, 8, overrides_protection=True)
-    low = waiting(7, LOW, 8)
+    high = waiting(9, HIGH, 8, overrides_protection=True)
+    normal, low = waiting(8, NORMAL, 8), waiting(7, LOW, 8, overrides_protection=True)
     result = _plan(snapshot(topo, [young], [normal, high, low]))
     assert {j: d.outcome for j, d in result.decisions.items()} == {
         7: Outcome.NO_VICTIMS, 8: Outcome.NO_VICTIMS, 9: Outcome.NO_VICTIMS}
-    assert result.ripe_in == {8: pytest.approx(90.0), 9: pytest.approx(30.0)}
-    guarded = _plan(snapshot(topo, [replace(young, protected=True)], [normal, high]))
+    assert result.ripe_in == {9: pytest.approx(30.0)}
+    guarded = _plan(snapshot(topo, [replace(young, protected=True)], [high]))
     assert guarded.ripe_in == {9: pytest.approx(30.0)}
-    old = _plan(snapshot(topo, [replace(young, protected=True, start_time=NOW - 70)], [normal]))
-    assert old.decisions[8].outcome is Outcome.NO_VICTIMS and old.ripe_in == {}
-    two = gpu_cluster(1, 2)
-    fits = _plan(snapshot(two, [young, holder(2, LOW, gpus("n2", *ALL8))], [high, normal]))
-    assert fits.plan_for(9) is not None and fits.ripe_in == {8: pytest.approx(90.0)}
+    # a young 1-GPU LOW job beside 7 GPUs of HIGH work: 8 GPUs never free there, 1 does
+    mixed = [holder(1, LOW, gpus("n1", 0), start=NOW - 45), holder(2, HIGH, gpus("n1", *ALL8[1:]))]
+    one = waiting(10, HIGH, 1, overrides_protection=True)
+    result = _plan(snapshot(topo, mixed, [high, one]))
+    assert result.decisions[9].outcome is Outcome.NO_VICTIMS
+    assert result.ripe_in == {10: pytest.approx(15.0)}
