@@ -151,9 +151,13 @@ class DaemonProcess:
         return m.group(1)
 
     def wait_log(self, needle: str, timeout: float = 20.0, after: int = 0) -> None:
-        """Wait until ``needle`` appears in the log (past character ``after``)."""
+        """Wait until ``needle`` appears in the log (past character ``after``); fail at once
+        when the daemon exits without writing it."""
         try:
-            wait_until(lambda: needle in self.text()[after:], timeout, "")
+            wait_until(lambda: needle in self.text()[after:] or self.proc.poll() is not None,
+                       timeout, "")
+            if needle not in self.text()[after:]:
+                raise AssertionError
         except AssertionError:
             code = self.proc.poll()
             state = "still running" if code is None else f"exited with {code}"
