@@ -60,6 +60,8 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
         class_min_run_time=_min_runs(pl.sub("class_min_run_time")),
         benefit_threshold=pl.get("benefit_threshold", d.benefit_threshold, number(0.0),
                                  "a number >= 0 (preempt when benefit > this x lost work)"),
+        urgent_benefit_wait=pl.get("urgent_benefit_wait", d.urgent_benefit_wait, _duration,
+                                   _DURATION),
         borrowed_discount=pl.get("borrowed_discount", d.borrowed_discount, number(0.0, 1.0),
                                  "a number from 0 to 1 (a borrowed victim's loss counts x this "
                                  "against jobs within quota)"),

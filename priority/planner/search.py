@@ -461,6 +461,11 @@ class _Pass:
                 by_node.setdefault(node, []).append(c)
         return by_node, by_id, excluded
 
+    def all_save(self, victims: frozenset[int]) -> bool:
+        """Whether every one of ``victims`` saves on request (:attr:`Holder.can_ack`)."""
+        holders = self.holders
+        return all([holders[v].can_ack for v in victims])
+
     def youngest(self, victims: frozenset[int]) -> float:
         """The shortest run time (seconds until now) among ``victims``."""
         holders, now = self.holders, self.now
@@ -623,7 +628,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     no_victims: dict[_VKey, int] = {}  # shape -> highest rank that found none
     # (rank, shape) -> (state version, loss of the best set, its expected-wait floor): reused
     # only while nothing changed
-    not_worth: dict[_NWKey, tuple[int, float, float]] = {}
+    not_worth: dict[_NWKey, tuple[int, float, float, bool]] = {}
     worth_in: dict[int, float] = {}
     ripe_in: dict[int, float] = {}
     version = searches = 0
@@ -679,8 +684,12 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         seen = not_worth.get(nw_key)
         if seen is not None and seen[0] == version:
             benefit = weight * max(job.wait, seen[2]) * job.gpus
-            if benefit <= config.benefit_threshold * seen[1]:
+            urgent = waive_protection and seen[3]   # the best set saves on request
+            if (benefit <= config.benefit_threshold * seen[1]
+                    and not (urgent and job.wait >= config.urgent_benefit_wait)):
                 _worth_later(worth_in, job, weight, config.benefit_threshold * seen[1])
+                if urgent:
+                    _urgent_later(worth_in, job, config.urgent_benefit_wait)
                 decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
                     f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that")))
@@ -721,9 +730,15 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                    f"expected wait {_dur(wait)} ({config.victim_age_wait:g} x the youngest "
                    f"victim's run time; waited {_dur(job.wait)})")
         weighed = f"benefit {benefit:,.0f} = class weight {weight:g} x {counted} x {job.gpus} GPUs"
-        if not benefit > config.benefit_threshold * loss:
-            not_worth[(rank, *vkey)] = (version, loss, floor)
+        worth = benefit > config.benefit_threshold * loss
+        # urgent work whose victims all save on request (each loses its save and restart,
+        # not hours of work) preempts once it waited urgent_benefit_wait, whatever the benefit
+        urgent = waive_protection and not worth and st.all_save(best.victims)
+        if not worth and not (urgent and job.wait >= config.urgent_benefit_wait):
+            not_worth[(rank, *vkey)] = (version, loss, floor, urgent)
             _worth_later(worth_in, job, weight, config.benefit_threshold * loss)
+            if urgent:
+                _urgent_later(worth_in, job, config.urgent_benefit_wait)
             decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that")))
@@ -741,7 +756,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                   f"{len(victims)} job(s) ({borrowed} borrowed): {_victim_list(best)} on "
                   f"{','.join(chosen)} (in-node level "
                   f"{_NAME[best.placement.level]}); lost work {_gs(loss)} x threshold "
-                  f"{config.benefit_threshold:g} < {weighed}")
+                  + (f"{config.benefit_threshold:g} < {weighed}" if worth else
+                     f"{config.benefit_threshold:g} >= {weighed}, but it is urgent work that "
+                     f"waited {_dur(job.wait)} >= urgent_benefit_wait "
+                     f"{_dur(config.urgent_benefit_wait)} and every victim saves on request"))
         plans.append(PreemptionPlan(
             beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
             placement=best.placement.gpus(view), nodes=chosen,
@@ -769,6 +787,14 @@ def _ripe_later(ripe_in: dict[int, float], jid: int, st: _Pass, derived: _Kind,
                                    allowed=asked[3], leaves=asked[2])
     if secs is not None:
         ripe_in[jid] = secs
+
+
+def _urgent_later(worth_in: dict[int, float], job: Waiting, wait: float) -> None:
+    """Note when urgent ``job`` has waited ``wait``, if that comes sooner."""
+    if math.isfinite(wait):
+        secs = max(0.0, wait - job.wait)
+        if secs < worth_in.get(job.job_id, math.inf):
+            worth_in[job.job_id] = secs
 
 
 def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:

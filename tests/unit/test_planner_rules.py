@@ -523,3 +523,29 @@ def test_an_urgent_job_refused_for_want_of_victims_learns_when_young_ones_are_ol
     result = _plan(snapshot(topo, mixed, [high, one]))
     assert result.decisions[9].outcome is Outcome.NO_VICTIMS
     assert result.ripe_in == {10: pytest.approx(15.0)}
+
+
+def test_urgent_work_whose_victims_save_preempts_after_urgent_benefit_wait() -> None:
+    """A 1-GPU HIGH job (overriding protection, as urgent work is marked) facing an 8-GPU LOW
+    job that saves on request: its save + restart (60 + 120 s) x 8 GPUs = 1,440 GPU-s beats
+    the benefit 30 x wait x 1 until a wait of 48 s. After urgent_benefit_wait (7 s) the job
+    preempts anyway, and the plan says why; before, it is told when (worth_in). A victim that
+    cannot save on request (it would lose all since its last save), or a job that does not
+    override protection, still waits for the benefit test."""
+    topo = gpu_cluster(1, 1)
+    saves = holder(1, LOW, gpus("n1", *ALL8), can_ack=True)
+    early = _plan(snapshot(topo, [saves], [waiting(9, HIGH, 1, wait=5,
+                                                   overrides_protection=True)]))
+    assert early.decisions[9].outcome is Outcome.NOT_WORTH
+    assert early.worth_in == {9: pytest.approx(2.0)}
+    ben = waiting(9, HIGH, 1, wait=8, overrides_protection=True)
+    plan = _plan(snapshot(topo, [saves], [ben])).plan_for(9)
+    assert plan is not None and plan.victim_ids == (1,)
+    assert "urgent work that waited 8s >= urgent_benefit_wait 7s" in plan.reason
+    unsaved = _plan(snapshot(topo, [replace(saves, can_ack=False)], [ben]))
+    assert unsaved.decisions[9].outcome is Outcome.NOT_WORTH
+    plain = _plan(snapshot(topo, [saves], [replace(ben, overrides_protection=False)]))
+    assert plain.decisions[9].outcome is Outcome.NOT_WORTH
+    never = _plan(snapshot(topo, [saves], [ben]),
+                  config=replace(CFG, urgent_benefit_wait=3600.0))
+    assert never.decisions[9].outcome is Outcome.NOT_WORTH

@@ -69,16 +69,19 @@ def test_hai_slurm_preempts_once_the_benefit_beats_the_lost_work() -> None:
     """B asks for 1 GPU. A saves on request, so the planner counts its checkpoint time (70 s)
     plus its restart as it measured it (the cost model's 60 + 10 x 1 node = 70 s, under the
     daemon's default estimate of 2 min) x 8 GPUs = 1120: B's benefit 30 x wait x 1 needs a
-    wait over 37.3 s. The urgent looks (1001-1021) and the cycle at 1020 refuse; the refusals
-    say when the wait will outweigh the loss, so B, whose fixed looks are all taken, gets one
-    more look in the first whole second after 1037.3 + 0.2: 1038 (look_again; before issue 16's
-    third pass only a job with fixed looks left got one, and a later cycle planned). A
-    checkpoints (70 s), B runs 1108-1208, A restarts at 1208 with 5000 - 1038 s left after its
-    simulated 70 s of restart: ends 5240. (With the 2-min restart estimate, before the job's
-    own figure was used: a wait over 50.7 s, planned at 1051.)"""
+    wait over 37.3 s. But B is urgent work (HIGH) and A saves on request, so B preempts once
+    it waited urgent_benefit_wait (7 s): the looks at 1001, 1003 and 1006 refuse and say so,
+    and B gets one more look in the first whole second after 1007 + 0.2: 1008. A checkpoints
+    (70 s), B runs 1078-1178, A restarts at 1178 with 5000 - 1008 s left after its simulated
+    70 s of restart: ends 5240. (Without urgent_benefit_wait B was planned at 1038, when the
+    benefit test passed; before look_again told when, at a later cycle.)"""
     engine = run("hai-slurm", [PREEMPT[0], job(2, 1000, 100, 1, "t2", P.HIGH)])
-    assert runs(engine) == {1: (0, 5240, 1), 2: (1108, 1208, 0)}
+    assert runs(engine) == {1: (0, 5240, 1), 2: (1078, 1178, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1008, 1, 2)]
+    patient = run("hai-slurm", [PREEMPT[0], job(2, 1000, 100, 1, "t2", P.HIGH)],
+                  "[planner]\nurgent_benefit_wait = \"1h\"\n")
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in patient.preemptions] == [
         (1038, 1, 2)]
 
 
@@ -229,16 +232,17 @@ def test_hai_slurm_takes_a_small_within_quota_victim_before_a_big_borrowed_one()
     job 2 gives way at the look of 1002 (after the refusal at 1001 said a wait over 1.75 s
     would do: 30 x 2 x 2 = 120 > 105), saves 35 s, and job 3 runs 1037-1137 (hai-platform also
     takes job 2, after its 10 s: 1045). With discount 0 (borrowed strictly first, the rule
-    before) job 1 gives way once 30 x wait x 2 beats 780 (a wait over 13 s), at the look of
-    1014, saves 60 s: job 3 runs 1074-1174."""
+    before) job 1 would give way once 30 x wait x 2 beats 780 (a wait over 13 s); as job 3 is
+    urgent and job 1 saves on request, it gives way once job 3 waited urgent_benefit_wait
+    (7 s), at the look of 1008, and saves 60 s: job 3 runs 1068-1168."""
     engine = run("hai-slurm", BORROWED)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
         (1002, 2, 3)]
     assert runs(engine)[3] == (1037, 1137, 0)
     strict = run("hai-slurm", BORROWED, "[planner]\nborrowed_discount = 0\n")
     assert [(p.time - T0, p.victim, p.beneficiary) for p in strict.preemptions] == [
-        (1014, 1, 3)]
-    assert runs(strict)[3] == (1074, 1174, 0)
+        (1008, 1, 3)]
+    assert runs(strict)[3] == (1068, 1168, 0)
 
 
 def test_hai_slurm_plans_when_a_too_young_victim_is_old_enough() -> None:

@@ -115,7 +115,8 @@ def test_a_cycle_that_sees_a_new_job_first_is_its_first_look() -> None:
 
 
 # ------------------------------------------------------------------------ the daemon's loop
-def _config(tmp: Path, urgent_poll: str, threshold: float = 0.01) -> DaemonConfig:
+def _config(tmp: Path, urgent_poll: str, threshold: float = 0.01,
+            urgent_wait: str = "7s") -> DaemonConfig:
     """The default 30-s cycle; a benefit threshold low enough for the first look to plan."""
     return parse_config(f"""
 state_dir = "{tmp}"
@@ -125,6 +126,7 @@ urgent_poll = "{urgent_poll}"
 [planner]
 min_run_time = "60s"
 benefit_threshold = {threshold}
+urgent_benefit_wait = "{urgent_wait}"
 """, source=str(tmp / "daemon.toml"))
 
 
@@ -134,8 +136,8 @@ def _daemon(world: World, cfg: DaemonConfig) -> Daemon:
 
 
 def _between_cycles(tmp: Path, urgent_poll: str, threshold: float = 0.01,
-                    looks: list[float] | None = None, age: int = 3600
-                    ) -> tuple[World, Daemon, int, float]:
+                    looks: list[float] | None = None, age: int = 3600,
+                    urgent_wait: str = "7s") -> tuple[World, Daemon, int, float]:
     """Four LOW jobs fill 4 x 8 GPUs for ``age`` seconds (an hour); a cycle runs; 0.5 s later
     a HIGH job of 8 GPUs is submitted; the daemon then waits for its next cycle (30 s) as
     ``run`` does."""
@@ -144,7 +146,7 @@ def _between_cycles(tmp: Path, urgent_poll: str, threshold: float = 0.01,
         world.victim(f"v{i}", Behaviour(ack_after=0.5))
     world.fake.advance(world.fake.now + age)
     world.clock.now = float(world.fake.now)
-    daemon = _daemon(world, _config(tmp, urgent_poll, threshold))
+    daemon = _daemon(world, _config(tmp, urgent_poll, threshold, urgent_wait))
     assert daemon.interval == 30.0
     if looks is not None:
         look = daemon.look
@@ -257,12 +259,12 @@ def test_a_failed_poll_is_logged_and_the_next_poll_tries_again(
 
 def test_a_job_the_benefit_test_refuses_is_looked_at_again_until_20_s_later(
         tmp_path: Path) -> None:
-    """A benefit threshold no look can pass: the job is looked at when first seen (the poll
-    after its submission) and 2, 5, 10, 15 and 20 s later, six looks, no plan, until the
-    cycle."""
+    """A benefit threshold no look can pass (and an urgent_benefit_wait of an hour): the job
+    is looked at when first seen (the poll after its submission) and 2, 5, 10, 15 and 20 s
+    later, six looks, no plan, until the cycle."""
     times: list[float] = []
     world, daemon, _high, submitted = _between_cycles(tmp_path, "1s", threshold=1e6,
-                                                      looks=times)
+                                                      looks=times, urgent_wait="1h")
     assert world.repo.history() == []
     assert daemon.urgent_looks == 6
     sample = daemon.metrics.registry.get_sample_value
