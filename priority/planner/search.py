@@ -626,8 +626,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     # shapes are (nodes, --switches limit or 0, allowed nodes[, GPUs per node])
     no_free: dict[_Key, int] = {}     # shape -> smallest per-node count that failed
     no_victims: dict[_VKey, int] = {}  # shape -> highest rank that found none
-    # (rank, shape) -> (state version, loss of the best set, its expected-wait floor): reused
-    # only while nothing changed
+    # (rank, shape) -> (state version, loss of the best set, its expected-wait floor, whether
+    # urgent work may take it after urgent_benefit_wait): reused only while nothing changed
     not_worth: dict[_NWKey, tuple[int, float, float, bool]] = {}
     worth_in: dict[int, float] = {}
     ripe_in: dict[int, float] = {}
@@ -692,7 +692,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                     _urgent_later(worth_in, job, config.urgent_benefit_wait)
                 decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
-                    f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that")))
+                    f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"
+                    + (_urgent_text(config) if urgent else ""))))
                 continue
         if limited:
             text = skipped[limit]
@@ -741,7 +742,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 _urgent_later(worth_in, job, config.urgent_benefit_wait)
             decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
-                f"{weighed} is not more than {config.benefit_threshold:g} x that")))
+                f"{weighed} is not more than {config.benefit_threshold:g} x that"
+                + (_urgent_text(config) if urgent else ""))))
             continue
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
@@ -790,11 +792,17 @@ def _ripe_later(ripe_in: dict[int, float], jid: int, st: _Pass, derived: _Kind,
 
 
 def _urgent_later(worth_in: dict[int, float], job: Waiting, wait: float) -> None:
-    """Note when urgent ``job`` has waited ``wait``, if that comes sooner."""
-    if math.isfinite(wait):
-        secs = max(0.0, wait - job.wait)
-        if secs < worth_in.get(job.job_id, math.inf):
-            worth_in[job.job_id] = secs
+    """Note when urgent ``job`` has waited ``wait`` (urgent_benefit_wait), if that comes
+    before its wait outweighs the loss."""
+    secs = max(0.0, wait - job.wait)
+    if secs < worth_in.get(job.job_id, math.inf):
+        worth_in[job.job_id] = secs
+
+
+def _urgent_text(config: PlannerConfig) -> str:
+    """What a not-worth verdict adds for urgent work whose best victims save on request."""
+    return (f"; as urgent work whose victims save on request it preempts once it waited "
+            f"urgent_benefit_wait {_dur(config.urgent_benefit_wait)}")
 
 
 def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:

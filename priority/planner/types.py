@@ -418,8 +418,10 @@ class PlanningResult:
     refused: str | None = None
     worth_in: Mapping[int, float] = field(default_factory=dict)
     """For each job refused as not worth it: seconds from ``now`` after which its own growing
-    wait alone outweighs the loss of the best victim set found, if nothing else changes (the
-    daemon's urgent path looks at it again then, rather than at its next fixed look)."""
+    wait alone outweighs the loss of the best victim set found, or, for urgent work whose
+    best victims all save on request, it has waited ``urgent_benefit_wait`` (the sooner), if
+    nothing else changes (the daemon's urgent path looks at it again then, rather than at its
+    next fixed look)."""
     ripe_in: Mapping[int, float] = field(default_factory=dict)
     """For each job refused for want of victims while a running job of a lower class was too
     young to give way to it (``min_run_time``, or ``urgent_min_run_time`` for a job that

@@ -549,3 +549,5 @@ def test_urgent_work_whose_victims_save_preempts_after_urgent_benefit_wait() -> 
     never = _plan(snapshot(topo, [saves], [ben]),
                   config=replace(CFG, urgent_benefit_wait=3600.0))
     assert never.decisions[9].outcome is Outcome.NOT_WORTH
+    assert "preempts once it waited urgent_benefit_wait 7s" in early.decisions[9].reason
+    assert "urgent_benefit_wait" not in unsaved.decisions[9].reason
