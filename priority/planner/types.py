@@ -423,11 +423,11 @@ class PlanningResult:
     nothing else changes (the daemon's urgent path looks at it again then, rather than at its
     next fixed look)."""
     ripe_in: Mapping[int, float] = field(default_factory=dict)
-    """For each job refused for want of victims while a running job of a lower class was too
-    young to give way to it (``min_run_time``, or ``urgent_min_run_time`` for a job that
-    overrides protection): seconds from ``now`` until the first such job is old enough. The
-    daemon's urgent path looks again then, so a top-class job waiting for a young victim is
-    planned when that victim may give way, not at the next cycle."""
+    """For each job that overrides protection and was refused for want of victims: seconds
+    from ``now`` until the victims of some set that would make room for it, counting jobs now
+    younger than ``urgent_min_run_time``, are all old enough to give way to it (absent when no
+    such set exists). The daemon's urgent path looks again then, so a top-class job waiting
+    for young victims is planned when they may give way, not at the next cycle."""
 
     def plan_for(self, job_id: int) -> PreemptionPlan | None:
         """The plan whose beneficiary is ``job_id``, if any."""
