@@ -351,12 +351,7 @@ class _Pass:
             return None
         index = self._ripe_index
         if index is None:
-            index = self._ripe_index = VictimIndex(
-                self.view, self.cands,
-                [j for j, cat in self.base.items()
-                 if (cat is None or cat in _WAIVED or cat in _RIPENING)
-                 and j not in self.claimed],
-                self.config.max_candidates_per_node)
+            index = self._ripe_index = self._unclaimed_index(_WAIVED | _RIPENING)
         found = index.search(nodes, per, rank, cross_leaf=cross, allowed=allowed)
         at = min([max([ripe_at.get(v, 0.0) for v in o.victims]) for o in found
                   if leaves is None or _within(self.view, o.placement, leaves)],
@@ -375,17 +370,23 @@ class _Pass:
                     got.setdefault(node, []).append(jid)
         return got
 
+    def _unclaimed_index(self, categories: frozenset[str]) -> VictimIndex:
+        """A victim index of the running jobs not claimed yet that may give way (``base``
+        None) or are left out only for one of ``categories`` (made when first needed: the
+        first index is made in the setup)."""
+        claimed = self.claimed
+        return VictimIndex(self.view, self.cands,
+                           [j for j, cat in self.base.items()
+                            if (cat is None or cat in categories) and j not in claimed],
+                           self.config.max_candidates_per_node)
+
     def _index_for(self, waive_protection: bool) -> VictimIndex:
         """The victim index of a job that overrides protection (``waive_protection``) or not
         (the same one when no running job may give way to the first only)."""
         if not waive_protection or not self._waivable:
             return self.index
         if self._waived_index is None:
-            self._waived_index = VictimIndex(
-                self.view, self.cands, [j for j, cat in self.base.items()
-                                        if (cat is None or cat in _WAIVED)
-                                        and j not in self.claimed],
-                self.config.max_candidates_per_node)
+            self._waived_index = self._unclaimed_index(_WAIVED)
         return self._waived_index
 
     def occupy(self, node: str, mask: int) -> None:
@@ -684,7 +685,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         seen = not_worth.get(nw_key)
         if seen is not None and seen[0] == version:
             benefit = weight * max(job.wait, seen[2]) * job.gpus
-            urgent = waive_protection and seen[3]   # the best set saves on request
+            urgent = seen[3]   # urgent work and the best set saves on request (see below)
             if (benefit <= config.benefit_threshold * seen[1]
                     and not (urgent and job.wait >= config.urgent_benefit_wait)):
                 _worth_later(worth_in, job, weight, config.benefit_threshold * seen[1])

@@ -70,21 +70,23 @@ def test_a_high_job_behind_young_jobs_is_planned_when_they_come_of_age(
     """The four LOW jobs are younger than the urgent minimum run time (45 s here) when the
     HIGH job arrives: every fixed look (up to 20 s after it was seen) refuses it, "too young".
     The refusal says when they come of age, and the job gets one more look then, so it is
-    planned within seconds of that, long before the next cycle (80 s here; before, that
-    cycle planned it)."""
-    lows = bed.fill()
+    planned within seconds of that, long before the next cycle (120 s here; before, that
+    cycle planned it). The daemon runs its first cycle before the LOW jobs start, so they are
+    seconds old when the HIGH job arrives however long the daemon took to start."""
     config = daemon_config(tmp_path, bed.testbed, shipped_intervals=True, extra="""
 urgent_min_run_time = "45s"
 [planner.class_min_run_time]
 LOW = "10m"
 [intervals]
-cycle = "80s"
+cycle = "120s"
+lock_ttl = "150s"
 """)
     daemon = DaemonProcess.start(config, tmp_path / "daemon.log", bed.testbed)
     repo = Repository(make_engine(f"sqlite:///{tmp_path}/hai-slurm.db"))
     try:
         daemon.wait_log("cycle: ", timeout=30)
         cycles = daemon.text().count("cycle: ")
+        lows = bed.fill()
         snap = bed.slurm.snapshot()
         starts = [snap.job(low.job_id).start_time for low in lows]
         assert all(s is not None for s in starts), starts
@@ -99,7 +101,7 @@ cycle = "80s"
             f"no plan for job {high.job_id} within 20 s of its victims' coming of age; "
             f"log:\n{daemon.text()[-3000:]}")
         print(f"victims of age -> plan created: {plan.created_at - of_age:.2f} s "
-              f"(cycle 80 s, RIPE_GAP 5 s)")
+              f"(cycle 120 s, RIPE_GAP 5 s)")
         assert plan.created_at >= of_age - 1, "planned before its victims came of age"
         assert daemon.text().count("cycle: ") == cycles, "a cycle planned it, not a look"
         bed.wait(high, "RUNNING", "COMPLETED", timeout=60)
