@@ -93,8 +93,7 @@ class _Base:
                 failed.append((rank, job.nodes, job.per_node))
                 continue
             victims, nodes = got
-            delay = max(eng.costs.grace_time if self.mode is Mode.KILL
-                        else eng.costs.checkpoint_time(eng.by_slurm[v].gpus) for v in victims)
+            delay = max(eng.victim_wait(eng.by_slurm[v]) for v in victims)
             eng.preempt(victims, job.slurm_id, nodes=nodes, delay=delay)
             self.inflight[job.slurm_id] = now + delay + eng.costs.requeue_delay + 1
 

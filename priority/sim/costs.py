@@ -8,7 +8,11 @@
   (``cred_expire`` + 1, 11 s with Slurm's default);
 * policies that kill (slurm-multifactor) lose the work since the job's last *periodic* checkpoint,
   taken every ``checkpoint_interval`` s of progress; ``grace_time`` is Slurm's GraceTime between
-  the preemption signal and the kill.
+  the preemption signal and the kill;
+* a job that cannot save on request (``TraceJob.saves`` False: no ``#HAI --checkpoint-dir``)
+  asked to give way by a policy that asks (hai-slurm, hai-platform) runs on until the request's
+  ``deadline`` (the executor's ``default_grace``, 60 s) and is requeued then: it loses the work
+  since its last periodic checkpoint, as a killed job does.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class CostModel:
     requeue_delay: int = 11
     checkpoint_interval: int = 3600
     grace_time: int = 120
+    deadline: int = 60
 
     def checkpoint_time(self, gpus: int) -> int:
         """Seconds a job of ``gpus`` GPUs needs to write a checkpoint on request."""

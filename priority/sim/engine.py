@@ -7,11 +7,12 @@ and the policy gets :meth:`Policy.on_step`. Policies with a cycle (the daemon's 
 :meth:`Policy.on_cycle` at multiples of it while jobs are pending; with nothing pending a cycle
 could change nothing that matters, so none is simulated.
 
-A preempted job (:meth:`Engine.preempt`) keeps its GPUs for ``delay`` seconds (checkpoint time, or
-Slurm's GraceTime), then is requeued through the Slurm interface and may start again after the
-requeue delay. What it keeps of its progress is decided by the policy's mode: ``checkpoint`` keeps
-everything up to the signal, ``kill`` only what the last periodic checkpoint saved. GPU time lost
-is, per job, GPU-seconds held minus GPU-seconds of useful work.
+A preempted job (:meth:`Engine.preempt`) keeps its GPUs for ``delay`` seconds (the plan's slowest
+victim: :meth:`Engine.victim_wait`), then is requeued through the Slurm interface and may start
+again after the requeue delay. What it keeps of its progress is decided by the policy's mode:
+``checkpoint`` keeps everything up to the signal for a job that saves on request
+(``TraceJob.saves``), ``kill`` (or a job that cannot save) only what the last periodic
+checkpoint saved. GPU time lost is, per job, GPU-seconds held minus GPU-seconds of useful work.
 """
 
 from __future__ import annotations
@@ -278,9 +279,7 @@ class Engine:
                 continue
             job.signalled = self.now
             self.slurm.signal(vid, "USR2" if self.policy.mode is Mode.CHECKPOINT else "TERM")
-            wait = delay if delay is not None else (
-                self.costs.grace_time if self.policy.mode is Mode.KILL
-                else self.costs.checkpoint_time(job.gpus))
+            wait = delay if delay is not None else self.victim_wait(job)
             self.preemptions.append(Preemption(
                 self.now, job.trace.job_id, ben.trace.job_id if ben else None, job.trace.team,
                 ben.trace.team if ben else ""))
@@ -291,7 +290,7 @@ class Engine:
         job = self.by_slurm[jid]
         if job.token != token or job.run_start is None or job.signalled is None:
             return  # it ended before the checkpoint/grace time was over
-        if self.policy.mode is Mode.CHECKPOINT:
+        if self.policy.mode is Mode.CHECKPOINT and job.trace.saves:
             kept = job.progress(job.signalled)
             job.last_checkpoint = job.signalled
         else:
@@ -304,6 +303,15 @@ class Engine:
         self.push(self.now + self.costs.requeue_delay, Kind.WAKE)
 
     # -- for policies --------------------------------------------------------------------------
+    def victim_wait(self, job: SimJob) -> int:
+        """Seconds ``job`` keeps its GPUs once asked to give way: Slurm's GraceTime under a
+        policy that kills, its checkpoint time when it saves on request, else the request's
+        deadline (it runs on until then: ``CostModel.deadline``)."""
+        costs = self.costs
+        if self.policy.mode is Mode.KILL:
+            return costs.grace_time
+        return costs.checkpoint_time(job.gpus) if job.trace.saves else costs.deadline
+
     def periodic_checkpoint(self, job: SimJob, now: int) -> int | None:
         """When the running ``job`` last saved: a periodic checkpoint or an asked-for one."""
         if job.run_start is None:

@@ -27,6 +27,7 @@ from hai_slurm.conf.topology import Topology
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.policy.settings import TeamQuota
 from hai_slurm.priority.sim.cluster import node_type
+from hai_slurm.priority.sim.synthetic import with_no_save
 from hai_slurm.priority.sim.trace import Trace, TraceJob
 
 #: GPU counts and weights of the two size mixes.
@@ -57,6 +58,7 @@ class Scenario:
     seed: int
     jobs: int = 160
     duration: float = 1800.0   # mean run time (exponential, at least 60 s)
+    no_save: float = 0.0       # fraction of jobs that cannot save on request (TraceJob.saves)
 
 
 def family(*, held_out: bool = False) -> tuple[Scenario, ...]:
@@ -84,7 +86,8 @@ def family(*, held_out: bool = False) -> tuple[Scenario, ...]:
 def probe() -> tuple[Scenario, ...]:
     """Scenarios outside the family's ranges, to see how far the defaults carry (never tuned
     on): clusters of 2 to 32 nodes, loads 0.5-2.0, mean run times of 10 min and 2 h, top-class
-    shares of 2 % and 45 %, 24 teams, 16 leaves of one node."""
+    shares of 2 % and 45 %, 24 teams, 16 leaves of one node, and a third or most of the jobs
+    unable to save on request (every job of the rest of the matrix saves)."""
     rows = [
         ("P-tiny-over", 1.6, "small", 0.20, 3, 2, 2, 501, 160, 1800.0),
         ("P-big-full", 1.0, "large", 0.15, 10, 32, 8, 502, 300, 1800.0),
@@ -97,8 +100,10 @@ def probe() -> tuple[Scenario, ...]:
         ("P-light", 0.5, "large", 0.30, 4, 4, 4, 509, 160, 1800.0),
         ("P-16leaf", 1.2, "large", 0.20, 6, 16, 1, 510, 200, 1800.0),
     ]
-    return tuple(Scenario(n, load, mix, top, teams, nodes, per_leaf, seed, jobs, duration)
-                 for n, load, mix, top, teams, nodes, per_leaf, seed, jobs, duration in rows)
+    return (*(Scenario(n, load, mix, top, teams, nodes, per_leaf, seed, jobs, duration)
+              for n, load, mix, top, teams, nodes, per_leaf, seed, jobs, duration in rows),
+            Scenario("P-some-no-save", 1.2, "large", 0.20, 6, 6, 2, 511, no_save=0.3),
+            Scenario("P-most-no-save", 1.3, "small", 0.20, 6, 4, 4, 512, no_save=0.8))
 
 
 def cluster(s: Scenario) -> Topology:
@@ -135,7 +140,8 @@ def workload(s: Scenario) -> Trace:
         duration = max(60, round(rng.expovariate(1.0 / s.duration)))
         jobs.append(TraceJob(i + 1, int(t), duration, gpus, team,
                              rng.choices(classes, cw)[0], nodes, team))
-    return Trace(tuple(jobs), f"matrix:{s.name}(seed={s.seed})")
+    return Trace(with_no_save(jobs, s.no_save, f"{s.seed}/no-save"),
+                 f"matrix:{s.name}(seed={s.seed})")
 
 
 def quotas(config: DaemonConfig, s: Scenario) -> DaemonConfig:

@@ -135,8 +135,9 @@ class HaiSlurm:
         """False: every pass builds its holders (for tests: the result must not change)."""
         self._saves: dict[int, float | None] = {}
         self._restarts: dict[int, float] = {}
-        """:meth:`_charge` of each Slurm job id planned with (save, restart seconds): kept for
-        the whole run, as they never change for a job (the planner reads the running ones)."""
+        """:meth:`_charge` of each Slurm job id planned with (save, restart seconds; a job that
+        cannot save on request has no save: ``Holder.can_ack`` False): kept for the whole run,
+        as they never change for a job (the planner reads the running ones)."""
         self.counts: Counter[str] = Counter()
 
     def attach(self, engine: Engine) -> None:
@@ -253,19 +254,21 @@ class HaiSlurm:
         self.eng.slurm.reserve(keep)
         self.counts["reserved_job_cycles"] += len(keep)
 
-    def _charge(self, job: SimJob) -> tuple[float, float]:
+    def _charge(self, job: SimJob) -> tuple[float | None, float]:
         """(save, restart) seconds the planner charges ``job`` as a victim: its checkpoint time
-        by the cost model, and its restart as it measured it (the daemon's SaveTimes), never
-        above the configured restart cost. Functions of the job's size only (fixed for a
-        trace job), so worked out once per job (see ``_saves``)."""
+        by the cost model (None: it cannot save on request), and its restart as it measured
+        it (the daemon's SaveTimes), never above the configured restart cost. Functions of the
+        job's size only (fixed for a trace job), so worked out once per job (see
+        ``_saves``)."""
         costs, n = self.eng.costs, job.nodes
-        return (float(costs.checkpoint_time(job.gpus)),
+        return (float(costs.checkpoint_time(job.gpus)) if job.trace.saves else None,
                 float(min(costs.restart_time(n), self.planner.restart_for(n))))
 
     def _holders_for(self, running: tuple[RunningJob, ...], result: PolicyResult,
                      now: int) -> tuple[Holder, ...]:
-        """The planner's holders: every running job saves on request, its checkpoints are the
-        engine's, and a job already asked to save is no victim again.
+        """The planner's holders: a running job saves on request when its trace job does
+        (``TraceJob.saves``), its checkpoints are the engine's, and a job already asked to
+        save is no victim again.
 
         The last pass's holders are given again (:class:`HolderPass`) when nothing they are
         made from can have changed: the very same running jobs (the same run of each: a job
@@ -296,8 +299,10 @@ class HaiSlurm:
         for r in running:
             jid = r.job_id
             job = by_slurm[jid]
-            if jid not in saves:
-                saves[jid], restarts[jid] = self._charge(job)
+            if jid not in restarts:
+                save, restarts[jid] = self._charge(job)
+                if save is not None:
+                    saves[jid] = save
             gpus[jid] = gpus_of(jid)
             c = kept.get(jid)
             if c is not None and c[0] == job.token and now < c[1]:
@@ -349,8 +354,7 @@ class HaiSlurm:
             self.counts["plans_refused"] += 1
         self._look_again(now, due_in(plans.worth_in, plans.ripe_in, cycle=self.cycle))
         for plan in plans.plans:
-            delay = max(eng.costs.checkpoint_time(eng.by_slurm[v].gpus)
-                        for v in plan.victim_ids)
+            delay = max(eng.victim_wait(eng.by_slurm[v]) for v in plan.victim_ids)
             eng.preempt(plan.victim_ids, plan.beneficiary, nodes=plan.nodes, delay=delay,
                         guard_for=self.guard_for)
             self.inflight[plan.beneficiary] = now + delay + eng.costs.requeue_delay + 1
@@ -365,6 +369,7 @@ class HaiSlurm:
                                                  vj.trace.user or v.team, float(now),
                                                  job_id=v.job_id))
                 t = self.tracked.get(v.job_id)
-                if t is not None:
-                    self.tracked[v.job_id] = replace(t, preemptions=t.preemptions + 1,
-                                                     checkpoint_at=float(now))
+                if t is not None:   # a save is noted for a job that acknowledges only
+                    self.tracked[v.job_id] = replace(
+                        t, preemptions=t.preemptions + 1,
+                        checkpoint_at=float(now) if vj.trace.saves else t.checkpoint_at)

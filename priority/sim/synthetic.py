@@ -4,13 +4,16 @@
 classes=HIGH:10/NORMAL:60/LOW:30,teams=4"``; :func:`generate` turns a spec and a seed into a
 :class:`~hai_slurm.priority.sim.trace.Trace`, the same one for the same seed. Durations are
 exponential around ``duration`` (at least 60 s); sizes above ``node_gpus`` ask for whole nodes.
+``no_save`` (0 to 1, default 0) is the fraction of jobs that cannot save on request
+(``TraceJob.saves``), drawn from a stream of its own: the other values of the jobs are those of
+the same spec without it.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
@@ -35,6 +38,7 @@ class SyntheticSpec:
         PriorityClass.BELOW_NORMAL: 15.0, PriorityClass.LOW: 25.0}))
     teams: int = 4
     node_gpus: int = 8
+    no_save: float = 0.0
 
 
 def _mix(text: str, key: str) -> dict[str, float]:
@@ -80,6 +84,11 @@ def parse_spec(text: str) -> SyntheticSpec:
                 spec = (replace(spec, jobs=number) if key == "jobs" else
                         replace(spec, teams=number) if key == "teams" else
                         replace(spec, node_gpus=number))
+            elif key == "no_save":
+                share = float(value)
+                if not 0 <= share <= 1:
+                    raise ValueError("must be between 0 and 1")
+                spec = replace(spec, no_save=share)
             else:
                 real = float(value)
                 if not real > 0 or not math.isfinite(real):
@@ -107,4 +116,13 @@ def generate(spec: SyntheticSpec, seed: int) -> Trace:
         duration = max(60, round(rng.expovariate(1.0 / spec.duration)))
         jobs.append(TraceJob(i + 1, int(t), duration, gpus, team,
                              rng.choices(classes, class_w)[0], nodes, team))
-    return Trace(tuple(jobs), f"synthetic(seed={seed})")
+    return Trace(with_no_save(jobs, spec.no_save, f"{seed}/no-save"), f"synthetic(seed={seed})")
+
+
+def with_no_save(jobs: Sequence[TraceJob], share: float, seed: str) -> tuple[TraceJob, ...]:
+    """``jobs`` with about ``share`` of them unable to save on request, drawn from a random
+    stream of ``seed`` (so the jobs' other values do not move with ``share``)."""
+    if share <= 0:
+        return tuple(jobs)
+    rng = random.Random(seed)  # noqa: S311 - reproducible workload, not secrets
+    return tuple(replace(j, saves=rng.random() >= share) for j in jobs)

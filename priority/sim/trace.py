@@ -10,7 +10,10 @@ line, column and value (the default), or are skipped and counted (``skip_bad=Tru
 
 **Generic CSV** (header required, any column order, extra columns ignored)::
 
-    submit,duration,gpus,nodes,team,class[,user][,id]
+    submit,duration,gpus,nodes,team,class[,user][,id][,saves]
+
+``saves`` (``1``/``0``, ``yes``/``no``, ``true``/``false``; empty or absent: yes) says whether the
+job saves when asked (:attr:`TraceJob.saves`).
 
 **Alibaba GPU trace v2023** (``openb_pod_list_*.csv``): see :func:`read_alibaba` for the
 mapping of its columns, QoS and (absent) teams.
@@ -47,6 +50,10 @@ class TraceJob:
     nodes: int = 0
     user: str = ""
     name: str = ""
+    saves: bool = True
+    """The job saves when asked (``#HAI --checkpoint-dir``: it acknowledges a request). False:
+    asked to give way, it runs on until the request's deadline and is requeued then, losing the
+    work since its last periodic checkpoint (:class:`~hai_slurm.priority.sim.costs.CostModel`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +160,18 @@ def _int(row: Mapping[str, str], column: str, low: int = 0, *, empty: int | None
     return number
 
 
+_YES, _NO = ("1", "yes", "true", ""), ("0", "no", "false")
+
+
+def _saves(row: Mapping[str, str]) -> bool:
+    text = row.get("saves", "")
+    if text.lower() in _YES:
+        return True
+    if text.lower() in _NO:
+        return False
+    raise _BadValueError("saves", text, "expected 1/0, yes/no or true/false")
+
+
 def _read_text(path: Path) -> str:
     """The file as UTF-8 text; a ConfigError when it cannot be read or is not UTF-8."""
     try:
@@ -183,11 +202,12 @@ def read_generic(path: str | Path, *, skip_bad: bool = False) -> Trace:
                 raise _BadValueError("class", row["class"], str(err).split(": ", 1)[-1]) from None
             if nodes > gpus:
                 raise _BadValueError("nodes", row["nodes"], f"more nodes than GPUs ({gpus})")
+            saves = _saves(row)
         except _BadValueError as err:
             reader.bad(line, err.column, err.value, err.why)
             continue
         jobs.append(TraceJob(job_id, submit, duration, gpus, team, cls, nodes,
-                             row.get("user") or team, row.get("name", "")))
+                             row.get("user") or team, row.get("name", ""), saves))
     ids = [j.job_id for j in jobs]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,19 @@ def test_unknown_class_names_the_nearest_class(tmp_path: Path) -> None:
     path.write_text("submit,duration,gpus,nodes,team,class\n0,10,1,0,a,NORMAL\n"
                     "5,10,1,0,a,HIHG\n")
     with pytest.raises(ConfigError, match=r"line 3, column 'class'.*did you mean 'HIGH'"):
+        read_generic(path)
+
+
+def test_generic_saves_column_says_which_jobs_save_on_request(tmp_path: Path) -> None:
+    """``saves`` is optional (absent or empty: the job saves); 0/no/false: it cannot; any other
+    value is an error on its line."""
+    path = tmp_path / "t.csv"
+    path.write_text("submit,duration,gpus,nodes,team,class,saves\n0,10,1,0,a,LOW,0\n"
+                    "1,10,1,0,a,LOW,\n2,10,1,0,a,LOW,No\n3,10,1,0,a,LOW,yes\n")
+    assert [j.saves for j in read_generic(path).jobs] == [False, True, False, True]
+    assert all(j.saves for j in read_generic(DATA / "one_node_contention.csv").jobs)
+    path.write_text("submit,duration,gpus,nodes,team,class,saves\n0,10,1,0,a,LOW,maybe\n")
+    with pytest.raises(ConfigError, match=r"line 2, column 'saves'.*1/0, yes/no"):
         read_generic(path)
 
 
@@ -125,6 +139,19 @@ def test_synthetic_trace_is_the_same_for_the_same_seed() -> None:
     assert {j.gpus for j in a.jobs} == {1, 8}
     assert {j.cls for j in a.jobs} == {P.HIGH, P.LOW}
     assert len(a.teams) == 3
+
+
+def test_synthetic_no_save_share_changes_only_which_jobs_save() -> None:
+    """``no_save`` marks about that share of the jobs as unable to save on request; the jobs'
+    other values are those of the same spec without it (a random stream of its own)."""
+    spec = parse_spec("jobs=400,rate=0.1,teams=3")
+    some = generate(parse_spec("jobs=400,rate=0.1,teams=3,no_save=0.3"), 7)
+    plain = generate(spec, 7)
+    assert all(j.saves for j in plain.jobs)
+    assert [replace(j, saves=True) for j in some.jobs] == list(plain.jobs)
+    assert 0.2 < sum(not j.saves for j in some.jobs) / 400 < 0.4
+    with pytest.raises(ConfigError, match=r"synthetic\.no_save.*between 0 and 1"):
+        parse_spec("no_save=1.5")
 
 
 def test_synthetic_spec_errors_name_the_key() -> None:
