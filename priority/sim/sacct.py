@@ -34,6 +34,9 @@ Each job becomes one :class:`~.trace.TraceJob`:
   the cluster description's ``[classes.X] qos``), else the default class (counted in the notes:
   map such a QOS with ``classes.X.qos``). A job without account is team
   :data:`~hai_slurm.slurm_plugins.job_record.FALLBACK_TEAM`, as in the daemon;
+* saves on request (``TraceJob.saves``) as the daemon sees it: when its record names a
+  checkpoint directory (``#HAI --checkpoint-dir``); a job without one, or without a record,
+  loses the work since its last periodic save when asked to give way (counted in the notes);
 * left out and counted: CPU-only jobs, jobs that never started, jobs still running (no end), and
   job step rows (``-P`` without ``--allocations``).
 
@@ -428,7 +431,7 @@ def _trace(merged: Mapping[int, list[_Run]], source: str, kind: str, skipped: di
     first = min((s for _, s in picked), default=0)
     jobs: list[TraceJob] = []
     unknown_qos: dict[str, int] = {}
-    recorded = clamped = 0
+    recorded = clamped = savers = 0
     for run, submit in picked:
         info = parse_admin_comment(run.admin_comment or None)
         team = run.account or FALLBACK_TEAM
@@ -445,12 +448,18 @@ def _trace(merged: Mapping[int, list[_Run]], source: str, kind: str, skipped: di
         if nodes > run.gpus:
             nodes, clamped = 0, clamped + 1
         start, end = run.start or 0, run.end or 0
+        # as the daemon sees it: a job saves on request when its record names a checkpoint
+        # directory (#HAI --checkpoint-dir)
+        saves = info is not None and info.checkpoint_dir is not None
+        savers += saves
         jobs.append(TraceJob(run.job_id, submit - first, max(1, end - start), run.gpus, team,
-                             cls, nodes, run.user or team, run.name))
+                             cls, nodes, run.user or team, run.name, saves))
     notes = [f"{kind}: {len(jobs)} GPU jobs replayed; trace starts at "
              + datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
     if recorded:
         notes.append(f"{recorded} jobs take team and class from their #HAI record")
+    notes.append(f"{savers} of {len(jobs)} jobs save on request (#HAI --checkpoint-dir); the "
+                 "others, asked to give way, lose the work since their last periodic save")
     if unknown_qos:
         listed = ", ".join(f"{q}: {n}" for q, n in sorted(unknown_qos.items()))
         notes.append(f"jobs whose QOS is no class's ({listed}) replayed at the default class "

@@ -173,7 +173,20 @@ def test_a_minimal_parsable_export_is_read(tmp_path: Path) -> None:
     """The documented --format: one row, team = account, class of its QOS, hour-long job."""
     trace = read_sacct(write(tmp_path, f"{HEADER}\n{ROW}\n"))
     assert trace.jobs == (TraceJob(7, 0, 3600, 4, "vision", PriorityClass.HIGH, 1, "alice",
-                                   "train"),)
+                                   "train", saves=False),)
+
+
+def test_a_job_saves_on_request_when_its_record_names_a_checkpoint_directory(
+        tmp_path: Path) -> None:
+    """As the daemon sees it: a #HAI record with a checkpoint directory saves on request; one
+    without, and a job without a record, do not. The notes count them."""
+    record = "hai:v1:priority=LOW;class=LOW;team=nlp;preemptible=yes;grace=60;"
+    rows = [ROW + record + "checkpoint_dir=/ckpt/a;source=directive",
+            ROW.replace("7|", "8|", 1) + record + "source=directive",
+            ROW.replace("7|", "9|", 1)]
+    trace = read_sacct(write(tmp_path, "\n".join([HEADER, *rows]) + "\n"))
+    assert [(j.job_id, j.saves) for j in trace.jobs] == [(7, True), (8, False), (9, False)]
+    assert any(n.startswith("1 of 3 jobs save on request") for n in trace.notes)
 
 
 def test_parsable_with_trailing_bar_and_posix_times(tmp_path: Path) -> None:
