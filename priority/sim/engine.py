@@ -71,6 +71,9 @@ class SimJob:
     signalled: int | None = None
     last_checkpoint: int | None = None
     levels: list[int] = field(default_factory=list)
+    kept: list[tuple[int, int, int]] = field(default_factory=list)
+    """Per ended run: (start, restart overhead, seconds of its progress kept): a run makes
+    progress from start + overhead on, and the first ``kept`` seconds of it count."""
 
     @property
     def gpus(self) -> int:
@@ -256,6 +259,7 @@ class Engine:
         job = self.by_slurm[jid]
         if job.token != token or job.run_start is None:
             return  # that run was preempted
+        job.kept.append((job.run_start, job.overhead, job.remaining))
         self._stop_run(job, self.now)
         job.remaining, job.end = 0, self.now
         self.slurm.finish(jid, JobState.COMPLETED)
@@ -295,6 +299,7 @@ class Engine:
             job.last_checkpoint = job.signalled
         else:
             kept = self.costs.saved_by_periodic(job.progress(self.now))
+        job.kept.append((job.run_start, job.overhead, kept))
         self._stop_run(job, self.now)
         job.remaining -= kept
         job.preemptions += 1

@@ -13,6 +13,11 @@ Definitions (all times seconds unless the key says ``_h`` for hours):
   of the cluster that could hold them (e.g. 2 GPUs over two PCIe switches, a multi-node job over
   two leaf switches);
 * Jain's index over teams of x = (team share of GPU-hours used) / (team share of the quotas);
+  when every job ends, a team's GPU-hours used are its work plus its lost work, so this index
+  differs between policies only by where their lost work falls (``priority/sim/README.md``);
+* service index: the same index over the GPU-hours of *useful* work (progress kept) each team
+  got done by the last submission, a window the same for every policy: how the GPUs were
+  shared while jobs arrived;
 * worst wait against the bound: the largest total wait in a class divided by that class's
   ``max_wait`` (the same bounds for every policy, from the daemon configuration).
 
@@ -76,6 +81,14 @@ def jain(shares: Mapping[str, float], quotas: Mapping[str, float]) -> float:
           if q > 0]
     sq = sum(x * x for x in xs)
     return (sum(xs) ** 2) / (len(xs) * sq) if sq else 1.0
+
+
+def useful_by(job: SimJob, until: int) -> int:
+    """GPU-seconds of ``job``'s useful work (progress kept) done before ``until``."""
+    done = sum(min(kept, max(0, until - start - overhead)) for start, overhead, kept in job.kept)
+    if job.run_start is not None:   # still running when the run stopped
+        done += min(job.remaining, max(0, until - job.run_start - job.overhead))
+    return done * job.gpus
 
 
 def allocation_series(engine: Engine, start: int, end: int, bins: int) -> tuple[float,
@@ -146,6 +159,10 @@ def summarize(engine: Engine, *, bounds: Mapping[PriorityClass, float],
     teams = sorted({j.trace.team for j in jobs})
     team_out = {t: group([j for j in jobs if j.trace.team == t], None) for t in teams}
     used = {t: float(team_out[t]["gpu_hours_used"]) for t in teams}
+    last_submit = T0 + max((j.trace.submit for j in jobs), default=0)
+    served: dict[str, float] = dict.fromkeys(teams, 0.0)
+    for j in jobs:
+        served[j.trace.team] += useful_by(j, last_submit)
     for t in teams:
         team_out[t]["quota_gpus"] = quotas.get(t, 0)
     delays: dict[str, list[float]] = {c: [] for c in classes}
@@ -166,6 +183,7 @@ def summarize(engine: Engine, *, bounds: Mapping[PriorityClass, float],
             "multi_gpu_starts": len(multi), "fragmented_starts": fragmented,
             "fragmentation": r(fragmented / len(multi) if multi else 0.0),
             "jain_index": r(jain(used, {t: float(quotas.get(t, 0)) for t in teams})),
+            "service_index": r(jain(served, {t: float(quotas.get(t, 0)) for t in teams})),
             "queue_delay_s": _dist(f["delay"] for f in facts.values()),
             "top_classes_queue_delay_s": _dist(
                 facts[j.trace.job_id]["delay"] for j in jobs

@@ -9,9 +9,9 @@ import pytest
 from hai_slurm.classes import PriorityClass as P
 from hai_slurm.priority.planner.testing import gpu_cluster
 from hai_slurm.priority.policy.settings import PolicyConfig
-from hai_slurm.priority.sim.baselines import HaiPlatform
-from hai_slurm.priority.sim.engine import Engine
-from hai_slurm.priority.sim.metrics import jain, percentile, summarize
+from hai_slurm.priority.sim.baselines import HaiPlatform, SlurmMultifactor
+from hai_slurm.priority.sim.engine import T0, Engine
+from hai_slurm.priority.sim.metrics import jain, percentile, summarize, useful_by
 from hai_slurm.priority.sim.trace import Trace, TraceJob, read_generic
 
 DATA = Path(__file__).parent.parent / "data" / "traces"
@@ -43,6 +43,25 @@ def test_summary_of_the_hai_platform_schedule() -> None:
     assert res["classes"]["LOW"]["total_wait_s"]["max"] == 150 - 90
     assert res["totals"]["preemptions"] == 1
     assert res["totals"]["allocation_mean"] == pytest.approx(1.0)
+
+
+def test_service_index_counts_useful_work_done_while_jobs_arrive() -> None:
+    """A (LOW, team t1) runs from 0; B (HIGH, t2) arrives at 1000, C (NORMAL, t2) at 1500, the
+    last submission. By 1500, under hai-platform A kept 1010 s of its first run (saved at the
+    request) and 250 s of its second (1180 + 70 s restart, on to 1500), B did its 100 s: t1
+    10,080 GPU-s, t2 800. Under slurm-multifactor A's killed runs kept nothing: t1 0, t2 800,
+    and the index over the two equal quotas is 0.5 (one team got all)."""
+    jobs = (TraceJob(1, 0, 5000, 8, "t1", P.LOW, 0, "t1"),
+            TraceJob(2, 1000, 100, 8, "t2", P.HIGH, 0, "t2"),
+            TraceJob(3, 1500, 100, 8, "t2", P.NORMAL, 0, "t2"))
+    hp = Engine(Trace(jobs, "t"), gpu_cluster(1, 1), HaiPlatform()).run()
+    mf = Engine(Trace(jobs, "t"), gpu_cluster(1, 1), SlurmMultifactor()).run()
+    assert [useful_by(j, T0 + 1500) for j in hp.jobs.values()] == [(1010 + 250) * 8, 800, 0]
+    assert [useful_by(j, T0 + 1500) for j in mf.jobs.values()] == [0, 800, 0]
+    quotas = {"t1": 4, "t2": 4}
+    got_hp = summarize(hp, bounds=BOUNDS, quotas=quotas)["totals"]["service_index"]
+    assert got_hp == pytest.approx(jain({"t1": 10080.0, "t2": 800.0}, quotas), rel=1e-5)
+    assert summarize(mf, bounds=BOUNDS, quotas=quotas)["totals"]["service_index"] == 0.5
 
 
 def test_fragmentation_counts_jobs_split_over_pcie_switches() -> None:
