@@ -19,7 +19,7 @@ from hai_slurm.priority.sim.runner import POLICIES, Setup, apply_param, run_poli
 from hai_slurm.priority.sim.sacct import read_sacct
 from hai_slurm.priority.sim.sweep import front_table, grid, objectives, pareto, parse_axes
 from hai_slurm.priority.sim.synthetic import generate, parse_spec
-from hai_slurm.priority.sim.trace import Trace, compress, limit, load_trace
+from hai_slurm.priority.sim.trace import Trace, compress, limit, load_trace, with_saves
 from hai_slurm.slurm_plugins.entitlements import Entitlements
 
 
@@ -81,6 +81,11 @@ def _site_table(config: DaemonConfig, cluster_path: str) -> Entitlements | None:
               help="Alibaba trace: number of teams jobs are hashed into.")
 @click.option("--skip-bad", is_flag=True, help="Skip malformed trace rows (counted) "
               "instead of stopping at the first one.")
+@click.option("--saves", type=click.Choice(["as-traced", "all", "none"]), default="as-traced",
+              show_default=True,
+              help="Which jobs save on request when asked to give way: as the trace says "
+                   "(sacct: jobs whose #HAI record names a checkpoint directory), or all or "
+                   "none of them (a what-if).")
 @click.option("--no-backfill", is_flag=True, help="The first job that does not fit blocks the "
               "queue (Slurm's main scheduler without backfill).")
 @click.option("--set", "settings", multiple=True, metavar="PARAM=VALUE",
@@ -93,7 +98,7 @@ def simulate(trace_path: str | None, sacct_path: str | None, synthetic: str | No
              cluster_path: str,
              policies: tuple[str, ...], config_path: str | None, outdir: str, seed: int,
              factor: float, every: int, nodes_per_leaf: int, jobs: int, teams: int,
-             skip_bad: bool, no_backfill: bool, settings: tuple[str, ...],
+             skip_bad: bool, saves: str, no_backfill: bool, settings: tuple[str, ...],
              sweeps: tuple[str, ...], no_plots: bool, quiet: bool) -> None:
     """Replay a trace through the daemon's policy and planner and the baselines."""
     setup = Setup(backfill=not no_backfill)
@@ -101,6 +106,8 @@ def simulate(trace_path: str | None, sacct_path: str | None, synthetic: str | No
         setup = Setup(config=load_config(config_path), backfill=not no_backfill)
     trace = _trace(trace_path, synthetic, sacct_path, fmt, teams, skip_bad, seed, factor, jobs,
                    cluster_path, setup.config)
+    if saves != "as-traced":
+        trace = with_saves(trace, saves == "all")
     topology = load_topology(cluster_path, nodes_per_leaf=nodes_per_leaf, every=every)
     for item in settings:
         key, sep, value = item.partition("=")

@@ -40,8 +40,8 @@ def table(results: Sequence[Mapping[str, Any]]) -> str:
             f"== {res['policy']}: {t['jobs']} jobs ({t['ended']} ended, {t['rejected']} "
             f"rejected), {res['cluster']['gpus']} GPUs, allocation {100 * t['allocation_mean']:.1f}"
             f" %, preemptions {t['preemptions']}, lost {t['gpu_hours_lost']:.1f} GPU-h, "
-            f"Jain {t['jain_index']:.3f} (service {t['service_index']:.3f}), fragmented {100 * t['fragmentation']:.1f} % of "
-            f"{t['multi_gpu_starts']} multi-GPU starts")
+            f"Jain {t['jain_index']:.3f} (service {t['service_index']:.3f}), fragmented "
+            f"{100 * t['fragmentation']:.1f} % of {t['multi_gpu_starts']} multi-GPU starts")
         lines.append(f"{'class':<13}{'jobs':>6}{'p50':>8}{'p95':>8}{'p99':>8}{'max':>8}"
                      f"{'JCT p50':>9}{'lost GPU-h':>11}{'pre/job':>8}{'worst/bound':>12}")
         for cls in PriorityClass:

@@ -160,6 +160,15 @@ def _int(row: Mapping[str, str], column: str, low: int = 0, *, empty: int | None
     return number
 
 
+def with_saves(trace: Trace, saves: bool) -> Trace:
+    """``trace`` with every job saving on request (``saves``) or none, and a note saying so (a
+    what-if: as if every job used ``#HAI --checkpoint-dir``, or none did)."""
+    note = ("every job taken to save on request (--saves all)" if saves else
+            "no job taken to save on request (--saves none)")
+    return replace(trace, jobs=tuple(replace(j, saves=saves) for j in trace.jobs),
+                   notes=(*trace.notes, note))
+
+
 _YES, _NO = ("1", "yes", "true", ""), ("0", "no", "false")
 
 

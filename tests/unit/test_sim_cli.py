@@ -51,6 +51,23 @@ def test_outputs_table_json_and_plots(tmp_path: Path) -> None:
     assert res["classes"]["LOW"]["preemptions_per_job"]["max"] == 1
 
 
+def test_saves_what_if_changes_what_a_victim_loses(tmp_path: Path) -> None:
+    """--saves none: hai-platform's victim A cannot save, runs on to its deadline (60 s) and
+    loses its 20 s of work too; the result's notes say which what-if ran. As traced (every
+    generic row saves) A loses its 70-s save and 70-s restart only."""
+    lost = {}
+    for saves in ("as-traced", "none"):
+        code, _, err = simulate("--trace", str(DATA / "one_node_contention.csv"), "--policy",
+                                "hai-platform", "--saves", saves, "--no-plots", "-o",
+                                str(tmp_path / saves), cluster=ONE_NODE)
+        assert code == 0, err
+        res = json.loads((tmp_path / saves / "result-hai-platform.json").read_text())
+        lost[saves] = res["classes"]["LOW"]["gpu_hours_lost"] * 3600 / 8
+        assert ("no job taken to save on request (--saves none)" in res["trace"]["notes"]) \
+            is (saves == "none")
+    assert [round(v) for v in lost.values()] == [70 + 70, 20 + 60 + 70]
+
+
 def test_sweep_prints_the_pareto_front(tmp_path: Path) -> None:
     """Two values of one planner setting: two rows in sweep.json, the front marked with *."""
     code, out, err = simulate("--synthetic", SPEC, "--seed", "1", "-o", str(tmp_path),
