@@ -10,9 +10,13 @@
   taken every ``checkpoint_interval`` s of progress; ``grace_time`` is Slurm's GraceTime between
   the preemption signal and the kill;
 * a job that cannot save on request (``TraceJob.saves`` False: no ``#HAI --checkpoint-dir``)
-  asked to give way by a policy that asks (hai-slurm, hai-platform) runs on until the request's
-  ``deadline`` (the executor's ``default_grace``, 60 s) and is requeued then: it loses the work
-  since its last periodic checkpoint, as a killed job does.
+  asked to give way by a policy that asks (hai-slurm, hai-platform) holds its GPUs for
+  ``no_save_stop`` s and is requeued: it loses the work since its last periodic checkpoint, as
+  a killed job does. Without a handler the request's SIGUSR2 ends its step at once, and the
+  executor requeues it about 1 s later (measured on the testbed, Slurm 22.05: 1.1 s from the
+  request to the requeue, rounded up here to 2). A job that ignores requests runs on until its
+  deadline instead (``#HAI --grace``, else the executor's ``default_grace``, 60 s): set
+  ``no_save_stop`` to that to model such jobs.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ class CostModel:
     requeue_delay: int = 11
     checkpoint_interval: int = 3600
     grace_time: int = 120
-    deadline: int = 60
+    no_save_stop: int = 2
 
     def checkpoint_time(self, gpus: int) -> int:
         """Seconds a job of ``gpus`` GPUs needs to write a checkpoint on request."""

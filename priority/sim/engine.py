@@ -310,12 +310,12 @@ class Engine:
     # -- for policies --------------------------------------------------------------------------
     def victim_wait(self, job: SimJob) -> int:
         """Seconds ``job`` keeps its GPUs once asked to give way: Slurm's GraceTime under a
-        policy that kills, its checkpoint time when it saves on request, else the request's
-        deadline (it runs on until then: ``CostModel.deadline``)."""
+        policy that kills, its checkpoint time when it saves on request, else
+        ``CostModel.no_save_stop`` (the request ends it, and it is requeued)."""
         costs = self.costs
         if self.policy.mode is Mode.KILL:
             return costs.grace_time
-        return costs.checkpoint_time(job.gpus) if job.trace.saves else costs.deadline
+        return costs.checkpoint_time(job.gpus) if job.trace.saves else costs.no_save_stop
 
     def periodic_checkpoint(self, job: SimJob, now: int) -> int | None:
         """When the running ``job`` last saved: a periodic checkpoint or an asked-for one."""

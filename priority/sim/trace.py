@@ -52,8 +52,8 @@ class TraceJob:
     name: str = ""
     saves: bool = True
     """The job saves when asked (``#HAI --checkpoint-dir``: it acknowledges a request). False:
-    asked to give way, it runs on until the request's deadline and is requeued then, losing the
-    work since its last periodic checkpoint (:class:`~hai_slurm.priority.sim.costs.CostModel`)."""
+    asked to give way, it is requeued without a save, losing the work since its last periodic
+    checkpoint (:class:`~hai_slurm.priority.sim.costs.CostModel`'s ``no_save_stop``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ def test_outputs_table_json_and_plots(tmp_path: Path) -> None:
 
 
 def test_saves_what_if_changes_what_a_victim_loses(tmp_path: Path) -> None:
-    """--saves none: hai-platform's victim A cannot save, runs on to its deadline (60 s) and
+    """--saves none: hai-platform's victim A cannot save: requeued 2 s after the request, it
     loses its 20 s of work too; the result's notes say which what-if ran. As traced (every
     generic row saves) A loses its 70-s save and 70-s restart only."""
     lost = {}
@@ -65,7 +65,7 @@ def test_saves_what_if_changes_what_a_victim_loses(tmp_path: Path) -> None:
         lost[saves] = res["classes"]["LOW"]["gpu_hours_lost"] * 3600 / 8
         assert ("no job taken to save on request (--saves none)" in res["trace"]["notes"]) \
             is (saves == "none")
-    assert [round(v) for v in lost.values()] == [70 + 70, 20 + 60 + 70]
+    assert [round(v) for v in lost.values()] == [70 + 70, 20 + 2 + 70]
 
 
 def test_sweep_prints_the_pareto_front(tmp_path: Path) -> None:

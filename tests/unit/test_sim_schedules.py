@@ -263,16 +263,16 @@ NO_SAVE = [TraceJob(1, 0, 5000, 8, "t1", P.LOW, 0, "t1", saves=False),
            job(2, 1000, 100, 8, "t2", P.HIGH)]
 
 
-def test_hai_platform_requeues_a_victim_that_cannot_save_at_its_deadline() -> None:
-    """A (LOW) cannot save on request. B (HIGH) waits 10 s and asks A at 1010; A runs on until
-    the request's deadline (60 s) and is requeued at 1070 without a checkpoint: B runs
-    1070-1170, A restarts at 1170 from zero and ends 1170 + 70 + 5000 = 6240, having held its
-    GPUs 1070 + 70 s more than its work (a victim that saves holds them 70 + 70 s more)."""
+def test_hai_platform_requeues_a_victim_that_cannot_save_without_a_save() -> None:
+    """A (LOW) cannot save on request. B (HIGH) waits 10 s and asks A at 1010; the request
+    ends A, which is requeued 2 s later (no_save_stop) without a checkpoint: B runs 1012-1112,
+    A restarts at 1112 from zero and ends 1112 + 70 + 5000 = 6182, having held its GPUs
+    1012 + 70 s more than its work (a victim that saves holds them 70 + 70 s more)."""
     engine = run("hai-platform", NO_SAVE)
-    assert runs(engine) == {1: (0, 6240, 1), 2: (1070, 1170, 0)}
+    assert runs(engine) == {1: (0, 6182, 1), 2: (1012, 1112, 0)}
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
         (1010, 1, 2)]
-    assert engine.jobs[1].held_gpu_s - 8 * 5000 == (1070 + 70) * 8
+    assert engine.jobs[1].held_gpu_s - 8 * 5000 == (1012 + 70) * 8
 
 
 def test_hai_slurm_weighs_all_the_work_of_a_victim_that_cannot_save() -> None:
@@ -280,11 +280,11 @@ def test_hai_slurm_weighs_all_the_work_of_a_victim_that_cannot_save() -> None:
     (no periodic checkpoint within its first hour) plus its restart: at time t,
     (t + 70) x 8 GPU-s, against B's benefit 30 x (t - 1000) x 8, which beats it from
     1036.9 s; urgent_benefit_wait does not apply (A does not save on request). B is planned
-    at 1037 (its refusal said when). A runs on until its deadline (60 s) and is requeued at
-    1097 without a checkpoint; B runs 1097-1197, A restarts at 1197 and ends
-    1197 + 70 + 5000 = 6267. (A victim that saves gave way at 1005: the schedule above.)"""
+    at 1037 (its refusal said when). A is requeued 2 s later without a checkpoint; B runs
+    1039-1139, A restarts at 1139 and ends 1139 + 70 + 5000 = 6209. (A victim that saves gave
+    way at 1005: the schedule above.)"""
     engine = run("hai-slurm", NO_SAVE)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
         (1037, 1, 2)]
-    assert runs(engine) == {1: (0, 6267, 1), 2: (1097, 1197, 0)}
-    assert engine.jobs[1].held_gpu_s - 8 * 5000 == (1097 + 70) * 8
+    assert runs(engine) == {1: (0, 6209, 1), 2: (1039, 1139, 0)}
+    assert engine.jobs[1].held_gpu_s - 8 * 5000 == (1039 + 70) * 8
