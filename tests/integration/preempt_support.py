@@ -97,18 +97,11 @@ class Bed:
         """Remove the guard reservations a failed test left (a new executor would), cancel
         every job and wait until none is active. A job cancelled while it was being requeued
         (a victim that exited 75 as a plan stopped) can come back pending and start again:
-        whatever is still active is cancelled again every 2 s.
-
-        The toy jobs' ``srun`` steps are killed first: cancelled with its job, a step outlives
-        the batch shell's ``srun`` and stays COMPLETING for ``MessageTimeout`` (20 s here)
-        while its slurmstepd tries to tell that dead srun (measured on 22.05); killed alone,
-        it ends at once, and so does the batch shell after it. (A job without that step, or
-        not running, makes scancel complain; it is cancelled below all the same.)"""
+        whatever is still active is cancelled again every 2 s."""
         for r in self.slurm.reservations("hai-plan-"):
             self.slurm.end_reservation(r.name)
         if not self.jobs:
             return
-        self.run(["scancel", "--signal=KILL", *(f"{j}.0" for j in self.jobs)])
         self.run(["scancel", *map(str, self.jobs)])
         end = time.monotonic() + 60
         again = time.monotonic() + 2
