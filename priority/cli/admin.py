@@ -95,13 +95,19 @@ def _urgent_summary(cfg: DaemonConfig) -> str:
     from hai_slurm.priority.daemon.urgent import URGENT_LOOKS
 
     poll = cfg.intervals.urgent_poll
+    pl = cfg.preempt.planner
+    no_save = ("the benefit test decides" if pl.urgent_no_save_wait is None
+               else format_duration(pl.urgent_no_save_wait))
+    waits = (f"; urgent work preempts whatever the benefit once it waited "
+             f"{format_duration(pl.urgent_benefit_wait)} (victims that save on request), "
+             f"{no_save} (a victim that cannot)")
     if poll <= 0:
         return ("urgent path: off ([intervals] urgent_poll = 0): new jobs are planned at the "
-                "next cycle")
+                "next cycle" + waits)
     looks = ", ".join(f"{t:g}" for t in URGENT_LOOKS)
     return (f"urgent path: pending jobs polled every {format_duration(poll)} between cycles; a "
             f"new job of {URGENT_FROM.value} or above is planned {looks} s after it is first "
-            "seen")
+            "seen" + waits)
 
 
 def _origin(cfg: DaemonConfig) -> str:

@@ -62,6 +62,9 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
                                  "a number >= 0 (preempt when benefit > this x lost work)"),
         urgent_benefit_wait=pl.get("urgent_benefit_wait", d.urgent_benefit_wait, _duration,
                                    _DURATION),
+        urgent_no_save_wait=pl.get("urgent_no_save_wait", d.urgent_no_save_wait,
+                                   _duration_or_off, f"{_DURATION}, or 'off' (never: the "
+                                   "benefit test decides)"),
         borrowed_discount=pl.get("borrowed_discount", d.borrowed_discount, number(0.0, 1.0),
                                  "a number from 0 to 1 (a borrowed victim's loss counts x this "
                                  "against jobs within quota)"),
@@ -139,6 +142,12 @@ def _weights(table: Table, d: PlannerConfig) -> MappingProxyType[PriorityClass, 
 
 
 def _duration(value: object) -> float:
+    return parse_duration(value)
+
+
+def _duration_or_off(value: object) -> float | None:
+    if isinstance(value, str) and value.strip().lower() == "off":
+        return None
     return parse_duration(value)
 
 

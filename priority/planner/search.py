@@ -627,9 +627,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     # shapes are (nodes, --switches limit or 0, allowed nodes[, GPUs per node])
     no_free: dict[_Key, int] = {}     # shape -> smallest per-node count that failed
     no_victims: dict[_VKey, int] = {}  # shape -> highest rank that found none
-    # (rank, shape) -> (state version, loss of the best set, its expected-wait floor, whether
-    # urgent work may take it after urgent_benefit_wait): reused only while nothing changed
-    not_worth: dict[_NWKey, tuple[int, float, float, bool]] = {}
+    # (rank, shape) -> (state version, loss of the best set, its expected-wait floor, the wait
+    # after which urgent work takes it anyway (infinite: never), whether its victims all save
+    # on request): reused only while nothing changed
+    not_worth: dict[_NWKey, tuple[int, float, float, float, bool]] = {}
     worth_in: dict[int, float] = {}
     ripe_in: dict[int, float] = {}
     version = searches = 0
@@ -685,16 +686,15 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         seen = not_worth.get(nw_key)
         if seen is not None and seen[0] == version:
             benefit = weight * max(job.wait, seen[2]) * job.gpus
-            urgent = seen[3]   # urgent work and the best set saves on request (see below)
-            if (benefit <= config.benefit_threshold * seen[1]
-                    and not (urgent and job.wait >= config.urgent_benefit_wait)):
+            urgent_wait = seen[3]   # the wait after which urgent work preempts (see below)
+            if benefit <= config.benefit_threshold * seen[1] and job.wait < urgent_wait:
                 _worth_later(worth_in, job, weight, config.benefit_threshold * seen[1])
-                if urgent:
-                    _urgent_later(worth_in, job, config.urgent_benefit_wait)
+                if urgent_wait < math.inf:
+                    _urgent_later(worth_in, job, urgent_wait)
                 decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
                     f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"
-                    + (_urgent_text(config) if urgent else ""))))
+                    + _urgent_text(config, urgent_wait, seen[4]))))
                 continue
         if limited:
             text = skipped[limit]
@@ -733,18 +733,23 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                    f"victim's run time; waited {_dur(job.wait)})")
         weighed = f"benefit {benefit:,.0f} = class weight {weight:g} x {counted} x {job.gpus} GPUs"
         worth = benefit > config.benefit_threshold * loss
-        # urgent work whose victims all save on request (each loses its save and restart,
-        # not hours of work) preempts once it waited urgent_benefit_wait, whatever the benefit
-        urgent = waive_protection and not worth and st.all_save(best.victims)
-        if not worth and not (urgent and job.wait >= config.urgent_benefit_wait):
-            not_worth[(rank, *vkey)] = (version, loss, floor, urgent)
+        # urgent work preempts once it waited urgent_benefit_wait when its victims all save on
+        # request (each loses its save and restart, not hours of work), urgent_no_save_wait
+        # when one cannot, whatever the benefit
+        saves = st.all_save(best.victims)
+        urgent_wait = (math.inf if worth or not waive_protection else
+                       config.urgent_benefit_wait if saves else
+                       math.inf if config.urgent_no_save_wait is None else
+                       config.urgent_no_save_wait)
+        if not worth and job.wait < urgent_wait:
+            not_worth[(rank, *vkey)] = (version, loss, floor, urgent_wait, saves)
             _worth_later(worth_in, job, weight, config.benefit_threshold * loss)
-            if urgent:
-                _urgent_later(worth_in, job, config.urgent_benefit_wait)
+            if urgent_wait < math.inf:
+                _urgent_later(worth_in, job, urgent_wait)
             decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"
-                + (_urgent_text(config) if urgent else ""))))
+                + _urgent_text(config, urgent_wait, saves))))
             continue
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
@@ -761,8 +766,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                   f"{_NAME[best.placement.level]}); lost work {_gs(loss)} x threshold "
                   + (f"{config.benefit_threshold:g} < {weighed}" if worth else
                      f"{config.benefit_threshold:g} >= {weighed}, but it is urgent work that "
-                     f"waited {_dur(job.wait)} >= urgent_benefit_wait "
-                     f"{_dur(config.urgent_benefit_wait)} and every victim saves on request"))
+                     f"waited {_dur(job.wait)} >= "
+                     + (f"urgent_benefit_wait {_dur(urgent_wait)} and every victim saves on "
+                        "request" if saves else
+                        f"urgent_no_save_wait {_dur(urgent_wait)}")))
         plans.append(PreemptionPlan(
             beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
             placement=best.placement.gpus(view), nodes=chosen,
@@ -800,10 +807,16 @@ def _urgent_later(worth_in: dict[int, float], job: Waiting, wait: float) -> None
         worth_in[job.job_id] = secs
 
 
-def _urgent_text(config: PlannerConfig) -> str:
-    """What a not-worth verdict adds for urgent work whose best victims save on request."""
-    return (f"; as urgent work whose victims save on request it preempts once it waited "
-            f"urgent_benefit_wait {_dur(config.urgent_benefit_wait)}")
+def _urgent_text(config: PlannerConfig, wait: float, saves: bool) -> str:
+    """What a not-worth verdict adds for urgent work that preempts once it waited ``wait``
+    (none when it never does: infinite)."""
+    if wait == math.inf:
+        return ""
+    if saves:
+        return (f"; as urgent work whose victims save on request it preempts once it waited "
+                f"urgent_benefit_wait {_dur(wait)}")
+    return (f"; as urgent work it preempts once it waited urgent_no_save_wait {_dur(wait)} "
+            "(a victim cannot save on request)")
 
 
 def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:

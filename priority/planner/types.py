@@ -128,6 +128,14 @@ class PlannerConfig:
       (5-10 s alike; 2 s and 0 fewer, as plans come before GPUs free on their own), as
       hai-platform's 10 s does for every victim (``priority/sim/README.md``, "Urgent work
       that waited").
+    * ``urgent_no_save_wait``: the same for urgent work whose best victim set has a job that
+      cannot save on request (it loses the work since its last save, which the benefit test
+      counts: an hour's work on 8 GPUs kept a 1-GPU HIGH job waiting 16 min). None: never,
+      the benefit test decides. On the scenario matrix with jobs that cannot save, 0-10 s met
+      the most targets of the tuning part (7 s as for victims that save; 15 s and more fewer,
+      and never 6 fewer): ``priority/sim/README.md``, "Urgent work and victims that cannot
+      save". The planner still prefers the set that loses least, so such a victim is taken
+      only when no set of victims that save loses less.
     * ``borrowed_discount``: victim sets are compared first by their lost work with a borrowed
       victim's (a job running beyond its team's quota) counted at this fraction: borrowed jobs
       give way before jobs within quota unless they would lose more than 1 / discount times
@@ -177,6 +185,7 @@ class PlannerConfig:
         default_factory=lambda: MappingProxyType({}))
     benefit_threshold: float = 1.0
     urgent_benefit_wait: float = 7.0
+    urgent_no_save_wait: float | None = 7.0
     borrowed_discount: float = 0.5
     victim_age_wait: float = 0.0
     restart_cost: float = 120.0
@@ -220,6 +229,9 @@ class PlannerConfig:
                     "restart_cost_per_node", "save_cost", "max_staleness", "plans_per_pending",
                     "reserve_after"):
             _check(key, getattr(self, key), "a number >= 0", lambda v: v >= 0)
+        if self.urgent_no_save_wait is not None:
+            _check("urgent_no_save_wait", self.urgent_no_save_wait, "a number >= 0",
+                   lambda v: v >= 0)
         _check("borrowed_discount", self.borrowed_discount, "a number from 0 to 1",
                lambda v: 0 <= v <= 1)
         for key in ("max_plans", "max_searches"):

@@ -79,8 +79,14 @@ def family(*, held_out: bool = False) -> tuple[Scenario, ...]:
             ("H-over-small-1leaf", 1.4, "small", 0.15, 6, 5, 5, 103),
             ("H-over-large-leaves", 1.2, "large", 0.20, 16, 6, 2, 104),
         ]
-    return tuple(Scenario(n, load, mix, top, teams, nodes, per_leaf, seed)
-                 for n, load, mix, top, teams, nodes, per_leaf, seed in rows)
+    # half (tuning) or 60 % (held-out) of the jobs cannot save on request: the rows above
+    # have every job save
+    mixed = ((Scenario("mixed-save-small-1leaf", 1.2, "small", 0.20, 6, 4, 4, 7, no_save=0.5),
+              Scenario("mixed-save-large-leaves", 1.3, "large", 0.15, 8, 6, 2, 8, no_save=0.5))
+             if not held_out else
+             (Scenario("H-mixed-save-leaves", 1.1, "large", 0.25, 5, 6, 3, 105, no_save=0.6),))
+    return (*(Scenario(n, load, mix, top, teams, nodes, per_leaf, seed)
+              for n, load, mix, top, teams, nodes, per_leaf, seed in rows), *mixed)
 
 
 def probe() -> tuple[Scenario, ...]:

@@ -87,7 +87,9 @@ def _convert(old: object, text: str, key: str) -> object:
             return parse_class(text, key=key)
         if isinstance(old, int):
             return int(parse_duration(text))
-        if isinstance(old, float):
+        if isinstance(old, float) or old is None:   # None: an optional number, unset
+            if old is None and text.lower() == "none":
+                return None
             return float(parse_duration(text)) if any(c.isalpha() for c in text) else float(text)
     except ValueError as err:
         raise ConfigError(f"bad value: {err}", key=key, value=text) from None

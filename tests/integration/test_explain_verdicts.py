@@ -61,7 +61,7 @@ def test_explain_gives_every_verdict_kind(bed: Bed, tmp_path: Path) -> None:
     assert "Planner: NO_VICTIMS: needs 8 GPUs on one node, none free" in text
     assert "running jobs left out: 4 too young" in text
     stingy = _config(tmp_path, "stingy", 'min_run_time = "0s"\nbenefit_threshold = 1e9\n'
-                     'urgent_benefit_wait = "1h"')
+                     'urgent_benefit_wait = "1h"\nurgent_no_save_wait = "1h"')
     text = _explain(high.job_id, stingy)
     assert "Planner: NOT_WORTH:" in text and "is not more than 1e+09 x that" in text
     eager = _config(tmp_path, "eager", 'min_run_time = "0s"\nbenefit_threshold = 0.0')

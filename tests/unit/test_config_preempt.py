@@ -149,6 +149,20 @@ def test_save_cost_is_read_and_checked() -> None:
         parse_config("[planner]\nsave_cost = -5\n")
 
 
+def test_urgent_no_save_wait_is_read_checked_and_summarised() -> None:
+    """``[planner] urgent_no_save_wait`` takes a duration or "off" (None: the benefit test
+    decides); ``config check`` says which; a negative one is refused with the key named."""
+    assert PlannerConfig().urgent_no_save_wait == 7.0
+    cfg = parse_config('[planner]\nurgent_no_save_wait = "1m"\n')
+    assert cfg.preempt.planner.urgent_no_save_wait == 60
+    assert "1m (a victim that cannot)" in "\n".join(summary(cfg))
+    off = parse_config('[planner]\nurgent_no_save_wait = "off"\n')
+    assert off.preempt.planner.urgent_no_save_wait is None
+    assert "the benefit test decides (a victim that cannot)" in "\n".join(summary(off))
+    with pytest.raises(ConfigError, match=r"urgent_no_save_wait = '-5s'.*or 'off'"):
+        parse_config('[planner]\nurgent_no_save_wait = "-5s"\n')
+
+
 def test_borrowed_discount_is_read_and_summarised() -> None:
     """``[planner] borrowed_discount`` reaches the planner's settings and ``config check``
     prints it; PlannerConfig itself refuses a weight outside 0..1 (the simulator's --set path)."""

@@ -529,9 +529,10 @@ def test_urgent_work_whose_victims_save_preempts_after_urgent_benefit_wait() -> 
     """A 1-GPU HIGH job (overriding protection, as urgent work is marked) facing an 8-GPU LOW
     job that saves on request: its save + restart (60 + 120 s) x 8 GPUs = 1,440 GPU-s beats
     the benefit 30 x wait x 1 until a wait of 48 s. After urgent_benefit_wait (7 s) the job
-    preempts anyway, and the plan says why; before, it is told when (worth_in). A victim that
-    cannot save on request (it would lose all since its last save), or a job that does not
-    override protection, still waits for the benefit test."""
+    preempts anyway, and the plan says why; before, it is told when (worth_in). A job that
+    does not override protection still waits for the benefit test. A victim that cannot save
+    on request (it would lose all since its last save) falls under urgent_no_save_wait
+    instead (below)."""
     topo = gpu_cluster(1, 1)
     saves = holder(1, LOW, gpus("n1", *ALL8), can_ack=True)
     early = _plan(snapshot(topo, [saves], [waiting(9, HIGH, 1, wait=5,
@@ -542,7 +543,8 @@ def test_urgent_work_whose_victims_save_preempts_after_urgent_benefit_wait() -> 
     plan = _plan(snapshot(topo, [saves], [ben])).plan_for(9)
     assert plan is not None and plan.victim_ids == (1,)
     assert "urgent work that waited 8s >= urgent_benefit_wait 7s" in plan.reason
-    unsaved = _plan(snapshot(topo, [replace(saves, can_ack=False)], [ben]))
+    unsaved = _plan(snapshot(topo, [replace(saves, can_ack=False)], [ben]),
+                    config=replace(CFG, urgent_no_save_wait=None))
     assert unsaved.decisions[9].outcome is Outcome.NOT_WORTH
     plain = _plan(snapshot(topo, [saves], [replace(ben, overrides_protection=False)]))
     assert plain.decisions[9].outcome is Outcome.NOT_WORTH
@@ -551,3 +553,32 @@ def test_urgent_work_whose_victims_save_preempts_after_urgent_benefit_wait() -> 
     assert never.decisions[9].outcome is Outcome.NOT_WORTH
     assert "preempts once it waited urgent_benefit_wait 7s" in early.decisions[9].reason
     assert "urgent_benefit_wait" not in unsaved.decisions[9].reason
+    assert "urgent_no_save_wait" not in unsaved.decisions[9].reason
+
+
+def test_urgent_work_preempts_a_victim_that_cannot_save_after_urgent_no_save_wait() -> None:
+    """The same HIGH job facing an 8-GPU LOW job that cannot save on request, started and last
+    saved an hour ago: the loss is that hour + the 2-min restart, x 8 GPUs, which
+    the benefit 30 x wait x 1 beats only after 16 min. With urgent_no_save_wait (7 s by
+    default) the job preempts once it waited that long, and the refusal before says when and
+    why; set to 20 s it waits 20 s; off (None), the benefit test decides."""
+    topo = gpu_cluster(1, 1)
+    lone = holder(1, LOW, gpus("n1", *ALL8), start=NOW - 3600, checkpoint=NOW - 3600,
+                  can_ack=False)
+    early = _plan(snapshot(topo, [lone], [waiting(9, HIGH, 1, wait=5,
+                                                  overrides_protection=True)]))
+    assert early.decisions[9].outcome is Outcome.NOT_WORTH
+    assert early.worth_in == {9: pytest.approx(2.0)}
+    assert ("preempts once it waited urgent_no_save_wait 7s (a victim cannot save on request)"
+            in early.decisions[9].reason)
+    ben = waiting(9, HIGH, 1, wait=8, overrides_protection=True)
+    plan = _plan(snapshot(topo, [lone], [ben])).plan_for(9)
+    assert plan is not None and plan.victim_ids == (1,)
+    assert "urgent work that waited 8s >= urgent_no_save_wait 7s" in plan.reason
+    assert plan.lost_work == pytest.approx((3600 + 120) * 8)
+    later = _plan(snapshot(topo, [lone], [ben]), config=replace(CFG, urgent_no_save_wait=20.0))
+    assert later.decisions[9].outcome is Outcome.NOT_WORTH
+    assert later.worth_in == {9: pytest.approx(12.0)}
+    off = _plan(snapshot(topo, [lone], [ben]), config=replace(CFG, urgent_no_save_wait=None))
+    assert off.decisions[9].outcome is Outcome.NOT_WORTH
+    assert off.worth_in == {9: pytest.approx((3600 + 120) * 8 / 30 - 8)}

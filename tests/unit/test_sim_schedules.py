@@ -279,12 +279,18 @@ def test_hai_slurm_weighs_all_the_work_of_a_victim_that_cannot_save() -> None:
     """The same A cannot save on request, so the planner counts all its work since its start
     (no periodic checkpoint within its first hour) plus its restart: at time t,
     (t + 70) x 8 GPU-s, against B's benefit 30 x (t - 1000) x 8, which beats it from
-    1036.9 s; urgent_benefit_wait does not apply (A does not save on request). B is planned
-    at 1037 (its refusal said when). A is requeued 2 s later without a checkpoint; B runs
-    1039-1139, A restarts at 1139 and ends 1139 + 70 + 5000 = 6209. (A victim that saves gave
-    way at 1005: the schedule above.)"""
+    1036.9 s. B is urgent work, so it preempts once it waited urgent_no_save_wait (7 s): the
+    looks at 1001, 1003 and 1006 refuse, B gets one more look at 1008 and is planned. A is
+    requeued 2 s later without a checkpoint; B runs 1010-1110, A restarts at 1110 and ends
+    1110 + 70 + 5000 = 6180. With urgent_no_save_wait off the benefit test decides: planned at
+    1037 (its refusal said when), B runs 1039-1139, A ends 1139 + 70 + 5000 = 6209. (A victim
+    that saves gave way at 1005: the schedule above.)"""
     engine = run("hai-slurm", NO_SAVE)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+        (1008, 1, 2)]
+    assert runs(engine) == {1: (0, 6180, 1), 2: (1010, 1110, 0)}
+    assert engine.jobs[1].held_gpu_s - 8 * 5000 == (1010 + 70) * 8
+    off = run("hai-slurm", NO_SAVE, "[planner]\nurgent_no_save_wait = \"off\"\n")
+    assert [(p.time - T0, p.victim, p.beneficiary) for p in off.preemptions] == [
         (1037, 1, 2)]
-    assert runs(engine) == {1: (0, 6209, 1), 2: (1039, 1139, 0)}
-    assert engine.jobs[1].held_gpu_s - 8 * 5000 == (1039 + 70) * 8
+    assert runs(off) == {1: (0, 6209, 1), 2: (1039, 1139, 0)}
