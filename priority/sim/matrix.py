@@ -9,8 +9,8 @@ The family (see :func:`family`) crosses loads 0.7-1.5 x capacity, small-job-heav
 large-job-heavy size mixes, top-class (HIGH and above) shares 5-30 %, 2-16 teams with unequal
 quotas (team ``i`` has a quota proportional to ``i + 1``) and a cluster with one leaf switch or
 many; in most scenarios every job saves on request, in two half of them cannot (60 % in the
-held-out one). ``held_out=True`` gives other seeds and other parameter values (loads, shares, team counts,
-node counts) that the defaults were not tuned on.
+held-out one). ``held_out=True`` gives other seeds and other parameter values (loads, shares,
+team counts, node counts) that the defaults were not tuned on.
 """
 
 from __future__ import annotations
