@@ -694,7 +694,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
                     f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"
-                    + _urgent_text(config, urgent_wait, seen[4]))))
+                    + _urgent_text(urgent_wait, seen[4]))))
                 continue
         if limited:
             text = skipped[limit]
@@ -749,7 +749,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"
-                + _urgent_text(config, urgent_wait, saves))))
+                + _urgent_text(urgent_wait, saves))))
             continue
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
@@ -807,7 +807,7 @@ def _urgent_later(worth_in: dict[int, float], job: Waiting, wait: float) -> None
         worth_in[job.job_id] = secs
 
 
-def _urgent_text(config: PlannerConfig, wait: float, saves: bool) -> str:
+def _urgent_text(wait: float, saves: bool) -> str:
     """What a not-worth verdict adds for urgent work that preempts once it waited ``wait``
     (none when it never does: infinite)."""
     if wait == math.inf:
