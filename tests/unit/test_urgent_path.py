@@ -219,12 +219,15 @@ def test_urgent_poll_is_read_and_validated() -> None:
 
 
 def test_config_check_says_how_the_urgent_path_runs() -> None:
-    """`hai-slurm config check` names the poll and the looks, or that the path is off."""
+    """`hai-slurm config check` names the poll and the looks, or that the path is off, and the
+    waits after which urgent work preempts whatever the benefit."""
     from hai_slurm.priority.cli.admin import summary
 
     on = [line for line in summary(parse_config("")) if line.startswith("urgent path")]
     assert on == ["urgent path: pending jobs polled every 1s between cycles; a new job of HIGH "
-                  "or above is planned 0, 2, 5, 10, 15, 20 s after it is first seen"]
+                  "or above is planned 0, 2, 5, 10, 15, 20 s after it is first seen; urgent "
+                  "work preempts whatever the benefit once it waited 7s (victims that save on "
+                  "request), 7s (a victim that cannot)"]
     off = summary(parse_config('[intervals]\nurgent_poll = 0\n'))
     assert any(line.startswith("urgent path: off") for line in off)
     (fair,) = [line for line in summary(parse_config("")) if line.startswith("fairness")]
