@@ -736,11 +736,10 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         # urgent work preempts once it waited urgent_benefit_wait when its victims all save on
         # request (each loses its save and restart, not hours of work), urgent_no_save_wait
         # when one cannot, whatever the benefit
-        saves = st.all_save(best.victims)
-        urgent_wait = (math.inf if worth or not waive_protection else
-                       config.urgent_benefit_wait if saves else
-                       math.inf if config.urgent_no_save_wait is None else
-                       config.urgent_no_save_wait)
+        saves, urgent_wait = False, math.inf
+        if not worth and waive_protection:
+            saves = st.all_save(best.victims)
+            urgent_wait = config.urgent_wait(saves)
         if not worth and job.wait < urgent_wait:
             not_worth[(rank, *vkey)] = (version, loss, floor, urgent_wait, saves)
             _worth_later(worth_in, job, weight, config.benefit_threshold * loss)

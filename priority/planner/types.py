@@ -204,6 +204,13 @@ class PlannerConfig:
         """The configured restart cost of a victim on ``nodes`` nodes (seconds)."""
         return self.restart_cost + self.restart_cost_per_node * nodes
 
+    def urgent_wait(self, saves: bool) -> float:
+        """How long urgent work waits before it preempts whatever the benefit: for victims
+        that all save on request (``saves``) or not (infinite: never)."""
+        if saves:
+            return self.urgent_benefit_wait
+        return math.inf if self.urgent_no_save_wait is None else self.urgent_no_save_wait
+
     @property
     def urgent_min_run(self) -> float:
         """The minimum run time urgent work sees in a victim of a class without a minimum of

@@ -369,7 +369,6 @@ class HaiSlurm:
                                                  vj.trace.user or v.team, float(now),
                                                  job_id=v.job_id))
                 t = self.tracked.get(v.job_id)
-                if t is not None:   # a save is noted for a job that acknowledges only
-                    self.tracked[v.job_id] = replace(
-                        t, preemptions=t.preemptions + 1,
-                        checkpoint_at=float(now) if vj.trace.saves else t.checkpoint_at)
+                if t is not None:
+                    self.tracked[v.job_id] = replace(t, preemptions=t.preemptions + 1,
+                                                     checkpoint_at=float(now))

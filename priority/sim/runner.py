@@ -77,7 +77,11 @@ def make_policy(name: str, setup: Setup) -> Policy:
                       key="policy", value=name)
 
 
-def _convert(old: object, text: str, key: str) -> object:
+def _convert(old: object, text: str, key: str, *, optional: bool = False) -> object:
+    """``text`` as a value of ``old``'s type; ``optional`` (a field that may be None, such as
+    ``planner.urgent_no_save_wait``): "off" gives None, as in the daemon file."""
+    if optional and text.strip().lower() == "off":
+        return None
     try:
         if isinstance(old, bool):
             if text.lower() not in ("true", "false", "yes", "no", "1", "0"):
@@ -87,9 +91,7 @@ def _convert(old: object, text: str, key: str) -> object:
             return parse_class(text, key=key)
         if isinstance(old, int):
             return int(parse_duration(text))
-        if isinstance(old, float) or old is None:   # None: an optional number, unset
-            if old is None and text.lower() == "none":
-                return None
+        if isinstance(old, float) or (old is None and optional):
             return float(parse_duration(text)) if any(c.isalpha() for c in text) else float(text)
     except ValueError as err:
         raise ConfigError(f"bad value: {err}", key=key, value=text) from None
@@ -113,7 +115,9 @@ def _set(obj: Any, path: list[str], text: str, key: str) -> Any:
         raise ConfigError(f"unknown setting {name!r}" + (
             f"; known here: {', '.join(names)}" if names else ""), key=key, value=text)
     old = getattr(obj, name)
-    value = _set(old, path[1:], text, key) if len(path) > 1 else _convert(old, text, key)
+    optional = "None" in str(next(f.type for f in dataclasses.fields(obj) if f.name == name))
+    value = (_set(old, path[1:], text, key) if len(path) > 1
+             else _convert(old, text, key, optional=optional))
     return replace(obj, **{name: value})  # type: ignore[type-var]
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from hai_slurm.cli import cli
+from hai_slurm.errors import ConfigError
 from hai_slurm.priority.sim.sweep import pareto
 
 DATA = Path(__file__).parent.parent / "data" / "traces"
@@ -150,3 +152,9 @@ def test_settings_reach_every_part_of_the_setup() -> None:
     assert policy.classes[PriorityClass.LOW].max_wait == 86400.0
     assert policy.aging.max_class is PriorityClass.VERY_HIGH
     assert s.config.intervals.cycle == 60.0
+    off = apply_param(s, "planner.urgent_no_save_wait", "off")
+    assert off.planner_config().urgent_no_save_wait is None
+    assert apply_param(off, "planner.urgent_no_save_wait", "20s").planner_config(
+        ).urgent_no_save_wait == 20.0
+    with pytest.raises(ConfigError, match="bad value"):
+        apply_param(s, "planner.min_run_time", "off")   # not an optional setting

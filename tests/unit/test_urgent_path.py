@@ -116,7 +116,7 @@ def test_a_cycle_that_sees_a_new_job_first_is_its_first_look() -> None:
 
 # ------------------------------------------------------------------------ the daemon's loop
 def _config(tmp: Path, urgent_poll: str, threshold: float = 0.01,
-            urgent_wait: str = "7s") -> DaemonConfig:
+            urgent_wait: str = "7s", no_save_wait: str = "7s") -> DaemonConfig:
     """The default 30-s cycle; a benefit threshold low enough for the first look to plan."""
     return parse_config(f"""
 state_dir = "{tmp}"
@@ -127,6 +127,7 @@ urgent_poll = "{urgent_poll}"
 min_run_time = "60s"
 benefit_threshold = {threshold}
 urgent_benefit_wait = "{urgent_wait}"
+urgent_no_save_wait = "{no_save_wait}"
 """, source=str(tmp / "daemon.toml"))
 
 
@@ -137,16 +138,19 @@ def _daemon(world: World, cfg: DaemonConfig) -> Daemon:
 
 def _between_cycles(tmp: Path, urgent_poll: str, threshold: float = 0.01,
                     looks: list[float] | None = None, age: int = 3600,
-                    urgent_wait: str = "7s") -> tuple[World, Daemon, int, float]:
-    """Four LOW jobs fill 4 x 8 GPUs for ``age`` seconds (an hour); a cycle runs; 0.5 s later
-    a HIGH job of 8 GPUs is submitted; the daemon then waits for its next cycle (30 s) as
-    ``run`` does."""
+                    urgent_wait: str = "7s", no_save_wait: str = "7s",
+                    checkpoint: bool = True) -> tuple[World, Daemon, int, float]:
+    """Four LOW jobs fill 4 x 8 GPUs for ``age`` seconds (an hour): with a checkpoint
+    directory, acking 0.5 s after a request, or (not ``checkpoint``) without one, ended by
+    the request 1 s later; a cycle runs; 0.5 s later a HIGH job of 8 GPUs is submitted; the
+    daemon then waits for its next cycle (30 s) as ``run`` does."""
     world = make_world(tmp)
     for i in range(4):
-        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+        world.victim(f"v{i}", Behaviour(ack_after=0.5) if checkpoint else
+                     Behaviour(ack_after=None, dies_after=1.0), checkpoint=checkpoint)
     world.fake.advance(world.fake.now + age)
     world.clock.now = float(world.fake.now)
-    daemon = _daemon(world, _config(tmp, urgent_poll, threshold, urgent_wait))
+    daemon = _daemon(world, _config(tmp, urgent_poll, threshold, urgent_wait, no_save_wait))
     assert daemon.interval == 30.0
     if looks is not None:
         look = daemon.look
@@ -276,6 +280,27 @@ def test_a_job_the_benefit_test_refuses_is_looked_at_again_until_20_s_later(
     seen = times[0]
     assert 0 < seen - submitted <= 1.0
     assert [t - seen for t in times] == list(URGENT_LOOKS)
+
+
+def test_victims_that_cannot_save_give_way_once_urgent_no_save_wait_passed(
+        tmp_path: Path) -> None:
+    """The LOW jobs have no checkpoint directory (they cannot save on request) and no look
+    passes the benefit test. With urgent_no_save_wait 7 s the HIGH job's refusal says when,
+    it gets a look just then and is planned once it waited 7 s by Slurm's submit time (whole
+    seconds: 0.5 s before the submission here), long before the cycle. With it off: six
+    looks and no plan (urgent_benefit_wait, for victims that save, does not apply)."""
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    world, _daemon, high, submitted = _between_cycles(tmp_path / "on", "1s", threshold=1e6,
+                                                      urgent_wait="1h", checkpoint=False)
+    (plan,) = world.repo.history()
+    assert [b.job_id for b in plan.beneficiaries] == [high]
+    assert 6.5 <= plan.created_at - submitted <= 8.5, plan.created_at - submitted
+    off, daemon, _high, _ = _between_cycles(tmp_path / "off", "1s", threshold=1e6,
+                                            urgent_wait="7s", no_save_wait="off",
+                                            checkpoint=False)
+    assert off.repo.history() == []
+    assert daemon.urgent_looks == 6
 
 
 def test_a_look_also_plans_for_the_jobs_ranked_above_the_newcomer() -> None:
