@@ -97,12 +97,28 @@ class Bed:
         """Remove the guard reservations a failed test left (a new executor would), cancel
         every job and wait until none is active. A job cancelled while it was being requeued
         (a victim that exited 75 as a plan stopped) can come back pending and start again:
-        whatever is still active is cancelled again every 2 s."""
+        whatever is still active is cancelled again every 2 s.
+
+        Running jobs' steps are SIGKILLed instead of cancelled at first (the others are
+        cancelled): a cancel sends the toy's step SIGTERM, on which it saves (20 s with
+        ``--save-seconds 20``) before the job ends, while a killed step ends its job within a
+        second (FAILED). (A job's SIGKILL is a cancel to Slurm, so the steps are signalled.)"""
         for r in self.slurm.reservations("hai-plan-"):
             self.slurm.end_reservation(r.name)
         if not self.jobs:
             return
-        self.run(["scancel", *map(str, self.jobs)])
+        running = [j for j, f in self.slurm.job_facts(self.jobs).items()
+                   if f.state == "RUNNING"]
+        listed = self.run(["squeue", "-h", "-s", "-j", ",".join(map(str, running)), "-o", "%i"]
+                          ) if running else None
+        steps = ([s for s in listed.stdout.split() if s.partition(".")[2].isdigit()]
+                 if listed is not None else [])
+        if steps:
+            self.run(["scancel", "--signal=KILL", *steps])
+        killed = {int(s.partition(".")[0]) for s in steps}
+        others = [j for j in self.jobs if j not in killed]
+        if others:
+            self.run(["scancel", *map(str, others)])
         end = time.monotonic() + 60
         again = time.monotonic() + 2
         active: list[int] = []
