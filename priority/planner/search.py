@@ -644,6 +644,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
     limited = max_plans <= 0 or max_searches <= 0   # a search or plan limit was reached
     # once limited, which limit (it stays: no search, so no plan, is made after)
     limit = 0 if max_plans <= 0 else 1
+    age_wait = config.victim_age_wait > 0
     for job in jobs:
         jid = job.job_id
         asked = (job.gpus, job.nodes, job.max_leaves, job.allowed, job.effective,
@@ -725,7 +726,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         best = options[0]
         cands = st.cands
         loss = sum([cands[v].lost_work for v in best.victims])   # lists: cheaper than generators
-        floor = config.victim_age_wait * st.youngest(best.victims)
+        # (the youngest victim's run time is looked up only when it counts: off by default)
+        floor = config.victim_age_wait * st.youngest(best.victims) if age_wait else 0.0
         wait = max(0.0, job.wait, floor)
         benefit = weight * wait * job.gpus
         counted = (f"wait {_dur(job.wait)}" if wait <= job.wait else
