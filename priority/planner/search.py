@@ -801,8 +801,9 @@ def _ripe_later(ripe_in: dict[int, float], jid: int, st: _Pass, derived: _Kind,
 
 
 def _urgent_later(worth_in: dict[int, float], job: Waiting, wait: float) -> None:
-    """Note when urgent ``job`` has waited ``wait`` (urgent_benefit_wait), if that comes
-    before its wait outweighs the loss."""
+    """Note when urgent ``job`` has waited ``wait`` (urgent_benefit_wait, or
+    urgent_no_save_wait when a victim cannot save), if that comes before its wait outweighs
+    the loss."""
     secs = max(0.0, wait - job.wait)
     if secs < worth_in.get(job.job_id, math.inf):
         worth_in[job.job_id] = secs

@@ -437,10 +437,10 @@ class PlanningResult:
     refused: str | None = None
     worth_in: Mapping[int, float] = field(default_factory=dict)
     """For each job refused as not worth it: seconds from ``now`` after which its own growing
-    wait alone outweighs the loss of the best victim set found, or, for urgent work whose
-    best victims all save on request, it has waited ``urgent_benefit_wait`` (the sooner), if
-    nothing else changes (the daemon's urgent path looks at it again then, rather than at its
-    next fixed look)."""
+    wait alone outweighs the loss of the best victim set found, or, for urgent work, it has
+    waited ``urgent_benefit_wait`` (its best victims all save on request) or
+    ``urgent_no_save_wait`` (one cannot), the sooner, if nothing else changes (the daemon's
+    urgent path looks at it again then, rather than at its next fixed look)."""
     ripe_in: Mapping[int, float] = field(default_factory=dict)
     """For each job that overrides protection and was refused for want of victims: seconds
     from ``now`` until the victims of some set that would make room for it, counting jobs now

@@ -77,11 +77,15 @@ def make_policy(name: str, setup: Setup) -> Policy:
                       key="policy", value=name)
 
 
-def _convert(old: object, text: str, key: str, *, optional: bool = False) -> object:
-    """``text`` as a value of ``old``'s type; ``optional`` (a field that may be None, such as
-    ``planner.urgent_no_save_wait``): "off" gives None, as in the daemon file."""
+def _convert(old: object, text: str, key: str, *, optional: str = "") -> object:
+    """``text`` as a value of ``old``'s type; ``optional`` (the type of a field that may be
+    None, such as ``planner.urgent_no_save_wait``, "float" or "int"; "" for the others): "off"
+    gives None, as in the daemon file, and a field that is None now takes a number of that
+    type."""
     if optional and text.strip().lower() == "off":
         return None
+    if old is None and optional in ("float", "int"):
+        old = 0.0 if optional == "float" else 0
     try:
         if isinstance(old, bool):
             if text.lower() not in ("true", "false", "yes", "no", "1", "0"):
@@ -91,7 +95,7 @@ def _convert(old: object, text: str, key: str, *, optional: bool = False) -> obj
             return parse_class(text, key=key)
         if isinstance(old, int):
             return int(parse_duration(text))
-        if isinstance(old, float) or (old is None and optional):
+        if isinstance(old, float):
             return float(parse_duration(text)) if any(c.isalpha() for c in text) else float(text)
     except ValueError as err:
         raise ConfigError(f"bad value: {err}", key=key, value=text) from None
@@ -115,7 +119,10 @@ def _set(obj: Any, path: list[str], text: str, key: str) -> Any:
         raise ConfigError(f"unknown setting {name!r}" + (
             f"; known here: {', '.join(names)}" if names else ""), key=key, value=text)
     old = getattr(obj, name)
-    optional = "None" in str(next(f.type for f in dataclasses.fields(obj) if f.name == name))
+    # "float | None" -> "float" (annotations are text here); "" when the field is never None
+    typ = str(next(f.type for f in dataclasses.fields(obj) if f.name == name))
+    kinds = [t.strip() for t in typ.split("|")]
+    optional = next((t for t in kinds if t != "None"), "?") if "None" in kinds else ""
     value = (_set(old, path[1:], text, key) if len(path) > 1
              else _convert(old, text, key, optional=optional))
     return replace(obj, **{name: value})  # type: ignore[type-var]

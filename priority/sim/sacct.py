@@ -449,8 +449,8 @@ def _trace(merged: Mapping[int, list[_Run]], source: str, kind: str, skipped: di
             nodes, clamped = 0, clamped + 1
         start, end = run.start or 0, run.end or 0
         # as the daemon sees it: a job saves on request when its record names a checkpoint
-        # directory (#HAI --checkpoint-dir)
-        saves = info is not None and info.checkpoint_dir is not None
+        # directory (#HAI --checkpoint-dir), as ``save_estimates`` reads it (an empty one: no)
+        saves = info is not None and bool(info.checkpoint_dir)
         savers += saves
         jobs.append(TraceJob(run.job_id, submit - first, max(1, end - start), run.gpus, team,
                              cls, nodes, run.user or team, run.name, saves))
@@ -460,6 +460,11 @@ def _trace(merged: Mapping[int, list[_Run]], source: str, kind: str, skipped: di
         notes.append(f"{recorded} jobs take team and class from their #HAI record")
     notes.append(f"{savers} of {len(jobs)} jobs save on request (#HAI --checkpoint-dir); the "
                  "others, asked to give way, lose the work since their last periodic save")
+    if jobs and not recorded:
+        notes.append("no job has a #HAI record (job_submit.lua writes it into the admin "
+                     "comment), so none counts as saving on request: a sacct -P export needs "
+                     f"the AdminComment column (--format={SACCT_FORMAT}); --saves all shows "
+                     "preemption's cost if every job saved")
     if unknown_qos:
         listed = ", ".join(f"{q}: {n}" for q, n in sorted(unknown_qos.items()))
         notes.append(f"jobs whose QOS is no class's ({listed}) replayed at the default class "

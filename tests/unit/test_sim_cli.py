@@ -158,3 +158,7 @@ def test_settings_reach_every_part_of_the_setup() -> None:
         ).urgent_no_save_wait == 20.0
     with pytest.raises(ConfigError, match="bad value"):
         apply_param(s, "planner.min_run_time", "off")   # not an optional setting
+    # an optional whole number (None by default) takes a whole number, not a float
+    cpus = apply_param(s, "team_default.cpus", "8").config.policy.team_default.cpus
+    assert cpus == 8 and isinstance(cpus, int)
+    assert apply_param(s, "team_default.cpus", "off").config.policy.team_default.cpus is None

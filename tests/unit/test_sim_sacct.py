@@ -179,14 +179,28 @@ def test_a_minimal_parsable_export_is_read(tmp_path: Path) -> None:
 def test_a_job_saves_on_request_when_its_record_names_a_checkpoint_directory(
         tmp_path: Path) -> None:
     """As the daemon sees it: a #HAI record with a checkpoint directory saves on request; one
-    without, and a job without a record, do not. The notes count them."""
+    without (or with an empty one, as ``save_estimates`` reads it), and a job without a record,
+    do not. The notes count them."""
     record = "hai:v1:priority=LOW;class=LOW;team=nlp;preemptible=yes;grace=60;"
     rows = [ROW + record + "checkpoint_dir=/ckpt/a;source=directive",
             ROW.replace("7|", "8|", 1) + record + "source=directive",
-            ROW.replace("7|", "9|", 1)]
+            ROW.replace("7|", "9|", 1),
+            ROW.replace("7|", "10|", 1) + record + "checkpoint_dir=;source=directive"]
     trace = read_sacct(write(tmp_path, "\n".join([HEADER, *rows]) + "\n"))
-    assert [(j.job_id, j.saves) for j in trace.jobs] == [(7, True), (8, False), (9, False)]
-    assert any(n.startswith("1 of 3 jobs save on request") for n in trace.notes)
+    assert [(j.job_id, j.saves) for j in trace.jobs] == [(7, True), (8, False), (9, False),
+                                                         (10, False)]
+    assert any(n.startswith("1 of 4 jobs save on request") for n in trace.notes)
+    assert not any("no job has a #HAI record" in n for n in trace.notes)
+
+
+def test_an_export_without_hai_records_says_why_no_job_saves(tmp_path: Path) -> None:
+    """Without the AdminComment column (or job_submit.lua), no job has a #HAI record, so none
+    saves on request: the notes say so, and what to do."""
+    header = HEADER.replace("|AdminComment", "")
+    trace = read_sacct(write(tmp_path, f"{header}\n{ROW[:-1]}\n"))
+    assert [j.saves for j in trace.jobs] == [False]
+    hint = next(n for n in trace.notes if "no job has a #HAI record" in n)
+    assert "AdminComment" in hint and "--saves all" in hint
 
 
 def test_parsable_with_trailing_bar_and_posix_times(tmp_path: Path) -> None:
