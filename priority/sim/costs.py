@@ -17,6 +17,12 @@
   request to the requeue, rounded up here to 2). A job that ignores requests runs on until its
   deadline instead (``#HAI --grace``, else the executor's ``default_grace``, 60 s): set
   ``no_save_stop`` to that to model such jobs.
+
+A plan's victims are all requeued after the slowest one's time (the policies pass the engine
+one delay per plan): the beneficiary needs all of them, and the executor requeues a plan's
+victims together. A simplification: a victim that cannot save, in a plan with one that saves,
+counts as holding its GPUs until then, where on a cluster its step has ended and its GPUs sit
+idle behind the plan's guard.
 """
 
 from __future__ import annotations
