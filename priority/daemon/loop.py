@@ -443,9 +443,9 @@ class Daemon:
         reconcile = getattr(self.executor, "reconcile", None)
         if reconcile is None:
             return
-        if not self._still_leading(self.clock.time()):
-            return
-        try:
+        try:   # a database error renewing the lease waits for the next step, as in a look
+            if not self._still_leading(self.clock.time()):
+                return
             reconcile()
         except HaiSlurmError as err:
             log.warning("stepping the open plans failed: %s", err)

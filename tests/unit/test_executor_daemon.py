@@ -9,6 +9,7 @@ import pytest
 from executor_world import Behaviour, World, make_world
 
 from hai_slurm.classes import ClassOrigin
+from hai_slurm.errors import StateError
 from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.daemon.loop import Daemon
 from hai_slurm.priority.daemon.planning import SnapshotPlanner
@@ -110,6 +111,34 @@ def test_the_wait_between_cycles_steps_open_plans(tmp_path: Path) -> None:
     assert plan.state is PlanState.DONE  # stepped during the wait, not at the next cycle
     done_at = max(s.at for s in plan.steps)
     assert done_at - started < 3.0
+
+
+def test_a_database_error_renewing_the_lease_between_cycles_is_waited_out(
+        tmp_path: Path) -> None:
+    """The lease renewal in a step between cycles fails (the database is locked, or MariaDB
+    restarts): the wait goes on (a warning; the next step tries again) instead of the error
+    ending the daemon with a plan open, and the plan is finished once the database answers."""
+    world, daemon = _ten_second_daemon(tmp_path, ack_after=12.0)   # open past two renewals
+    # no urgent polls: they renew the lease too, and catch its errors themselves
+    daemon.config = dataclasses.replace(daemon.config, intervals=dataclasses.replace(
+        daemon.config.intervals, urgent_poll=0.0))
+    report = daemon.run_once()
+    lock = daemon.lock
+    renew = lock.acquire_or_renew
+    fails = {"left": 1}
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        if fails["left"] > 0:
+            fails["left"] -= 1
+            raise StateError("database is locked")
+        return renew(*args, **kwargs)   # type: ignore[arg-type]
+
+    lock.acquire_or_renew = flaky   # type: ignore[method-assign]
+    for _ in range(2):   # 20 s: the renewal 5 s in fails; the plan ends at about 12.5 s
+        daemon._wait(report)
+    assert fails["left"] == 0
+    (plan,) = world.repo.history()
+    assert plan.state is PlanState.DONE
 
 
 def test_the_last_ack_is_acted_on_within_poll_not_state_poll(tmp_path: Path) -> None:
