@@ -455,7 +455,8 @@ class PreemptionExecutor:
     def reconcile(self, snap: ClusterSnapshot | None = None) -> list[ExecutionResult]:
         """Step every open plan once (the daemon calls this each cycle with its snapshot, and
         every :attr:`poll_interval` between cycles while plans are open); returns the plans
-        that ended. A Slurm failure in one plan's step leaves it for the next step."""
+        that ended. A Slurm or state-store failure in one plan's step leaves it for the next
+        step; the other plans are stepped."""
         out = []
         if not self._swept:
             self.sweep_reservations()
@@ -467,6 +468,11 @@ class PreemptionExecutor:
             except SlurmError as err:
                 log.warning("plan %d: Slurm failed in this step (%s); the next step retries",
                             plan.plan_id, err)
+                continue
+            except StateError as err:   # the store failed, or refused a transition: this
+                # plan waits for the next step, the others go on
+                log.error("plan %d: this step failed in the state store (%s); the next step "
+                          "retries", plan.plan_id, err)
                 continue
             if result is not None:
                 out.append(result)
@@ -931,6 +937,10 @@ class PreemptionExecutor:
         b = self.slurm.job_facts([plan.beneficiaries[0].job_id]).get(
             plan.beneficiaries[0].job_id) if plan.beneficiaries else None
         ran = b is not None and (b.running or _ran(b))
+        if ran and plan.state is PlanState.PLANNED:
+            # nobody was asked: it started on GPUs that came free without this plan
+            ran = False
+            note += f"; beneficiary {plan.beneficiaries[0].job_id} started without it"
         if ran:  # it took the GPUs the victims freed: the preemption happened after all
             final = PlanState.DONE
             note += f"; beneficiary {plan.beneficiaries[0].job_id} runs on the freed GPUs"

@@ -77,6 +77,30 @@ def test_killed_between_phase_1_and_phase_2_is_completed(world: World) -> None:
     assert world.repo.unfinished_plans() == []
 
 
+def test_killed_before_anyone_was_asked_and_the_beneficiary_started_alone(
+        world: World) -> None:
+    """Crash right after the plan was written (nobody asked); meanwhile a job ends by itself
+    and the beneficiary starts on its GPUs. The restart ends the plan as not needed (it
+    preempted nobody, so it is not DONE: its beneficiary gets no preempting event), instead
+    of a refused transition that stopped every later step; nothing is held or reserved."""
+    victim = world.victim("v", Behaviour(ack_after=1.0))
+    fillers = [world.victim(f"f{i}", Behaviour(ack_after=None)) for i in range(3)]
+    bene = world.pending("bene", gpus=8)
+    plan_id = crashed_run(world, ExecutionRequest(bene, (victim,), nodes=("n1",)), "planned")
+    assert world.repo.get_plan(plan_id).state is PlanState.PLANNED
+    world.fake.finish(fillers[0], JobState.COMPLETED)
+    world.fake.schedule()
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    (result,) = world.executor().recover()
+    assert result.state in (PlanState.ABORTED, PlanState.ROLLED_BACK), result.note
+    assert "started without it" in result.note
+    assert world.fake.jobs[victim].state is JobState.RUNNING
+    assert world.fake.jobs[victim].restart_count == 0
+    nothing_held(world)
+    assert world.fake.reservations() == ()
+    assert world.repo.unfinished_plans() == []
+
+
 def test_killed_after_the_requeue_is_finished(world: World) -> None:
     """Crash right after phase 2's requeue-hold: restart releases everybody and ends done."""
     victims, _other, bene, req = setup(world)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from executor_world import Behaviour, World, make_world
 
+from hai_slurm.errors import StateError
 from hai_slurm.priority.executor.guard import (
     TOP_PRIORITY,
     UNPIN_LATER_KEY,
@@ -20,7 +21,7 @@ from hai_slurm.priority.executor.guard import (
 )
 from hai_slurm.priority.executor.types import ExecutionRequest, VictimContext
 from hai_slurm.priority.policy.settings import DeadlineAction
-from hai_slurm.priority.store import PlanState, VictimState
+from hai_slurm.priority.store import Plan, PlanState, VictimState
 from hai_slurm.slurm_plugins.types import JobState
 
 
@@ -76,6 +77,32 @@ def test_two_plans_open_at_once_each_step_moves_both(world: World) -> None:
         assert world.fake.jobs[bene].state is JobState.RUNNING
     assert world.fake.jobs[v[0]].restart_count == 1 and world.fake.jobs[v[1]].restart_count == 1
     nothing_held(world)
+
+
+def test_a_store_error_in_one_plans_step_does_not_stop_the_others(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One plan's step fails in the state store (here: every step of it): the other plan is
+    still stepped to its end, and the failing one stays open for the next step."""
+    v = [world.victim(f"v{i}", Behaviour(ack_after=2.0)) for i in range(4)]
+    b1 = world.pending("b1", gpus=8)
+    b2 = world.pending("b2", gpus=8)
+    ex = world.executor()
+    p1 = ex.start(ExecutionRequest(b1, (v[0],), nodes=("n1",)), world.fake.snapshot())
+    p2 = ex.start(ExecutionRequest(b2, (v[1],), nodes=("n2",)), world.fake.snapshot())
+    step = ex.step
+
+    def failing(plan: Plan, *args: object, **kwargs: object) -> object:
+        if plan.plan_id == p1:
+            raise StateError(f"plan {plan.plan_id}: illegal transition (simulated)")
+        return step(plan, *args, **kwargs)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(ex, "step", failing)
+    for _ in range(60):   # 6 s
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+    assert world.repo.get_plan(p2).state is PlanState.DONE
+    assert world.fake.jobs[b2].state is JobState.RUNNING
+    assert [p.plan_id for p in world.repo.unfinished_plans()] == [p1]
 
 
 def test_the_guard_lost_by_slurmctld_is_reapplied_at_the_next_step(world: World) -> None:
