@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.description import decode_utf8
@@ -314,7 +315,23 @@ def _db_url(value: object) -> str:
 
 
 def _redis_url(value: object) -> str:
+    """A Redis URL checked as redis-py reads it (a bad port or database number is an error
+    here, naming the key, not a traceback when the daemon connects)."""
     text = _nonempty(value)
     if not text.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError("unsupported Redis URL scheme")
+        raise ValueError("unsupported Redis URL scheme (redis://, rediss:// or unix://)")
+    url = urlsplit(text)
+    if url.scheme == "unix":
+        if not url.path:
+            raise ValueError("a unix:// URL needs the socket's path (unix:///run/redis.sock)")
+        return text
+    try:
+        url.port   # noqa: B018 (read to check it: a port that is no number raises)
+    except ValueError:
+        raise ValueError("the port is not a number (redis://HOST:PORT/DB)") from None
+    if not url.hostname:
+        raise ValueError("no host (redis://HOST:PORT/DB)")
+    db = url.path.strip("/")
+    if db and not db.isdigit():
+        raise ValueError(f"the database {db!r} is not a number (redis://HOST:PORT/DB)")
     return text

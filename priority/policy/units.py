@@ -8,6 +8,7 @@ are read there (:func:`~hai_slurm.slurm_formats.size_mib`: whole MiB, rounded up
 
 from __future__ import annotations
 
+import math
 import re
 
 from hai_slurm.slurm_formats import size_mib
@@ -24,6 +25,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("not a duration")
     if isinstance(value, int | float):
+        if not math.isfinite(value):   # TOML's nan and inf: a wait of nan s spins a loop
+            raise ValueError("a duration must be a finite number of seconds")
         if value < 0:
             raise ValueError("a duration cannot be negative")
         return float(value)

@@ -95,6 +95,11 @@ high = 2
     ('metrics_port = 70000\n', ["metrics_port = 70000", "0 (off) to 65535"]),
     ('[aging]\nmax_step = 9\n', ["aging.max_step = 9", "1 to 7"]),
     ('[fairness]\ndemote_excess = -1\n', ["line 2", "fairness.demote_excess = -1", "0 to 100"]),
+    ('[intervals]\ncycle = nan\n', ["intervals.cycle", "finite number of seconds"]),
+    ('[intervals]\nlock_ttl = inf\n', ["intervals.lock_ttl", "finite number of seconds"]),
+    ('redis_url = "redis://localhost:abc/0"\n', ["redis_url", "port is not a number"]),
+    ('redis_url = "redis://localhost:6379/zero"\n', ["redis_url", "'zero' is not a number"]),
+    ('redis_url = "unix://"\n', ["redis_url", "socket's path"]),
     ("x = [\n", ["not valid TOML"]),
     ('fairness = 3\n', ["fairness = 3", "expected a table"]),
 ])

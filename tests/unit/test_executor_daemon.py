@@ -118,7 +118,7 @@ def test_a_database_error_renewing_the_lease_between_cycles_is_waited_out(
     """The lease renewal in a step between cycles fails (the database is locked, or MariaDB
     restarts): the wait goes on (a warning; the next step tries again) instead of the error
     ending the daemon with a plan open, and the plan is finished once the database answers."""
-    world, daemon = _ten_second_daemon(tmp_path, ack_after=12.0)   # open past the first renewal (5 s)
+    world, daemon = _ten_second_daemon(tmp_path, ack_after=12.0)   # open past a renewal
     # no urgent polls: they renew the lease too, and catch its errors themselves
     daemon.config = dataclasses.replace(daemon.config, intervals=dataclasses.replace(
         daemon.config.intervals, urgent_poll=0.0))
