@@ -43,6 +43,7 @@ from hai_slurm.priority.planner.inputs import (
 )
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import (
+    Holder,
     Outcome,
     PlannerConfig,
     PlanningResult,
@@ -53,7 +54,7 @@ from hai_slurm.priority.policy.state import PendingJob
 from hai_slurm.slurm_plugins.constraints import node_filter
 from hai_slurm.slurm_plugins.hostlist import expand_hostlist
 from hai_slurm.slurm_plugins.job_record import job_record
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState
 
 TopologySource = Topology | Callable[[ClusterSnapshot], Topology]
 VerdictCounts = Mapping[tuple[str, str], int]
@@ -148,6 +149,11 @@ class SnapshotPlanner:
         running_ids = {j.job_id for j in running}
         counts = {j.job_id: dict(j.gpus_per_node) for j in snap.running
                   if j.job_id in running_ids and j.gpus_per_node}
+        # A suspended job keeps its GPUs (SUSPEND frees no GRES): they are busy, and it is no
+        # victim (requeueing it is not the planner's to decide). Left out, its GPUs looked free
+        # and a job "fit" there that Slurm would never start.
+        suspended = [j for j in snap.jobs if j.state is JobState.SUSPENDED and j.gpus_per_node]
+        counts.update((j.job_id, dict(j.gpus_per_node)) for j in suspended)
         gpus = self._gpus_of(topology, counts)
         records = {j.job_id: (r.checkpoint_dir, r.grace, j.uid) for j in snap.running
                    if j.job_id in running_ids for r in (job_record(j),)}
@@ -162,6 +168,10 @@ class SnapshotPlanner:
         holders = holders_from_policy(running, view.result.running, gpus, saves=saves,
                                       restart_costs=restarts, victims=claims.victims,
                                       memo=self._holders)
+        if suspended:
+            holders += tuple(Holder(j.job_id, j.account, PriorityClass.LOW, gpus[j.job_id],
+                                    float(j.start_time or snap.time), preemptible=False)
+                             for j in suspended if gpus.get(j.job_id))
         nodes = {j.job_id: j.node_count for j in snap.pending if j.node_count > 0}
         switches = {j.job_id: (j.switches or 0, float(j.switch_wait)) for j in snap.pending
                     if j.switches}

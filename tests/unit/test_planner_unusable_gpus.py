@@ -120,6 +120,22 @@ def test_free_gpus_on_a_node_without_free_cpus_fit_nobody(tmp_path: Path, hog_cp
     assert started_on(world, bene) == plan.nodes
 
 
+def test_a_suspended_jobs_gpus_are_not_free_and_it_is_no_victim(tmp_path: Path) -> None:
+    """n1-n4 run an 8-GPU LOW job each; the one on n1 is suspended (scontrol suspend), which
+    keeps its GPUs. The HIGH job "fit" on n1's GPUs, got no plan and waited as long as the
+    job stayed suspended; now those GPUs are busy, the suspended job is not a victim (the
+    planner does not requeue what an admin suspended), and the plan frees another node."""
+    world = make_world(tmp_path)
+    lows = [world.victim(f"v{i}", Behaviour(ack_after=0.5)) for i in range(4)]
+    world.fake.jobs[lows[0]].state = JobState.SUSPENDED
+    assert {n.name: n.gpus_used for n in world.fake.snapshot().nodes}["n1"] == 8
+    last, bene = plan_for_high_job(world, tmp_path)
+    assert last.decisions[bene].outcome is Outcome.PREEMPT, last.decisions[bene]
+    (plan,) = last.plans
+    assert lows[0] not in plan.victim_ids and plan.nodes != ("n1",)
+    assert started_on(world, bene) == plan.nodes
+
+
 def test_free_gpus_in_someone_elses_reservation_fit_nobody(tmp_path: Path) -> None:
     """n1-n3 run an 8-GPU LOW job each; n4 is idle but in an admin's reservation. A HIGH job
     "fit" on n4 and got no plan, though Slurm starts there only jobs linked to the reservation:
