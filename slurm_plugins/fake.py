@@ -115,6 +115,9 @@ class _FakeJob:
     state: JobState = JobState.PENDING
     reason: str = "Priority"
     held: bool = False
+    batch: bool = True
+    """False: an interactive job (``srun``/``salloc``), which Slurm never requeues (a test sets
+    it on the job: ``submit`` queues batch jobs)."""
     start_time: int | None = None
     nodes: tuple[str, ...] = ()
     restart_count: int = 0
@@ -374,7 +377,7 @@ class FakeSlurm:
             gpus_per_node=({n: self.nodes[n].gpus if j.exclusive and n in self.nodes
                             else j.gpus_per_node for n in j.nodes} if running else {}),
             restart_count=j.restart_count, requeue=j.requeue, comment=j.comment,
-            admin_comment=j.admin_comment, batch=True, held=j.held,
+            admin_comment=j.admin_comment, batch=j.batch, held=j.held,
             cpus=(sum(self.nodes[n].cpus for n in j.nodes if n in self.nodes)
                   if j.exclusive and running else j.cpus_per_node * j.node_count),
             memory_mb=(sum(self.nodes[n].memory_mb for n in j.nodes if n in self.nodes)

@@ -158,7 +158,9 @@ def running_job(job: Job, tracked: TrackedJob | None, default_class: PriorityCla
         resources=Resources(gpus, job.cpus, job.memory_mb), source=cls.source,
         run_time=before, running_since=None if since == math.inf else since,
         restarts=job.restart_count,
-        preemptible=cls.preemptible, start_class=start_class(tracked),
+        # an interactive job (srun, salloc) is never requeued by slurmctld ("Only batch jobs
+        # are accepted"): a plan taking it would wait on it for ever
+        preemptible=cls.preemptible and job.batch, start_class=start_class(tracked),
         last_checkpoint=tracked.checkpoint_at if tracked is not None else None,
         nodes=job.nodes,
     )

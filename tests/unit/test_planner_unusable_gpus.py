@@ -136,6 +136,20 @@ def test_a_suspended_jobs_gpus_are_not_free_and_it_is_no_victim(tmp_path: Path) 
     assert started_on(world, bene) == plan.nodes
 
 
+def test_an_interactive_job_is_no_victim(tmp_path: Path) -> None:
+    """n1-n4 run an 8-GPU LOW job each; the one on n1 (the first in node order, so the one a
+    tie picks) is an interactive ``srun``, which slurmctld refuses to requeue ("Only batch
+    jobs are accepted"): a plan taking it waited on it for ever, its other victims held. It
+    is no victim now, and the plan frees another node."""
+    world = make_world(tmp_path)
+    lows = [world.victim(f"v{i}", Behaviour(ack_after=0.5)) for i in range(4)]
+    world.fake.jobs[lows[0]].batch = False
+    last, bene = plan_for_high_job(world, tmp_path)
+    (plan,) = last.plans
+    assert lows[0] not in plan.victim_ids and plan.nodes != ("n1",)
+    assert started_on(world, bene) == plan.nodes
+
+
 def test_free_gpus_in_someone_elses_reservation_fit_nobody(tmp_path: Path) -> None:
     """n1-n3 run an 8-GPU LOW job each; n4 is idle but in an admin's reservation. A HIGH job
     "fit" on n4 and got no plan, though Slurm starts there only jobs linked to the reservation:
