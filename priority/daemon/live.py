@@ -26,6 +26,7 @@ from hai_slurm.priority.daemon.cycle import (
 from hai_slurm.priority.daemon.factory import read_switches, topology_source
 from hai_slurm.priority.daemon.planning import SnapshotPlanner, foreign_reservation
 from hai_slurm.priority.daemon.save_times import SaveTimes
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.hooks import Claims, CycleView
 from hai_slurm.priority.planner.search import plan_preemptions, victim_status
 from hai_slurm.priority.policy.explain import explain, explain_running
@@ -108,6 +109,9 @@ def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
     if job is not None and job.state is JobState.PENDING:
         return (f"Planner: not planned: "
                 f"{not_planned(job, view.claims, view.now, planner.config.save_cost)}.")
+    if job_id in view.claims.victims:
+        return ("Planner: it gives way to an open plan now (asked to save, then requeued), so "
+                "no other plan takes it.")
     holder = next((h for h in snapshot.running if h.job_id == job_id), None)
     if holder is None:
         return "Planner: the job holds no GPUs the planner places, so it is never a victim."
@@ -171,10 +175,17 @@ def explain_live(job_id: int, slurm: SlurmClient, repo: Repository, config: Daem
         raise ConfigError(f"job {job_id} is neither pending nor running in Slurm now",
                           key="JOBID", value=job_id)
     slurm_job = decision.inputs.jobs[job_id]
-    if job_id in decision.writes:
+    # the open plans' beneficiaries, victims, held jobs and guarded nodes, as the daemon's
+    # cycle reads them (read only: nothing is stepped)
+    claims = PreemptionExecutor(slurm, repo).claims()
+    if job_id in claims.beneficiaries or job_id in claims.held:
+        text += (f"\nSlurm has priority {slurm_job.priority}; the daemon leaves it to the open "
+                 "plan that " + ("frees GPUs for it." if job_id in claims.beneficiaries
+                                 else "holds it."))
+    elif job_id in decision.writes:
         text += (f"\nSlurm still has priority {slurm_job.priority}; the daemon's next cycle "
                  f"writes {decision.writes[job_id]}.")
     view = CycleView(now=at, snapshot=snap, pending=decision.inputs.pending,
                      running=decision.inputs.running, result=decision.result, tracked=tracked,
-                     config=config.policy, slurm=slurm, repository=repo)
+                     config=config.policy, slurm=slurm, repository=repo, claims=claims)
     return text + "\n" + planner_verdict(job_id, view, config)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from daemon_helpers import Rig, rig
+from executor_world import Behaviour, make_world
 
 from hai_slurm.checkpoint import Phase
 from hai_slurm.checkpoint.protocol import (
@@ -18,9 +19,15 @@ from hai_slurm.checkpoint.protocol import (
 )
 from hai_slurm.classes import ClassOrigin, PriorityClass
 from hai_slurm.errors import SlurmError
+from hai_slurm.priority.config.loader import DaemonConfig
 from hai_slurm.priority.config.preempt import PreemptConfig
 from hai_slurm.priority.daemon.live import explain_live, open_repository
+from hai_slurm.priority.daemon.loop import Daemon
+from hai_slurm.priority.daemon.planning import SnapshotPlanner
+from hai_slurm.priority.planner.testing import gpu_cluster
 from hai_slurm.priority.planner.types import PlannerConfig
+from hai_slurm.priority.store.engine import upgrade
+from hai_slurm.priority.store.lock import LeaderLock
 from hai_slurm.slurm_plugins.directives import HaiJobInfo, format_admin_comment
 from hai_slurm.slurm_plugins.types import Reservation
 
@@ -225,3 +232,45 @@ def test_no_job_is_planned_while_slurms_reservations_cannot_be_read(tmp_path: Pa
     text = _explain(r, job)
     assert ("Planner: not planned: reading Slurm's reservations failed (scontrol show "
             "reservation failed: Unable to contact slurm controller)") in text, text
+
+
+def test_explain_during_an_open_plan_reads_the_plans_claims(tmp_path: Path) -> None:
+    """While a plan is open (its victims saving), explain says what the daemon does: the
+    beneficiary is left to the plan (no priority write, not "impossible"), a victim gives way
+    to it; a second HIGH job's verdict leaves the first plan's nodes and victims out. Before,
+    explain read no plan: the beneficiary was IMPOSSIBLE "of the 0 nodes it may use" and the
+    next cycle "wrote" a priority the daemon leaves alone."""
+    world = make_world(tmp_path)
+    for i in range(4):
+        world.victim(f"v{i}", Behaviour(ack_after=100))
+    world.fake.advance(world.fake.now + 3600)
+    world.clock.now = float(world.fake.now)
+    info = HaiJobInfo(priority="HIGH", job_class="HIGH", team="team-b", preemptible=True,
+                      grace=30, source=ClassOrigin.DIRECTIVE)
+
+    def high(name: str) -> int:
+        return world.fake.submit(name=name, uid=1000, account="team-b", qos="high", nodes=2,
+                                 gpus_per_node=8, admin_comment=format_admin_comment(info),
+                                 now=world.fake.now - 600)
+
+    bene = high("bene")
+    planner_config = PlannerConfig(min_run_time=60.0)
+    cfg = replace(DaemonConfig(), database_url=f"sqlite:///{tmp_path / 'state.db'}",
+                  state_dir=str(tmp_path), preempt=PreemptConfig(planner=planner_config))
+    lock = LeaderLock(upgrade(f"sqlite:///{tmp_path / 'state.db'}"))
+    daemon = Daemon(world.fake, world.repo, lock, config=cfg, clock=world.clock,
+                    planner=SnapshotPlanner(gpu_cluster(2, 2), planner_config),
+                    executor=world.executor(), interval=1.0)
+    assert daemon.run_once().outcome.value == "ok"
+    (plan,) = world.repo.history()
+    victims = sorted(v.job_id for v in plan.victims)
+    text = explain_live(bene, world.fake, world.repo, cfg, now=world.clock.now)
+    assert "the daemon leaves it to the open plan that frees GPUs for it" in text
+    assert "an open plan is freeing GPUs for it" in text
+    assert "IMPOSSIBLE" not in text and "next cycle writes" not in text
+    text = explain_live(victims[0], world.fake, world.repo, cfg, now=world.clock.now)
+    assert "gives way to an open plan" in text
+    second = high("second")
+    text = explain_live(second, world.fake, world.repo, cfg, now=world.clock.now)
+    assert "Planner: PREEMPT" in text
+    assert not any(f"job {v}," in text or f"jobs {v}," in text for v in victims), text
