@@ -609,8 +609,12 @@ class Guard:
         wanted = ids or ctx.pinned_from is not None or ctx.reservation is not None
         facts = self.slurm.job_facts([*ids, ctx.beneficiary]) if wanted else {}
         self._end_reservation(ctx, facts=facts)   # one read of the beneficiary for both
+        # a competitor that started between the snapshot and its hold is held while it runs
+        # (Slurm takes the hold: priority 0), and would stay held if requeued later: released
+        # too (measured on 22.05: scontrol release restores a running job's priority)
+        competitors = set(ctx.held)
         to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
-                      and facts[j].pending]
+                      and (facts[j].pending or (facts[j].running and j in competitors))]
         # A victim requeued held while it could not end yet (its node not responding: it stays
         # COMPLETING until slurmctld sees it end) becomes pending and held later: released then.
         later = [j for j in ctx.victims_held if j in facts and not facts[j].pending

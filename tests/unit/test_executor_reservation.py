@@ -133,6 +133,31 @@ def test_refused_reservation_falls_back_to_holds(world: World) -> None:
     nothing_held(world)
 
 
+def test_a_competitor_that_started_before_its_hold_is_released_too(world: World) -> None:
+    """Holds fallback: a competitor pending in the cycle's snapshot starts (a job ended)
+    before the plan holds it. Slurm takes the hold on the running job (priority 0, as 22.05
+    does); the guard's release must free it too, else a later requeue (RequeueExit, a node
+    failure) leaves it pending and held for good."""
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
+    v = world.victim("v", Behaviour(ack_after=1.0))
+    world.victim("f1", Behaviour(ack_after=None))
+    world.victim("f2", Behaviour(ack_after=None))
+    blocker = world.victim("f3", Behaviour(ack_after=None))
+    comp = world.pending("comp", gpus=8, priority=50, cls="NORMAL")
+    bene = world.pending("bene", gpus=8)
+    snap = world.fake.snapshot()   # the cycle's: comp pending
+    world.fake.finish(blocker, JobState.COMPLETED)
+    world.fake.schedule()
+    assert world.fake.jobs[comp].state is JobState.RUNNING
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), snap)
+    assert comp in context(world, plan_id).held and world.fake.jobs[comp].held
+    step_until_closed(world, ex)
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    assert not world.fake.jobs[comp].held
+    nothing_held(world)
+
+
 def test_a_plan_without_nodes_holds_instead(world: World) -> None:
     """No target nodes, nothing to reserve: the holds fallback."""
     v = world.victim("v", Behaviour(ack_after=1.0))
