@@ -298,6 +298,7 @@ class Daemon:
         counted_before = dict(self.totals.values)
         decision, tracked, stored_state = self._decide(snap, now)
         if not self._take_lead(self.clock.time()):  # the snapshot took longer than the lease
+            self.totals.add("standby_cycles")
             self.metrics.cycles.labels("standby").inc()
             return CycleReport(Outcome.STANDBY, self.interval, reason="lease lost mid-cycle",
                                seconds=time.monotonic() - started)
@@ -317,8 +318,9 @@ class Daemon:
         for name, ids in (("promotions", ch.promotions), ("demotions", ch.demotions),
                           ("decays", ch.decays), ("protections", ch.protections)):
             self.totals.add(name, len(ids))
-        if write_error:
+        if write_error:   # counted as the metrics count it: a skipped cycle (see below)
             self.totals.add("slurm_errors")
+            self.totals.add("cycles_skipped")
             self.metrics.slurm_errors.inc()
         else:
             self.totals.add("cycles")

@@ -13,7 +13,7 @@ import pytest
 from daemon_helpers import T0, Broken, rig
 
 from hai_slurm.classes import PriorityClass
-from hai_slurm.errors import StateError
+from hai_slurm.errors import SlurmError, StateError
 from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.daemon.metrics import TOTALS_KEY, sample
@@ -252,3 +252,24 @@ def test_sigterm_ends_the_process_when_the_cycle_hangs(tmp_path: Path) -> None:
     r.tick(60)
     quick.run()
     assert armed == [0.5, 8.0] and disarmed == [True]  # ended in time: the exit is called off
+
+
+def test_a_cycle_whose_priority_writes_fail_is_counted_skipped_in_the_stored_totals(
+        tmp_path: Path) -> None:
+    """Slurm refuses every priority write (slurmctld gone between the snapshot and the
+    writes): the metrics count a skipped cycle, and so do the stored totals, which a restarted
+    (or newly leading) daemon restores its metrics from. (Before: the totals counted neither a
+    cycle nor a skipped one, and the restored skipped count was lower than it had been.)"""
+    r = rig(tmp_path)
+    r.submit(PriorityClass.HIGH)
+    d = r.daemon()
+
+    def refuse(priorities: object) -> object:
+        raise SlurmError("slurm_update error: Unable to contact slurm controller")
+
+    d.slurm.set_priorities = refuse   # type: ignore[method-assign]
+    assert d.run_once().outcome is Outcome.SKIPPED
+    stored = d.repository.get_value(TOTALS_KEY)
+    assert isinstance(stored, dict)
+    assert stored.get("cycles", 0) == 0 and stored["cycles_skipped"] == 1
+    assert sample(d.metrics, "hai_priority_cycles_total", {"outcome": "skipped"}) == 1
