@@ -115,7 +115,8 @@ class Bed:
                  if listed is not None else [])
         if steps:
             self.run(["scancel", "--signal=KILL", *steps])
-        killed = {int(s.partition(".")[0]) for s in steps}
+        # (an array task's step reads JOB_TASK.STEP: that task is cancelled as well)
+        killed = {int(job) for s in steps if (job := s.partition(".")[0]).isdigit()}
         others = [j for j in self.jobs if j not in killed]
         if others:
             self.run(["scancel", *map(str, others)])
