@@ -149,6 +149,10 @@ def test_lease_lost_during_a_slow_snapshot_means_no_writes(tmp_path: Path) -> No
     assert rep.outcome is Outcome.STANDBY and rep.reason == "lease lost mid-cycle"
     assert len(r.slurm.writes) == n_before + 1  # B's write only
     assert a.repository.get_value("daemon.totals") == b.totals.to_json()
+    # counted as a standby cycle in A's totals as in its metrics (as a cycle that finds the
+    # lease held at its start is)
+    assert a.totals.values["standby_cycles"] == 1
+    assert sample(a.metrics, "hai_priority_cycles_total", {"outcome": "standby"}) == 1
 
 
 def test_running_jobs_are_not_rewritten_each_cycle_yet_their_run_time_is_kept(
