@@ -113,6 +113,9 @@ _PENDING = ("job is pending execution", SkipReason.PENDING)
 _HELD = ("job is in held state", SkipReason.HELD)
 _NOT_NOW = ("job can not be altered now", SkipReason.PENDING)
 _NOT_PENDING = (("no longer pending", "is not pending"), SkipReason.NOT_PENDING)
+# scontrol requeue of a --no-requeue (or Requeue=0) job, and of an interactive one
+_REFUSED = (("operation is presently disabled", "only batch jobs are accepted"),
+            SkipReason.REFUSED)
 _NO_TASK_LEFT = ("no task of the array is pending in its own record any more (started, split "
                  "off or ended since the snapshot)")
 _SIGNAL_RE = re.compile(r"(SIG)?[A-Z0-9]+")
@@ -754,7 +757,8 @@ class CliSlurmClient:
 
     def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:
         """``scontrol requeue[hold]`` for running and finished jobs; pending ones are counted as
-        requeued (and held with ``hold``); forgotten ones are left out."""
+        requeued (and held with ``hold``); forgotten ones, and those Slurm refuses to requeue
+        (``--no-requeue``, ``Requeue=0``, not a batch job), are left out."""
         ids = job_id_tuple(job_ids)
         facts = self.job_facts(ids)
         to_requeue = [j for j in ids if j in facts and not facts[j].pending]
@@ -763,7 +767,8 @@ class CliSlurmClient:
         done = {j for j in ids if j in facts and facts[j].pending and j not in to_hold}
         verb = "requeuehold" if hold else "requeue"
         if to_requeue:
-            res = self._scontrol_ids([verb], to_requeue, f"scontrol {verb}", (_GONE, _PENDING))
+            res = self._scontrol_ids([verb], to_requeue, f"scontrol {verb}",
+                                     (_GONE, _PENDING, _REFUSED))
             done.update(res.done)
             # pending now: Slurm requeued it since the query (RequeueExit): as pending above
             meanwhile = [s.job_id for s in res.skipped if s.reason is SkipReason.PENDING]

@@ -584,7 +584,9 @@ class FakeSlurm:
         return out
 
     def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:
-        """Like the CLI backend: running and finished jobs are requeued, pending ones (held)."""
+        """Like the CLI backend: running and finished jobs are requeued, pending ones (held);
+        forgotten ones, and those Slurm refuses to requeue (``requeue`` off, not ``batch``),
+        are left out."""
         ids = job_id_tuple(job_ids)
         self.writes.append(("scontrol", "requeuehold" if hold else "requeue",
                             ",".join(map(str, ids))))
@@ -594,6 +596,8 @@ class FakeSlurm:
             if j is None:
                 continue
             if j.state is not JobState.PENDING:
+                if not (j.requeue and j.batch):
+                    continue
                 j.state, j.nodes, j.start_time = JobState.PENDING, (), None
                 j.restart_count += 1
                 j.submit_time = self.now

@@ -65,6 +65,7 @@ from hai_slurm.slurm_plugins.cli_backend import (
     _HELD,
     _NOT_NOW,
     _PENDING,
+    _REFUSED,
     _SIGNAL_RE,
     CHUNK,
     CliSlurmClient,
@@ -734,7 +735,8 @@ class PyslurmClient:
 
     def requeue_any(self, job_ids: JobIds, *, hold: bool) -> tuple[int, ...]:
         """Requeue (``hold``: and hold) running and finished jobs; pending ones count as
-        requeued (and are held with ``hold``); forgotten ones are left out."""
+        requeued (and are held with ``hold``); forgotten ones, and those Slurm refuses to
+        requeue, are left out (as the CLI backend does)."""
         ids = job_id_tuple(job_ids)
         facts = self.job_facts(ids)
         to_requeue = tuple(j for j in ids if j in facts and not facts[j].pending)
@@ -744,7 +746,8 @@ class PyslurmClient:
         mine, aliased = self._split(to_requeue)
         if mine:
             done.update(self._each(mine, lambda job: job.requeue(hold=hold),
-                                   f"pyslurm Job.requeue(hold={hold})", (_GONE, _PENDING)).done)
+                                   f"pyslurm Job.requeue(hold={hold})",
+                                   (_GONE, _PENDING, _REFUSED)).done)
         if aliased:
             done.update(self._via_cli(aliased).requeue_any(aliased, hold=hold))
         if to_hold:

@@ -66,6 +66,8 @@ class SkipReason(StrEnum):
     HELD = "held"                  # priority change on a held job would release it
     NOT_RUNNING = "not_running"    # requeue skipped because the job was no longer running
     NOT_PENDING = "not_pending"    # a pending-only change (ReqNodeList) of a job that started
+    REFUSED = "refused"            # a requeue Slurm never does to this job: --no-requeue or
+    #                                Requeue=0 ("presently disabled"), or not a batch job
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,7 +497,9 @@ class SlurmClient(Protocol):
         Unlike :meth:`requeue`, this also takes jobs that already exited (a victim that saved and
         exited 75 is FAILED until requeued; slurmctld keeps it for ``MinJobAge``). Pending jobs
         are counted as requeued (already requeued, e.g. by ``RequeueExit``); with ``hold`` they
-        are held, so the result is the same either way. Jobs slurmctld forgot are left out.
+        are held, so the result is the same either way. Jobs slurmctld forgot are left out, and
+        so are those it refuses to requeue for good (``--no-requeue``, ``Requeue=0`` set since,
+        an interactive job): no error, as a race with their owner is not the caller's fault.
         """
         ...
 

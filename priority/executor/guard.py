@@ -533,7 +533,10 @@ class Guard:
                 log.warning("plan %d: guard re-applied: victim(s) %s run again at the restart "
                             "count they were requeued from (slurmctld lost the requeue); "
                             "requeued (held) again", ctx.plan_id, lost)
-                self.slurm.requeue_any(lost, hold=True)
+                again = self.slurm.requeue_any(lost, hold=True)
+                if len(again) < len(lost):
+                    log.warning("plan %d: slurmctld did not requeue %s (refused or forgotten)",
+                                ctx.plan_id, sorted(set(lost) - set(again)))
         b = facts.get(ctx.beneficiary)
         if b is None or not b.pending:
             return ctx

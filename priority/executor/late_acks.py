@@ -68,11 +68,13 @@ def sweep(repo: Repository, slurm: SlurmClient, reader: ReportReader,
             report = reader(v.control_dir, str(v.job_id), v.uid, restart_count=v.restart_count,
                             not_before=float(asked) - skew)
             if report.ack is not None and f.finished and f.state not in _NOT_REQUEUED:
-                slurm.requeue_any([v.job_id], hold=False)
+                done = slurm.requeue_any([v.job_id], hold=False)
+                what = (f"requeued so it resumes from step {report.ack.step}" if done else
+                        "not requeued: Slurm refuses to (--no-requeue, or Requeue=0 set since)")
                 audit.append(AuditEntry(
                     at=now, kind="late-ack", job_id=v.job_id, plan_id=int(str(entry["plan_id"])),
                     message=f"job {v.job_id} acknowledged after plan {entry['plan_id']} was "
-                    f"aborted and exited; requeued so it resumes from step {report.ack.step}"))
+                    f"aborted and exited; {what}"))
             elif f.running:
                 waiting.append(v)
         if waiting:

@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 from hai_slurm.checkpoint import Ack, JobReport, Phase, ReportReader, read_job_report
@@ -107,6 +107,29 @@ def _ran(b: JobFacts) -> bool:
     start): it took the GPUs, so the preemption happened even if a look missed it running (a
     short job can start and end between two state polls)."""
     return b.finished and b.state is not JobState.CANCELLED
+
+
+@dataclass(frozen=True, slots=True)
+class _NotRequeued:
+    """Victims slurmctld did not requeue for good: ``refused`` it still knows (it will not
+    requeue them: ``--no-requeue``, ``Requeue=0`` set since), ``forgotten`` it no longer
+    knows (``MinJobAge`` passed)."""
+
+    refused: tuple[int, ...] = ()
+    forgotten: tuple[int, ...] = ()
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """All of them."""
+        return (*self.refused, *self.forgotten)
+
+    def words(self) -> str:
+        """Them, with why, for the audit."""
+        parts = ([f"{list(self.refused)} (Slurm refuses to requeue them: --no-requeue, or "
+                  "Requeue=0 set after the plan chose them)"] if self.refused else [])
+        parts += ([f"{list(self.forgotten)} (no longer known: MinJobAge passed?)"]
+                  if self.forgotten else [])
+        return " and ".join(parts)
 
 
 class _CompetitorsFromSnapshot:
@@ -782,11 +805,13 @@ class PreemptionExecutor:
         return self.repo.get_plan(plan.plan_id) if changed else plan
 
     def _requeue_some(self, guard: Guard, plan_id: int, todo: list[int], *, hold: bool
-                      ) -> list[int] | None:
+                      ) -> _NotRequeued | None:
         """Requeue ``todo`` (recording each one done ``requeued``); the ones slurmctld does not
         requeue for good, or None while some it still knows are retried: a job in transition
         (COMPLETING, or being requeued by ``RequeueExit=75``) refuses the requeue and the hold
-        for a moment, so refusals are retried at each step for up to ``_REQUEUE_RETRY`` s."""
+        for a moment, so refusals are retried at each step for up to ``_REQUEUE_RETRY`` s. A
+        job Slurm will never requeue (``--no-requeue``, or ``Requeue=0`` set after the plan
+        chose it) is among them once that time has passed, not retried for ever."""
         assert guard.context is not None
         now = self._now()
         if guard.context.requeue_from is None:
@@ -798,11 +823,12 @@ class PreemptionExecutor:
                                      at=self._now())
         left = [j for j in todo if j not in done]
         if not left:
-            return []
+            return _NotRequeued()
         known = self.slurm.job_facts(left)
         if any(j in known for j in left) and now < guard.context.requeue_from + _REQUEUE_RETRY:
             return None
-        return left
+        return _NotRequeued(refused=tuple(j for j in left if j in known),
+                            forgotten=tuple(j for j in left if j not in known))
 
     def _requeue(self, guard: Guard, plan: Plan) -> Plan | None:
         """Phase 2: requeue held every acked, ended and missed victim; None while retrying."""
@@ -818,10 +844,10 @@ class PreemptionExecutor:
         if lost is None:
             return None
         now = self._now()
-        if lost:
-            self.repo.update_victims(plan.plan_id, lost, VictimState.GONE, at=now)
+        if lost.ids:
+            self.repo.update_victims(plan.plan_id, list(lost.ids), VictimState.GONE, at=now)
             self._audit(plan.plan_id, f"plan {plan.plan_id}: slurmctld did not requeue "
-                        f"victim(s) {lost} (no longer known: MinJobAge passed?); LOST")
+                        f"victim(s) {lost.words()}; LOST")
         done = sorted(v.job_id for v in self.repo.get_plan(plan.plan_id).victims
                       if v.state is VictimState.REQUEUED)
         self.repo.transition_plan(plan.plan_id, PlanState.REQUEUED, at=now,
@@ -921,18 +947,19 @@ class PreemptionExecutor:
         if len(exited) < len(acked) and now < settled + _EXIT_WAIT:
             return None
         todo = [*exited, *ended]
-        lost_ended = self._requeue_some(guard, plan_id, todo, hold=False)
-        if lost_ended is None:
+        not_requeued = self._requeue_some(guard, plan_id, todo, hold=False)
+        if not_requeued is None:
             return None
         plan = self.repo.get_plan(plan_id)
-        requeued = [j for j in todo if j not in lost_ended]
+        requeued = [j for j in todo if j not in not_requeued.ids]
         if requeued:
             note += f"; requeued {requeued}, which had already saved or ended"
-        lost = [j for j in ended if j in lost_ended]
-        if lost:
-            self.repo.update_victims(plan_id, lost, VictimState.GONE, at=self._now())
-            self._audit(plan_id, f"plan {plan_id}: slurmctld did not requeue ended victim(s) "
-                        f"{lost} (no longer known: MinJobAge passed?); LOST")
+        if not_requeued.ids:
+            lost = [j for j in ended if j in not_requeued.ids]
+            if lost:
+                self.repo.update_victims(plan_id, lost, VictimState.GONE, at=self._now())
+            self._audit(plan_id, f"plan {plan_id}: slurmctld did not requeue victim(s) "
+                        f"{not_requeued.words()}, which had saved or ended; LOST")
         guard.release(self._now())
         b = self.slurm.job_facts([plan.beneficiaries[0].job_id]).get(
             plan.beneficiaries[0].job_id) if plan.beneficiaries else None

@@ -51,11 +51,12 @@ class Harness(Protocol):
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False,
                begin_in: int = 0, comment: str = "", nodelist: str = "",
-               exclude: str = "", exclusive: str = "", time_limit: int = 0) -> int:
+               exclude: str = "", exclusive: str = "", time_limit: int = 0,
+               requeue: bool = True) -> int:
         """Queue a job that runs until cancelled and logs the signals it gets (``nodelist``,
         ``exclude``: sbatch's ``--nodelist``, ``--exclude``; ``exclusive``: ``node`` for
         ``--exclusive``, ``user`` for ``--exclusive=user``; ``time_limit``: ``--time`` in
-        minutes, 0 for none)."""
+        minutes, 0 for none; ``requeue`` False: ``--no-requeue``)."""
         ...
 
     def admin_reservation(self, name: str, node: str, start_in: int, minutes: int) -> None:
@@ -272,6 +273,25 @@ class SlurmClientContract:
         assert facts[exited].restart_count == 1
         assert facts[pending].pending and facts[pending].held
         assert harness.client.release([exited, pending]).done == (exited, pending)
+
+    def test_requeue_any_leaves_out_a_job_slurm_will_not_requeue(self, harness: Harness
+                                                                  ) -> None:
+        """A ``--no-requeue`` job, running and then ended, is left out of requeue_any without
+        an error (slurmctld refuses it for good: "Requested operation is presently
+        disabled"); a requeueable job in the same call is requeued."""
+        stay = harness.submit(name="contract-no-requeue", requeue=False)
+        other = harness.submit(name="contract-requeue-beside")
+        harness.wait_for(stay, "RUNNING", running)
+        harness.wait_for(other, "RUNNING", running)
+        assert harness.client.requeue_any([stay, other], hold=True) == (other,)
+        facts = harness.client.job_facts([stay])
+        assert facts[stay].running and facts[stay].restart_count == 0
+        harness.wait_for(other, "PENDING (requeued)",
+                         lambda j: j is not None and j.state is JobState.PENDING)
+        self._ended(harness, stay, 3)
+        assert harness.client.requeue_any([stay], hold=False) == ()
+        facts = harness.client.job_facts([stay])
+        assert facts[stay].finished and facts[stay].restart_count == 0
 
     def test_set_req_nodes_pins_and_unpins_a_pending_job(self, harness: Harness) -> None:
         """ReqNodeList is set and cleared on a pending job; a running or gone job is skipped."""

@@ -76,7 +76,8 @@ class CliHarness:
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
                comment: str = "", nodelist: str = "", exclude: str = "",
-               constraint: str = "", exclusive: str = "", time_limit: int = 0) -> int:
+               constraint: str = "", exclusive: str = "", time_limit: int = 0,
+               requeue: bool = True) -> int:
         """sbatch a job that runs until cancelled."""
         script = self.workdir / "job.sh"
         script.write_text(_JOB_SCRIPT)
@@ -91,6 +92,7 @@ class CliHarness:
         argv += [f"--constraint={constraint}"] if constraint else []
         argv += [EXCLUSIVE_OPTION[exclusive]] if exclusive else []
         argv += [f"--time={time_limit}"] if time_limit else []
+        argv += [] if requeue else ["--no-requeue"]
         res = subprocess.run([*argv, str(script)], capture_output=True, text=True,
                              env=self.env, timeout=30, check=False)
         assert res.returncode == 0, f"sbatch failed: {res.stderr.strip()}"

@@ -238,3 +238,47 @@ def test_a_late_acknowledgement_after_abort_is_still_requeued(world: World) -> N
     assert j1.state is JobState.RUNNING and j1.restart_count == 0
     kinds = [a.kind for a in world.repo.audit_entries()]
     assert "late-ack" in kinds
+
+
+def test_a_victim_slurm_refuses_to_requeue_ends_the_plan_gone(world: World) -> None:
+    """A victim's owner sets ``Requeue=0`` after the plan chose it; it saves and exits: the
+    requeue is refused for good, so after the retry window it is recorded gone, the audit
+    says why, and the plan finishes with the beneficiary on the freed GPUs. (Before: the
+    fake requeued it anyway, unlike Slurm; the real backends raised at every step, so the
+    plan never ended and its guard stood.)"""
+    victims = fill(world, [Behaviour(ack_after=0.5), Behaviour(ack_after=1.0)] +
+                   [Behaviour()] * 2)
+    bene = world.pending("bene", gpus=8, nodes=2)
+    req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
+                           deadlines=dict.fromkeys(victims[:2], 10.0))
+    ex = world.executor()
+    ex.hook = lambda point, _p: setattr(world.fake.jobs[victims[0]], "requeue", False) \
+        if point == "asked" else None
+    result = ex.run(req, world.fake.snapshot())
+    assert result.state is PlanState.DONE, result.note
+    assert result.requeued == (victims[1],)
+    assert {v.job_id: v.state for v in world.repo.get_plan(result.plan_id).victims} == {
+        victims[0]: VictimState.GONE, victims[1]: VictimState.REQUEUED}
+    assert world.fake.jobs[victims[0]].state is JobState.FAILED  # exited 75, not requeued
+    assert world.fake.jobs[bene].state is JobState.RUNNING
+    audit = [a.message for a in world.repo.audit_entries(plan_id=result.plan_id)]
+    assert any(f"[{victims[0]}] (Slurm refuses to requeue them" in m for m in audit), audit
+
+
+def test_an_abort_names_the_saved_victim_slurm_refuses_to_requeue(world: World) -> None:
+    """Abort: the victim that saved and exited is requeued unless Slurm refuses (here
+    ``Requeue=0`` set during the plan): then the audit says so, and the plan still ends."""
+    victims = fill(world, [Behaviour(ack_after=0.5), Behaviour(ack_after=None)] +
+                   [Behaviour()] * 2)
+    bene = world.pending("bene", gpus=8, nodes=2)
+    req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
+                           deadlines=dict.fromkeys(victims[:2], 3.0), on_miss=ABORT)
+    ex = world.executor()
+    ex.hook = lambda point, _p: setattr(world.fake.jobs[victims[0]], "requeue", False) \
+        if point == "asked" else None
+    result = ex.run(req, world.fake.snapshot())
+    assert result.state is PlanState.ABORTED
+    assert result.requeued == ()
+    assert world.fake.jobs[victims[0]].restart_count == 0
+    audit = [a.message for a in world.repo.audit_entries(plan_id=result.plan_id)]
+    assert any(f"[{victims[0]}] (Slurm refuses to requeue them" in m for m in audit), audit
