@@ -282,3 +282,23 @@ def test_an_abort_names_the_saved_victim_slurm_refuses_to_requeue(world: World) 
     assert world.fake.jobs[victims[0]].restart_count == 0
     audit = [a.message for a in world.repo.audit_entries(plan_id=result.plan_id)]
     assert any(f"[{victims[0]}] (Slurm refuses to requeue them" in m for m in audit), audit
+
+
+def test_a_late_acknowledgement_slurm_refuses_to_requeue_is_not_called_requeued(
+        world: World) -> None:
+    """The late-ack sweep's audit says a job was requeued only when Slurm did it: a victim
+    whose owner set ``Requeue=0`` saves and exits after the abort, and stays ended."""
+    victims = fill(world, [Behaviour(ack_after=8.0), Behaviour(ack_after=None)] +
+                   [Behaviour()] * 2)
+    bene = world.pending("bene", gpus=8, nodes=2)
+    req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
+                           deadlines=dict.fromkeys(victims[:2], 3.0), on_miss=ABORT)
+    ex = world.executor(saving_extension=0.0)
+    assert ex.run(req, world.fake.snapshot()).state is PlanState.ABORTED
+    world.fake.jobs[victims[0]].requeue = False
+    for _ in range(60):  # 6 s later it saves and exits
+        world.clock.wait(ex.stop, 0.1)
+    ex.recover()
+    assert world.fake.jobs[victims[0]].state is JobState.FAILED
+    late = [a.message for a in world.repo.audit_entries() if a.kind == "late-ack"]
+    assert len(late) == 1 and "not requeued: Slurm refuses to" in late[0], late
