@@ -7,13 +7,13 @@ use FakeSlurm, SQLite and :class:`~hai_slurm.priority.clock.FakeClock`). Each
 1. renews the leader lease; a daemon that does not hold it stays on standby (logs it once, writes
    nothing) until the holder's lease expires;
 2. takes one snapshot of Slurm; a failed query (SlurmError), or a snapshot that looks partial or
-   stale (:func:`~hai_slurm.priority.daemon.cycle.snapshot_problem`), skips the cycle: nothing is
-   written
-   to Slurm and the next try comes after a capped exponential back-off;
-3. runs the policy with ``now`` (:func:`~hai_slurm.priority.daemon.cycle.decide`) and writes only
-the
-   priorities that differ from Slurm's, batched (all in one call; the CLI backend runs one
-   ``scontrol`` reading one ``update`` line per distinct value);
+   stale (:func:`~hai_slurm.priority.daemon.cycle.snapshot_problem`: older than the last one,
+   less any step back of the wall clock since, measured against the monotonic clock), skips
+   the cycle: nothing is written to Slurm and the next try comes after a capped exponential
+   back-off;
+3. runs the policy with ``now`` (:func:`~hai_slurm.priority.daemon.cycle.decide`) and writes
+   only the priorities that differ from Slurm's, batched (all in one call; the CLI backend runs
+   one ``scontrol`` reading one ``update`` line per distinct value);
 4. calls the optional preemption :class:`~hai_slurm.priority.hooks.Planner` and
    :class:`~hai_slurm.priority.hooks.Executor` (which steps every open plan once and starts new
    ones, never waiting for a victim); jobs open plans claim are left out of step 3's writes and
@@ -22,7 +22,8 @@ the
    credits, and the counter totals in one transaction.
 
 :meth:`Daemon.run` loops like rq's worker: SIGTERM/SIGINT handlers only set a flag, the first
-signal lets the current cycle finish, a second exits at once; waits use ``Event.wait``. If the
+signal lets the current cycle finish, a second exits at once; waits use ``Event.wait`` and are
+measured on the monotonic clock (an NTP step does not lengthen them). If the
 cycle has not ended :data:`STOP_GRACE` s after the first signal (a Slurm or database call that
 does not return: pyslurm waiting for an absent slurmctld), the process exits, printing where it
 was stuck. While
@@ -48,6 +49,7 @@ from __future__ import annotations
 import enum
 import faulthandler
 import logging
+import math
 import signal
 import threading
 import time
@@ -92,6 +94,9 @@ from hai_slurm.slurm_plugins.types import ActionResult, ClusterSnapshot, SlurmCl
 
 log = logging.getLogger("hai_slurm.priority.daemon.loop")
 _MAX_FAILED_WRITES = 3
+CLOCK_STEP_TOLERANCE = 2.0
+"""Seconds the wall clock may fall behind the monotonic one between two snapshots before the
+daemon calls it a step (an NTP step back, not the drift of a slewed clock)."""
 STOP_GRACE = 8.0
 """Seconds after SIGTERM/SIGINT is handled within which the current cycle must end, else the
 process exits with the tracebacks of where it was stuck. A call holding the GIL delays the
@@ -155,7 +160,11 @@ class Daemon:
         self._memo = CycleMemo()
         """What :func:`~.cycle.decide` keeps from cycle to cycle (:class:`~.cycle.CycleMemo`)."""
         self._standby_logged = False
-        self._last_renew = 0.0
+        self._last_renew = -math.inf
+        """Monotonic time of the last lease renewal between cycles."""
+        self._seen_at: tuple[float, float] | None = None
+        """(wall, monotonic) time when the last snapshot was taken in: a later snapshot older
+        than that one is stale data unless the wall clock stepped back meanwhile."""
         self.urgent = UrgentState()
         """The urgent path's watch of new pending jobs (:mod:`~.urgent`)."""
         self.urgent_looks = 0
@@ -268,7 +277,7 @@ class Daemon:
             snap = self.slurm.snapshot()
         except SlurmError as err:
             return self._skip(f"Slurm query failed: {err}", started, slurm_error=True)
-        problem = snapshot_problem(snap, self._last_snapshot)
+        problem = snapshot_problem(snap, self._previous_snapshot())
         if problem is not None:
             return self._skip(f"unusable snapshot: {problem}", started, slurm_error=True)
         now = self.clock.time()
@@ -276,6 +285,20 @@ class Daemon:
             return self._cycle(snap, now, started)
         except StateError as err:
             return self._skip(f"database: {err}", started, slurm_error=False)
+
+    def _previous_snapshot(self) -> float | None:
+        """The last cycle's snapshot time, moved by as much as the wall clock stepped since
+        (measured against the monotonic clock): after an NTP step back, a new snapshot is
+        not taken for stale data until the clock catches up (each cycle would be skipped)."""
+        if self._last_snapshot is None or self._seen_at is None:
+            return self._last_snapshot
+        wall, mono = self._seen_at
+        step = (self.clock.time() - wall) - (self.clock.monotonic() - mono)
+        if step >= -CLOCK_STEP_TOLERANCE:
+            return self._last_snapshot
+        log.warning("the system clock went back %.1f s since the last cycle (an NTP step?): "
+                    "snapshots are compared from the stepped clock", -step)
+        return self._last_snapshot + step
 
     def _decide(self, snap: ClusterSnapshot, now: float
                 ) -> tuple[Decision, dict[int, TrackedJob], JsonValue]:
@@ -340,6 +363,7 @@ class Daemon:
             self.totals.values.update(kept)
             raise
         self._last_snapshot = float(snap.time)
+        self._seen_at = (self.clock.time(), self.clock.monotonic())
         self._last_cycle = now
         if self._urgent_on():  # this cycle planned every pending job: the looks due now
             self.urgent, _ = observe(self.urgent, (brief_of(j) for j in snap.pending), now,
@@ -454,8 +478,9 @@ class Daemon:
 
     def _still_leading(self, now: float) -> bool:
         """Between cycles: renew the lease every few seconds; whether this daemon still leads."""
-        if now - self._last_renew >= min(5.0, self.config.intervals.lock_ttl / 3):
-            self._last_renew = now
+        mono = self.clock.monotonic()
+        if mono - self._last_renew >= min(5.0, self.config.intervals.lock_ttl / 3):
+            self._last_renew = mono
             return self._take_lead(now)
         return self.leader
 
@@ -504,7 +529,7 @@ class Daemon:
                         sorted(focus), err)
             self.metrics.urgent_looks.labels("skipped").inc()
             return None
-        problem = snapshot_problem(snap, self._last_snapshot)
+        problem = snapshot_problem(snap, self._previous_snapshot())
         if problem is not None:
             log.warning("urgent look at job(s) %s skipped: unusable snapshot: %s",
                         sorted(focus), problem)
@@ -547,7 +572,7 @@ class Daemon:
         sooner when the executor's ``acks_due()``, asked every ``ack_interval`` s, says a plan
         has its acks; poll for urgent work every ``urgent_poll`` s and at each look's time
         (:meth:`urgent_step`)."""
-        now = self.clock.time()
+        now = self.clock.monotonic()
         end = now + report.next_wait
         step_every = float(getattr(self.executor, "poll_interval", 0.0) or 0.0)
         ack_every = float(getattr(self.executor, "ack_interval", 0.0) or 0.0)
@@ -558,8 +583,10 @@ class Daemon:
         self._last_renew = now
         next_step, next_poll = now + step_every, now + poll_every
         next_ack = now + ack_every
+        # Deadlines are monotonic (a wall clock stepped back would lengthen the wait); the
+        # urgent path's looks are wall times, turned monotonic at each turn.
         while not self.stop_event.is_set():
-            now = self.clock.time()
+            now = self.clock.monotonic()
             left = end - now
             if left <= 0:
                 return
@@ -573,12 +600,14 @@ class Daemon:
             if steps:
                 wake = min(wake, next_step, next_ack if ack_every else next_step)
             look = self.urgent.next_look() if polls else None
-            if look is not None and look <= now:
-                look = None  # overdue (the poll failed): the next poll takes it
+            if look is not None:
+                look = now + (look - self.clock.time())
+                if look <= now:
+                    look = None  # overdue (the poll failed): the next poll takes it
             if polls:
                 wake = min(wake, next_poll, *((look,) if look is not None else ()))
             self.clock.wait(self.stop_event, max(0.0, wake - now))
-            now = self.clock.time()
+            now = self.clock.monotonic()
             if now >= end or self.stop_event.is_set():
                 return
             if steps and now >= next_step:

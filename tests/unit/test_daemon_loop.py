@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -14,9 +15,11 @@ from daemon_helpers import T0, Broken, rig
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import SlurmError, StateError
+from hai_slurm.priority.clock import FakeClock
 from hai_slurm.priority.daemon.cycle import POLICY_STATE_KEY
-from hai_slurm.priority.daemon.loop import Outcome
+from hai_slurm.priority.daemon.loop import Daemon, Outcome, open_store
 from hai_slurm.priority.daemon.metrics import TOTALS_KEY, sample
+from hai_slurm.priority.hooks import CycleExtras, CycleView
 from hai_slurm.priority.policy.settings import ClassPolicy, FairnessConfig, PolicyConfig
 from hai_slurm.priority.policy.state import EventKind, FairnessEvent
 from hai_slurm.slurm_plugins.types import ClusterSnapshot
@@ -277,3 +280,64 @@ def test_a_cycle_whose_priority_writes_fail_is_counted_skipped_in_the_stored_tot
     assert isinstance(stored, dict)
     assert stored.get("cycles", 0) == 0 and stored["cycles_skipped"] == 1
     assert sample(d.metrics, "hai_priority_cycles_total", {"outcome": "skipped"}) == 1
+
+
+class _OpenPlan:
+    """An executor stand-in with one plan open: the daemon steps it every ``poll_interval``
+    seconds while it waits; each step's monotonic time is kept."""
+
+    poll_interval = 5.0
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.steps: list[float] = []
+
+    def execute(self, plan: object | None, view: CycleView) -> CycleExtras:
+        return CycleExtras()
+
+    def has_open_plans(self) -> bool:
+        return True
+
+    def reconcile(self) -> None:
+        self.steps.append(self.clock.monotonic())
+
+
+def test_a_wall_clock_stepped_back_neither_lengthens_the_wait_nor_stales_the_snapshots(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The wall clock is stepped back 10 min (an NTP step) at the start of the wait between
+    two cycles: the wait still lasts the 30-s interval, with the open plan stepped every 5 s
+    (measured on the monotonic clock), and the next snapshot, stamped from the stepped clock,
+    is not taken for stale data. (Before: the wait lasted 630 s, and every cycle was skipped
+    as stale until the wall clock caught up.) A snapshot older than the last with no step is
+    still stale."""
+    r = rig(tmp_path, cycle=30)
+    r.submit(PriorityClass.HIGH)
+    shift = {"by": 0}
+    client = Broken(r.slurm, lambda s: dataclasses.replace(s, time=s.time + shift["by"]))
+    plan = _OpenPlan(r.clock)
+    repo, lock = open_store(r.cfg)
+    d = Daemon(client, repo, lock, config=r.cfg, clock=r.clock, owner="d1", executor=plan)
+    report = d.run_once()
+    assert report.outcome is Outcome.OK and report.next_wait == 30
+    wait = r.clock.wait
+
+    def stepped_once(stop: threading.Event, seconds: float) -> bool:
+        if not r.clock.waits:
+            r.clock.step(-600)
+            shift["by"] = -600  # the backend stamps snapshots with the same system clock
+        return wait(stop, seconds)
+
+    r.clock.wait = stepped_once  # type: ignore[method-assign]
+    start = r.clock.monotonic()
+    d._wait(report)
+    assert r.clock.monotonic() - start == 30
+    assert [t - start for t in plan.steps] == [5, 10, 15, 20, 25]
+    r.slurm.advance(int(r.clock.now) + 600)  # the cluster's own clock did not step
+    with caplog.at_level(logging.WARNING, logger="hai_slurm.priority.daemon.loop"):
+        assert d.run_once().outcome is Outcome.OK
+    assert "the system clock went back 600.0 s" in caplog.text
+    shift["by"] -= 100  # stale data: older than the last snapshot, and no step
+    r.clock.advance(10)
+    r.slurm.advance(r.slurm.now + 10)
+    rep = d.run_once()
+    assert rep.outcome is Outcome.SKIPPED and "stale" in rep.reason
