@@ -190,8 +190,8 @@ def explain_running(job: RunningJob, decision: RunningDecision, team: TeamState 
                      f"{_name(config.decay.target)} after {dur(config.decay.after)} of running; "
                      f"it has run {dur(ran)}.")
     if not decision.preemptible:
-        lines.append("It is not preemptible (#HAI --preemptible=no, or an interactive srun or "
-                     "salloc job, which Slurm cannot requeue).")
+        lines.append("It is not preemptible: #HAI --preemptible=no, sbatch --no-requeue, or an "
+                     "interactive srun or salloc job (Slurm requeues neither of the last two).")
     elif decision.protected:
         lines.append(f"It is protected: team {job.team} was preempted often recently. Of the "
                      f"jobs above its class, only urgent ones ({_name(URGENT_FROM)} and above) "

@@ -68,6 +68,18 @@ def test_explain_running_job_tells_decay_borrowed_and_protection() -> None:
     assert "borrowed GPUs" in text
 
 
+def test_explain_running_names_every_way_a_job_is_not_preemptible() -> None:
+    """A job no plan may take is told so, with the three ways it gets there: the directive,
+    --no-requeue, and an interactive job (the daemon makes the last two non-preemptible as
+    Slurm refuses to requeue them)."""
+    job = running_job(6, P.LOW, team="vision", preemptible=False)
+    result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, now=NOW)
+    text = explain_running(job, result.running[6], config=CONFIG, now=NOW)
+    assert "It is not preemptible: #HAI --preemptible=no, sbatch --no-requeue, or an " \
+        "interactive srun or salloc job" in text
+    assert "may preempt it" not in text
+
+
 def test_explain_running_counts_the_run_time_until_now() -> None:
     """A job kept as (run time before its current stretch, stretch start) is explained with its
     whole run time at the decision's time: 20 min before a requeue plus 15 min since."""
