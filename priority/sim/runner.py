@@ -9,6 +9,7 @@ the allocator's backfill flag. :func:`apply_param` changes one of them by a dott
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -77,15 +78,15 @@ def make_policy(name: str, setup: Setup) -> Policy:
                       key="policy", value=name)
 
 
-def _convert(old: object, text: str, key: str, *, optional: str = "") -> object:
+def _convert(old: object, text: str, key: str, *, optional: type | None = None) -> object:
     """``text`` as a value of ``old``'s type; ``optional`` (the type of a field that may be
-    None, such as ``planner.urgent_no_save_wait``, "float" or "int"; "" for the others): "off"
+    None, such as ``planner.urgent_no_save_wait``: float or int; None for the others): "off"
     gives None, as in the daemon file, and a field that is None now takes a number of that
     type."""
-    if optional and text.strip().lower() == "off":
+    if optional is not None and text.strip().lower() == "off":
         return None
-    if old is None and optional in ("float", "int"):
-        old = 0.0 if optional == "float" else 0
+    if old is None and optional in (float, int):
+        old = 0.0 if optional is float else 0
     try:
         if isinstance(old, bool):
             if text.lower() not in ("true", "false", "yes", "no", "1", "0"):
@@ -119,10 +120,10 @@ def _set(obj: Any, path: list[str], text: str, key: str) -> Any:
         raise ConfigError(f"unknown setting {name!r}" + (
             f"; known here: {', '.join(names)}" if names else ""), key=key, value=text)
     old = getattr(obj, name)
-    # "float | None" -> "float" (annotations are text here); "" when the field is never None
-    typ = str(next(f.type for f in dataclasses.fields(obj) if f.name == name))
-    kinds = [t.strip() for t in typ.split("|")]
-    optional = next((t for t in kinds if t != "None"), "?") if "None" in kinds else ""
+    # float | None -> float (the field's resolved annotation); None when it is never None
+    kinds = typing.get_args(typing.get_type_hints(type(obj))[name])
+    optional = next((t for t in kinds if t is not type(None)), None) \
+        if type(None) in kinds else None
     value = (_set(old, path[1:], text, key) if len(path) > 1
              else _convert(old, text, key, optional=optional))
     return replace(obj, **{name: value})  # type: ignore[type-var]
