@@ -613,7 +613,7 @@ class FakeSlurm:
         return job_id
 
     def set_req_nodes(self, job_id: int, nodes: str) -> ActionResult:
-        """Remember the pin of a pending job (the fake's scheduler does not honour it)."""
+        """Pin a pending job (its scheduler starts it on every listed node, then others)."""
         todo, skipped = self._each(job_id, ("scontrol", "update", f"ReqNodeList={nodes}"))
         done = []
         for j in todo:

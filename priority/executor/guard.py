@@ -15,7 +15,9 @@ the middle can undo it (:class:`PlanContext`, stored as a named value in the dae
    one, a plan that names no nodes) does the guard fall back to holds: every pending, not
    already held job of a lower declared class than the beneficiary's that could use the target
    nodes (same partition; all pending jobs when the plan names no nodes) is held
-   (``scontrol hold``) and the list is stored first. Either way the beneficiary is pinned to
+   (``scontrol hold``) and the list is stored first; one that another open plan's guard holds
+   already is listed too (not held again), and stays held until the last of the two plans
+   ends. Either way the beneficiary is pinned to
    the target nodes (``scontrol update JobId=B ReqNodeList=...``, the old value stored) and
    given the top priority;
 2. **phase 2** requeues the victims *held* (``scontrol requeuehold``; acknowledged victims that
@@ -38,7 +40,7 @@ holds lower jobs submitted since, so nothing undoes the guard behind its back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hai_slurm.classes import PriorityClass
@@ -49,6 +51,7 @@ from hai_slurm.priority.store.repository import Repository
 from hai_slurm.slurm_plugins.hostlist import expand_hostlist
 from hai_slurm.slurm_plugins.job_record import job_record
 from hai_slurm.slurm_plugins.types import (
+    ActionResult,
     ClusterSnapshot,
     Job,
     JobFacts,
@@ -92,10 +95,13 @@ def sweep_releases(repo: Repository, slurm: SlurmClient, now: float) -> list[int
         return []
     watched = {int(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
     facts = slurm.job_facts(sorted(watched))
-    release = sorted(j for j, f in facts.items() if f.pending and f.held)
+    # one another open plan's guard lists stays held for it (it releases it when it ends)
+    guarded = {j for c in open_contexts(repo) for j in c.held} if watched else set()
+    release = sorted(j for j, f in facts.items() if f.pending and f.held and j not in guarded)
     kept: dict[str, JsonValue] = {
         str(j): until for j, until in watched.items() if until > now and j in facts
-            and j not in release and not facts[j].pending and not facts[j].running
+            and j not in release and not facts[j].running
+            and (not facts[j].pending or j in guarded)
             and facts[j].state is not JobState.CANCELLED}
     if release:
         slurm.release(release)
@@ -333,19 +339,23 @@ class Guard:
 
     @staticmethod
     def competitors(snap: ClusterSnapshot, beneficiary: int, nodes: Sequence[str],
-                    exclude: Sequence[int] = ()) -> tuple[int, ...]:
+                    exclude: Sequence[int] = (), shared: Collection[int] = ()
+                    ) -> tuple[int, ...]:
         """Pending, not held jobs other than the beneficiary that could start on ``nodes``,
         of a lower declared class than the beneficiary's: jobs of its class or above are left
         free (the planner may preempt for them meanwhile; none outranks the beneficiary's top
-        priority and pin with Slurm's main scheduler)."""
+        priority and pin with Slurm's main scheduler). Jobs of ``shared`` (held by another
+        open plan's guard, or its victims, which it requeues held) count even though they are
+        held or still run: this plan keeps them held when that one ends."""
         wanted = set(nodes)
         parts = {p.name for p in snap.partitions if not wanted or wanted & set(p.nodes)}
         skip = {beneficiary, *exclude}
         bene = snap.job(beneficiary)
         floor = _class_weight(bene) if bene is not None else None
         out = []
-        for job in snap.pending:
-            if job.job_id in skip or job.held:
+        later = (j for j in snap.jobs if j.job_id in shared and j.state is not JobState.PENDING)
+        for job in (*snap.pending, *later):
+            if job.job_id in skip or (job.held and job.job_id not in shared):
                 continue
             if floor is not None and _class_weight(job) >= floor:
                 continue
@@ -478,18 +488,30 @@ class Guard:
         log.info("plan %d: reservation %s left to plan(s) %s", ctx.plan_id, ctx.reservation,
                  [c.plan_id for c in peers])
 
+    def _held_by_others(self, plan_id: int) -> set[int]:
+        """Jobs the guards of the other open plans hold or will hold: their competitors and
+        their victims (requeued held in phase 2)."""
+        return {j for c in open_contexts(self.repo) if c.plan_id != plan_id
+                for j in (*c.held, *c.victims_held, *(v.job_id for v in c.victims))}
+
     def _hold_competitors(self, ctx: PlanContext, snap: ClusterSnapshot, at: float,
                           exclude: Sequence[int]) -> PlanContext:
-        """The holds fallback: hold the competitors not held yet (stored first)."""
+        """The holds fallback: hold the competitors not held yet (stored first). A competitor
+        another open plan's guard already holds is recorded too, not held again: whichever
+        of the two plans ends last releases it (:meth:`release`), so the first one's release
+        cannot free it onto this plan's nodes."""
+        shared = self._held_by_others(ctx.plan_id)
         new = [j for j in self.competitors(snap, ctx.beneficiary, ctx.nodes,
-                                           [*(v.job_id for v in ctx.victims), *exclude])
+                                           [*(v.job_id for v in ctx.victims), *exclude], shared)
                if j not in ctx.held and j not in ctx.victims_held]
         if new:
             ctx = self.save(replace(ctx, held=(*ctx.held, *new)), at)
-            result = self.slurm.hold(new)
-            log.info("plan %d: held %d competing pending job(s): %s (skipped: %s)",
-                     ctx.plan_id, len(result.done), list(result.done),
-                     sorted(result.skipped_ids))
+            mine = [j for j in new if j not in shared]
+            result = self.slurm.hold(mine) if mine else ActionResult()
+            log.info("plan %d: held %d competing pending job(s): %s (skipped: %s; held by "
+                     "another plan's guard already: %s)", ctx.plan_id, len(result.done),
+                     list(result.done), sorted(result.skipped_ids),
+                     sorted(set(new) & shared))
         return ctx
 
     def check(self, at: float, snap: ClusterSnapshot | None = None,
@@ -509,7 +531,8 @@ class Guard:
             return ctx
         if snap is not None and ctx.reservation is None:
             new = [j for j in self.competitors(snap, ctx.beneficiary, ctx.nodes,
-                                               [*(v.job_id for v in ctx.victims), *exclude])
+                                               [*(v.job_id for v in ctx.victims), *exclude],
+                                               self._held_by_others(ctx.plan_id))
                    if j not in ctx.held and j not in ctx.victims_held]
             if new:
                 log.warning("plan %d: held %d job(s) submitted during the plan: %s",
@@ -616,7 +639,11 @@ class Guard:
         # (Slurm takes the hold: priority 0), and would stay held if requeued later: released
         # too (measured on 22.05: scontrol release restores a running job's priority)
         competitors = set(ctx.held)
+        # a competitor another open plan's guard holds too stays held for that plan (it
+        # releases it when it ends)
+        shared = self._held_by_others(ctx.plan_id) if ids else set()
         to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
+                      and j not in shared
                       and (facts[j].pending or (facts[j].running and j in competitors))]
         # A victim requeued held while it could not end yet (its node not responding: it stays
         # COMPLETING until slurmctld sees it end) becomes pending and held later: released then.

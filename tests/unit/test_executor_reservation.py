@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from executor_world import Behaviour, World, make_world
 
-from hai_slurm.priority.executor.guard import TOP_PRIORITY, PlanContext, context_key
+from hai_slurm.priority.executor.guard import (
+    RELEASE_LATER_KEY,
+    TOP_PRIORITY,
+    PlanContext,
+    context_key,
+    remember_release,
+    sweep_releases,
+)
 from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store import PlanState
@@ -155,6 +162,66 @@ def test_a_competitor_that_started_before_its_hold_is_released_too(world: World)
     step_until_closed(world, ex)
     assert world.fake.jobs[bene].state is JobState.RUNNING
     assert not world.fake.jobs[comp].held
+    nothing_held(world)
+
+
+def test_two_plans_under_the_holds_fallback_hand_a_shared_competitor_over(world: World
+                                                                          ) -> None:
+    """Slurm refuses both reservations. Plan A (n1) holds the NORMAL competitor; plan B
+    (n2+n3) finds it held by A's guard and lists it too, with A's LOW victim, which A will
+    requeue held. A ends first (its victim saves in 0.5 s): both stay held, so neither can
+    take n2, freed by B's first victim while B waits for its second (backfill on); B's
+    beneficiary gets n2+n3, and both are released when B ends. (Before: A's release freed
+    them; A's victim restarted on n2, and B's beneficiary waited out its start timeout.)"""
+    world.fake.backfill = True
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
+    va = world.victim("va", Behaviour(ack_after=0.5))
+    vb = [world.victim("vb1", Behaviour(ack_after=0.5)),
+          world.victim("vb2", Behaviour(ack_after=3.0))]
+    world.victim("f", Behaviour(ack_after=None))
+    comp = world.pending("comp", gpus=8, priority=50, cls="NORMAL")
+    bene_a = world.pending("bene-a", gpus=8)
+    bene_b = world.pending("bene-b", gpus=8, nodes=2)
+    ex = world.executor()
+    pa = ex.start(ExecutionRequest(bene_a, (va,), nodes=("n1",)), world.fake.snapshot())
+    pb = ex.start(ExecutionRequest(bene_b, tuple(vb), nodes=("n2", "n3")),
+                  world.fake.snapshot())
+    assert context(world, pa).held == (comp,) and context(world, pb).held == (comp, va)
+    held_after_a: list[bool] = []
+    for _ in range(400):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+        if world.repo.get_plan(pa).state is PlanState.DONE and not held_after_a:
+            held_after_a.append(world.fake.jobs[comp].held and world.fake.jobs[va].held)
+        if not ex.has_open_plans():
+            break
+    assert held_after_a == [True], "plan A's end released jobs plan B still needs held"
+    assert world.repo.get_plan(pb).state is PlanState.DONE
+    a, b = world.fake.jobs[bene_a], world.fake.jobs[bene_b]
+    assert a.state is JobState.RUNNING and a.nodes == ("n1",)
+    assert b.state is JobState.RUNNING and set(b.nodes) == {"n2", "n3"}
+    nothing_held(world)
+
+
+def test_a_late_release_leaves_a_job_another_plan_holds_to_that_plan(world: World) -> None:
+    """The late-release sweep (victims not ended yet when their guard was released) leaves
+    a job another open plan's guard holds to that plan: it stays held and watched, and that
+    plan releases it when it ends."""
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
+    v = world.victim("v", Behaviour(ack_after=1.0))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    comp = world.pending("comp", gpus=8, priority=50, cls="NORMAL")
+    bene = world.pending("bene", gpus=8)
+    ex = world.executor()
+    plan_id = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
+    assert context(world, plan_id).held == (comp,) and world.fake.jobs[comp].held
+    remember_release(world.repo, [comp], world.clock.now)   # as another plan's end does
+    assert sweep_releases(world.repo, world.fake, world.clock.now) == []
+    assert world.fake.jobs[comp].held
+    assert str(comp) in world.repo.get_value(RELEASE_LATER_KEY)  # type: ignore[operator]
+    step_until_closed(world, ex)
+    assert world.fake.jobs[bene].state is JobState.RUNNING
     nothing_held(world)
 
 
