@@ -421,10 +421,20 @@ end
 -- the decision (submit_check.py) ------------------------------------------------------------------
 
 -- Returns true, info, qos, admin_comment, message_or_nil, environment_additions; or false, message.
-local function evaluate(script, account, qos, admin_comment, ent, environment)
+-- ``job`` holds what else of the submission decides: ``no_requeue`` (sbatch --no-requeue: Slurm
+-- will not requeue the job, so no plan can take it) and ``het_offset`` (the component's index in
+-- a heterogeneous job, nil for any other job).
+local function evaluate(script, account, qos, admin_comment, ent, environment, job)
+  job = job or {}
   local found, warnings_or_problems = parse_script(script or "")
   if not found then return false, rejection(warnings_or_problems) end
   local warnings = warnings_or_problems
+  if job.het_offset ~= nil and next(found) ~= nil then
+    -- only the leader carries the script: the other components would run with the defaults
+    return false, rejection({"#HAI directives are not supported in a heterogeneous job "
+      .. "(#SBATCH hetjob, --het-group): only its first component would get them; submit the "
+      .. "components as separate jobs, or drop the #HAI lines"})
+  end
   local acct = (account or ""):lower()
   local who = (acct ~= "") and ("account '" .. acct .. "'") or "a job without account"
   local rule = ent.accounts[acct] or ent.accounts["*"]
@@ -504,7 +514,8 @@ local function evaluate(script, account, qos, admin_comment, ent, environment)
   end
 
   local preemptible = true
-  if found.preemptible and found.preemptible.value == false then
+  local asked = found.preemptible and found.preemptible.value == false
+  if asked or job.no_requeue then
     preemptible = false
     for _, c in ipairs(candidates) do
       if not c.allow_non_preemptible then
@@ -512,9 +523,15 @@ local function evaluate(script, account, qos, admin_comment, ent, environment)
         for _, x in ipairs(ent.classes) do
           if x.allow_non_preemptible then able[#able + 1] = x.name end
         end
-        problems[#problems + 1] = problem_at(found.preemptible.line, "class " .. c.name
-          .. " does not allow --preemptible=no" .. note .. "; classes that do: "
-          .. ((#able > 0) and join(able, ", ") or "none"))
+        local classes = (#able > 0) and join(able, ", ") or "none"
+        if asked then
+          problems[#problems + 1] = problem_at(found.preemptible.line, "class " .. c.name
+            .. " does not allow --preemptible=no" .. note .. "; classes that do: " .. classes)
+        else
+          problems[#problems + 1] = "sbatch --no-requeue makes a job non-preemptible (Slurm "
+            .. "cannot requeue it after it saves), which class " .. c.name .. " does not allow"
+            .. note .. "; drop --no-requeue, or use a class that allows it: " .. classes
+        end
         break
       end
     end
@@ -567,8 +584,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   local account = submission_account(job_desc.account, job_desc.default_account)
   local environment = (job_desc.script ~= nil) and job_desc.environment or nil
+  -- unset numbers are Slurm's NO_VAL16 / NO_VAL (65534, 4294967294)
+  local het = tonumber(job_desc.het_job_offset)
   local ok, info, qos, admin_comment, message, added = evaluate(job_desc.script, account,
-    job_desc.qos, job_desc.admin_comment, ent, environment)
+    job_desc.qos, job_desc.admin_comment, ent, environment,
+    {no_requeue = (tonumber(job_desc.requeue) == 0),
+     het_offset = (het ~= nil and het < 4294967294) and het or nil})
   if not ok then
     slurm.log_user("%s", info)
     return slurm.ERROR
@@ -583,12 +604,23 @@ end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   -- The class was checked against the account at submission: neither may change afterwards,
-  -- except by an admin (the daemon resolving AUTO, an operator).
-  local field = (job_desc.qos ~= nil and "QOS") or (job_desc.account ~= nil and "account") or nil
+  -- except by an admin (the daemon resolving AUTO, an operator). Nor may Requeue=0 make a job
+  -- non-preemptible behind the class's back.
+  local no_requeue = tonumber(job_desc.requeue) == 0
+  local field = (job_desc.qos ~= nil and "QOS") or (job_desc.account ~= nil and "account")
+    or (no_requeue and "Requeue") or nil
   if field == nil then return slurm.SUCCESS end
   local ent = load_entitlements()
   local admins = (ent and ent.admin_uids) or {0}
   if contains(admins, modify_uid) then return slurm.SUCCESS end
+  if field == "Requeue" then
+    slurm.log_info("hai-slurm: uid %s may not set Requeue=0: it makes the job non-preemptible",
+      tostring(modify_uid))
+    slurm.log_user("%s", "hai-slurm: Requeue=0 would make the job non-preemptible (Slurm "
+      .. "cannot requeue it); ask for that at submission with #HAI --preemptible=no, where "
+      .. "your class allows it")
+    return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+  end
   slurm.log_info("hai-slurm: uid %s may not change the %s of a job (to %s): the priority class "
     .. "is checked against the account at submission", tostring(modify_uid), field,
     tostring(job_desc.qos or job_desc.account))

@@ -19,7 +19,9 @@ Decisions, in order:
    class if AUTO may choose it, else the last class AUTO may choose) and the daemon resolves it
    against live quota. Because the daemon may pick any class of the AUTO order, ``--preemptible=no``
    and ``--grace`` must suit every one of them.
-5. ``--preemptible=no`` only where the class allows it; default ``yes``. ``--grace`` above the
+5. ``--preemptible=no`` only where the class allows it; default ``yes``. ``sbatch --no-requeue``
+   makes the job non-preemptible too (Slurm will not requeue it, so no plan can take it): the
+   same rule, with its own message. ``--grace`` above the
    class's cap is rejected (the message names the cap); default is the class's default grace
    (for AUTO capped by the smallest cap of the order).
 6. The job's environment (batch jobs, ``job_desc.environment``): ``HAI_CHECKPOINT_DIR`` (when
@@ -28,6 +30,10 @@ Decisions, in order:
    (``sbatch --export=HAI_CHECKPOINT_DIR=...``, or inherited from the submitting shell) wins. A
    kept ``HAI_CHECKPOINT_DIR`` that differs from ``--checkpoint-dir`` gets a warning: the daemon
    looks for acknowledgements under the directive's directory.
+
+Before all that, a heterogeneous job (``#SBATCH hetjob``) with ``#HAI`` lines is rejected:
+slurmctld runs job_submit once per component and only the first carries the script, so the
+others would run with the account's defaults.
 
 Every problem is reported, not only the first.
 """
@@ -113,14 +119,22 @@ def submission_account(account: str | None, default_account: str | None) -> str 
 
 def evaluate_submission(script: str | None, *, account: str | None, qos: str | None,
                         admin_comment: str | None, table: Entitlements,
-                        environment: Mapping[str, str] | None = None) -> Accepted:
+                        environment: Mapping[str, str] | None = None,
+                        requeue: bool | None = None, het_offset: int | None = None
+                        ) -> Accepted:
     """Accept or reject one submission as job_submit.lua does (see the module docstring).
 
-    ``environment`` is the batch job's submitted environment (``None``: not a batch job).
+    ``environment`` is the batch job's submitted environment (``None``: not a batch job);
+    ``requeue`` is ``sbatch --requeue`` (True), ``--no-requeue`` (False) or neither (None);
+    ``het_offset`` the component's index in a heterogeneous job (None: not one).
 
     Raises :class:`~hai_slurm.errors.DirectiveError` with the user's message on rejection.
     """
     directives = parse_script(script or "")
+    if het_offset is not None and directives.where:
+        raise rejection(["#HAI directives are not supported in a heterogeneous job (#SBATCH "
+                         "hetjob, --het-group): only its first component would get them; "
+                         "submit the components as separate jobs, or drop the #HAI lines"])
     acct = ascii_lower(account or "")
     who = f"account '{acct}'" if acct else "a job without account"
     rule = table.account_rule(acct)
@@ -186,15 +200,23 @@ def evaluate_submission(script: str | None, *, account: str | None, qos: str | N
         candidates = [table.class_rule(priority)]
         note = ""
 
-    preemptible = directives.preemptible is not False
     pre_line = directives.line_of("preemptible")
-    if not preemptible and pre_line is not None:
+    said_no = directives.preemptible is False and pre_line is not None
+    preemptible = not said_no and requeue is not False
+    if not preemptible:
         for c in candidates:
             if not c.allow_non_preemptible:
-                able = [x.name for x in table.classes if x.allow_non_preemptible]
-                problems.append(problem_at(pre_line, f"class {c.name} does not allow "
-                                           f"--preemptible=no{note}; classes that do: "
-                                           + (", ".join(able) or "none")))
+                able = ", ".join(x.name for x in table.classes if x.allow_non_preemptible)
+                if said_no:
+                    assert pre_line is not None
+                    problems.append(problem_at(pre_line, f"class {c.name} does not allow "
+                                               f"--preemptible=no{note}; classes that do: "
+                                               + (able or "none")))
+                else:
+                    problems.append("sbatch --no-requeue makes a job non-preemptible (Slurm "
+                                    "cannot requeue it after it saves), which class "
+                                    f"{c.name} does not allow{note}; drop --no-requeue, or use "
+                                    "a class that allows it: " + (able or "none"))
                 break
 
     tightest: ClassRule = min(candidates, key=lambda c: c.max_grace)  # first on ties

@@ -51,12 +51,16 @@ class Harness(Protocol):
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False,
                begin_in: int = 0, comment: str = "", nodelist: str = "",
-               exclude: str = "", exclusive: str = "", time_limit: int = 0,
-               requeue: bool = True) -> int:
+               exclude: str = "", exclusive: str = "", time_limit: int = 0) -> int:
         """Queue a job that runs until cancelled and logs the signals it gets (``nodelist``,
         ``exclude``: sbatch's ``--nodelist``, ``--exclude``; ``exclusive``: ``node`` for
         ``--exclusive``, ``user`` for ``--exclusive=user``; ``time_limit``: ``--time`` in
-        minutes, 0 for none; ``requeue`` False: ``--no-requeue``)."""
+        minutes, 0 for none)."""
+        ...
+
+    def forbid_requeue(self, job_id: int) -> None:
+        """Make Slurm refuse to requeue the job from now on (an admin's ``scontrol update
+        JobId=J Requeue=0``; job_submit.lua refuses it to other users)."""
         ...
 
     def admin_reservation(self, name: str, node: str, start_in: int, minutes: int) -> None:
@@ -276,13 +280,14 @@ class SlurmClientContract:
 
     def test_requeue_any_leaves_out_a_job_slurm_will_not_requeue(self, harness: Harness
                                                                   ) -> None:
-        """A ``--no-requeue`` job, running and then ended, is left out of requeue_any without
-        an error (slurmctld refuses it for good: "Requested operation is presently
+        """A job with ``Requeue=0``, running and then ended, is left out of requeue_any
+        without an error (slurmctld refuses it for good: "Requested operation is presently
         disabled"); a requeueable job in the same call is requeued."""
-        stay = harness.submit(name="contract-no-requeue", requeue=False)
+        stay = harness.submit(name="contract-no-requeue")
         other = harness.submit(name="contract-requeue-beside")
         harness.wait_for(stay, "RUNNING", running)
         harness.wait_for(other, "RUNNING", running)
+        harness.forbid_requeue(stay)
         assert harness.client.requeue_any([stay, other], hold=True) == (other,)
         facts = harness.client.job_facts([stay])
         assert facts[stay].running and facts[stay].restart_count == 0

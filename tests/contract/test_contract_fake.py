@@ -24,12 +24,16 @@ class FakeHarness:
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
                comment: str = "", nodelist: str = "", exclude: str = "",
-               exclusive: str = "", time_limit: int = 0, requeue: bool = True) -> int:
+               exclusive: str = "", time_limit: int = 0) -> int:
         """Queue a job in the fake."""
         return self.fake.submit(name=name, gpus_per_node=gpus, hold=hold, comment=comment,
                                 begin_time=self.fake.now + begin_in if begin_in else None,
                                 nodelist=nodelist, exclude=exclude, exclusive=exclusive,
-                                time_limit=time_limit or None, requeue=requeue)
+                                time_limit=time_limit or None)
+
+    def forbid_requeue(self, job_id: int) -> None:
+        """``Requeue=0`` on the fake's job."""
+        self.fake.jobs[job_id].requeue = False
 
     def admin_reservation(self, name: str, node: str, start_in: int, minutes: int) -> None:
         """An admin's reservation in the fake."""

@@ -76,8 +76,7 @@ class CliHarness:
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
                comment: str = "", nodelist: str = "", exclude: str = "",
-               constraint: str = "", exclusive: str = "", time_limit: int = 0,
-               requeue: bool = True) -> int:
+               constraint: str = "", exclusive: str = "", time_limit: int = 0) -> int:
         """sbatch a job that runs until cancelled."""
         script = self.workdir / "job.sh"
         script.write_text(_JOB_SCRIPT)
@@ -92,13 +91,19 @@ class CliHarness:
         argv += [f"--constraint={constraint}"] if constraint else []
         argv += [EXCLUSIVE_OPTION[exclusive]] if exclusive else []
         argv += [f"--time={time_limit}"] if time_limit else []
-        argv += [] if requeue else ["--no-requeue"]
         res = subprocess.run([*argv, str(script)], capture_output=True, text=True,
                              env=self.env, timeout=30, check=False)
         assert res.returncode == 0, f"sbatch failed: {res.stderr.strip()}"
         jid = int(res.stdout.strip().split(";")[0])
         self.submitted.append(jid)
         return jid
+
+    def forbid_requeue(self, job_id: int) -> None:
+        """``scontrol update JobId=J Requeue=0`` as root (the testbed's admin)."""
+        res = subprocess.run(["scontrol", "update", f"JobId={job_id}", "Requeue=0"],
+                             capture_output=True, text=True, env=self.env, timeout=30,
+                             check=False)
+        assert res.returncode == 0, res.stderr
 
     def admin_reservation(self, name: str, node: str, start_in: int, minutes: int) -> None:
         """``scontrol create reservation`` as root (the testbed's admin)."""

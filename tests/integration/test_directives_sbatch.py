@@ -259,11 +259,45 @@ def test_owner_rewriting_comment_gains_nothing(cluster: Cluster, other_user: str
     qos = cluster.run(["scontrol", "update", f"JobId={job}", "QOS=extreme_high"],
                       user=other_user)
     assert qos.returncode != 0  # ...nor the QOS (job_submit.lua's slurm_job_modify)
+    requeue = cluster.run(["scontrol", "update", f"JobId={job}", "Requeue=0"], user=other_user)
+    assert requeue.returncode != 0  # ...nor turn requeue off: it makes a job non-preemptible
     after = cluster.show(job)
+    assert after["Requeue"] == "1"
     assert after["Comment"] == forged
     assert (after["AdminComment"], after["QOS"]) == (before["AdminComment"], "high")
     info = parse_admin_comment(after["AdminComment"])
     assert info is not None and info.job_class == "HIGH" and info.preemptible
+
+
+def test_no_requeue_needs_a_class_that_allows_non_preemptible(cluster: Cluster) -> None:
+    """sbatch --no-requeue makes a job non-preemptible (Slurm will not requeue it): refused
+    for a class that does not allow that, with job_submit's message (before: accepted, so
+    anyone could opt out of preemption), accepted for one that does, recorded
+    preemptible=no."""
+    res = cluster.sbatch(SH + BODY, "--account=team-a", "--no-requeue")
+    assert res.returncode != 0, f"sbatch accepted the job: {res.stdout}"
+    assert ("sbatch --no-requeue makes a job non-preemptible (Slurm cannot requeue it after it "
+            "saves), which class NORMAL does not allow") in res.stderr, res.stderr
+    res = cluster.sbatch(SH + "#HAI --priority=VERY_HIGH\n" + BODY, "--account=team-a",
+                         "--no-requeue")
+    assert res.returncode == 0, res.stderr
+    fields = cluster.show(cluster.jobs[-1])
+    info = parse_admin_comment(fields["AdminComment"])
+    assert fields["Requeue"] == "0"
+    assert info is not None and info.job_class == "VERY_HIGH" and not info.preemptible
+
+
+def test_a_heterogeneous_job_takes_no_directives(cluster: Cluster) -> None:
+    """slurmctld runs job_submit once per component of a heterogeneous job and only the first
+    carries the script, so #HAI lines would reach that component alone: refused, saying so
+    (before: the other components ran as preemptible NORMAL jobs); one without #HAI lines is
+    accepted."""
+    het = "#SBATCH -n1\n#SBATCH hetjob\n#SBATCH -n1\n"
+    res = cluster.sbatch(SH + "#HAI --priority=HIGH\n" + het + BODY, "--account=team-a")
+    assert res.returncode != 0, f"sbatch accepted the job: {res.stdout}"
+    assert "#HAI directives are not supported in a heterogeneous job" in res.stderr, res.stderr
+    res = cluster.sbatch(SH + het + BODY, "--account=team-a")
+    assert res.returncode == 0, res.stderr
 
 
 def test_empty_account_is_the_users_default_account(cluster: Cluster, other_user: str) -> None:

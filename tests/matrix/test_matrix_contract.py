@@ -53,7 +53,7 @@ class DockerHarness:
 
     def submit(self, *, name: str, gpus: int = 1, hold: bool = False, begin_in: int = 0,
                comment: str = "", nodelist: str = "", exclude: str = "",
-               exclusive: str = "", time_limit: int = 0, requeue: bool = True) -> int:
+               exclusive: str = "", time_limit: int = 0) -> int:
         """sbatch a job that runs until cancelled."""
         args = [f"--job-name={name}", "--nodes=1", f"--output={self.workdir}/%j.out"]
         args += [f"--gres=gpu:{gpus}"] if gpus else []
@@ -64,8 +64,12 @@ class DockerHarness:
         args += [f"--exclude={exclude}"] if exclude else []
         args += [EXCLUSIVE_OPTION[exclusive]] if exclusive else []
         args += [f"--time={time_limit}"] if time_limit else []
-        args += [] if requeue else ["--no-requeue"]
         return self.sbatch(*args)
+
+    def forbid_requeue(self, job_id: int) -> None:
+        """``scontrol update JobId=J Requeue=0`` in the controller (as root, the admin)."""
+        res = self.run(["scontrol", "update", f"JobId={job_id}", "Requeue=0"])
+        assert res.returncode == 0, res.stderr
 
     def admin_reservation(self, name: str, node: str, start_in: int, minutes: int) -> None:
         """``scontrol create reservation`` in the controller (as root, the cluster's admin)."""

@@ -26,6 +26,10 @@ class Case:
     #: The batch job's submitted environment (NAME, value) pairs; None: not given (job_submit
     #: then sets no variable, as for a job without batch script).
     environment: tuple[tuple[str, str], ...] | None = None
+    #: ``sbatch --requeue`` (True), ``--no-requeue`` (False) or neither (None).
+    requeue: bool | None = None
+    #: The component's index in a heterogeneous job (None: not one).
+    het_offset: int | None = None
 
 
 SH = "#!/bin/bash\n"
@@ -43,6 +47,10 @@ CASES: tuple[Case, ...] = (
     Case("no-directives", SH + "srun hostname\n", expect="priority=NORMAL;class=NORMAL;"
          "team=team-a;preemptible=yes;grace=60;source=default"),
     Case("no-script", None, expect="source=default"),
+    Case("no-requeue-very-high", SH + "#HAI --priority=VERY_HIGH\nx\n", requeue=False,
+         expect="priority=VERY_HIGH;class=VERY_HIGH;team=team-a;preemptible=no;"),
+    Case("requeue-normal", SH + "x\n", requeue=True, expect="class=NORMAL;team=team-a;"
+         "preemptible=yes"),
     Case("empty-script", "", expect="priority=NORMAL"),
     Case("high", SH + "#HAI --priority=HIGH\nsrun x\n", expect="priority=HIGH;class=HIGH;"),
     Case("lower-case-class", SH + "#HAI --priority=very_high\nx\n", expect="priority=VERY_HIGH"),
@@ -169,6 +177,21 @@ CASES: tuple[Case, ...] = (
          "EXTREME_HIGH, VERY_HIGH"),
     Case("preemptible-no-default-class", SH + "#HAI --preemptible=no\nx\n", accepted=False,
          expect="class NORMAL does not allow --preemptible=no"),
+    Case("no-requeue-normal", SH + "srun x\n", requeue=False, accepted=False,
+         expect="sbatch --no-requeue makes a job non-preemptible (Slurm cannot requeue it "
+         "after it saves), which class NORMAL does not allow; drop --no-requeue, or use a "
+         "class that allows it: EXTREME_HIGH, VERY_HIGH"),
+    Case("no-requeue-auto", SH + "#HAI --priority=AUTO\nx\n", requeue=False, accepted=False,
+         expect="which class HIGH does not allow (AUTO may choose it"),
+    Case("no-requeue-and-directive", SH + "#HAI --preemptible=no\nx\n", requeue=False,
+         accepted=False, expect="class NORMAL does not allow --preemptible=no"),
+    Case("het-with-directives", SH + "#HAI --priority=HIGH\n#SBATCH hetjob\nx\n",
+         het_offset=0, accepted=False, expect="#HAI directives are not supported in a "
+         "heterogeneous job"),
+    Case("het-component-without-script", None, het_offset=1,
+         expect="priority=NORMAL;class=NORMAL;team=team-a;preemptible=yes"),
+    Case("het-without-directives", SH + "#SBATCH hetjob\nx\n", het_offset=0,
+         expect="priority=NORMAL"),
     Case("auto-preemptible-no", SH + "#HAI --priority=AUTO --preemptible=no\nx\n",
          accepted=False, expect="class HIGH does not allow --preemptible=no (AUTO may choose it "
          "for account 'team-a')"),

@@ -1,8 +1,9 @@
 -- Runs job_submit.lua outside slurmctld, with a fake `slurm` table, over a list of cases.
 -- Usage: lua5.1 lua_job_submit_harness.lua DIR/job_submit.lua CASES.lua
 -- CASES.lua returns a list of {id=, mode="submit"|"modify", script=, account=, default_account=,
--- qos=, admin_comment=, uid=, environment=}. `environment` (a table of NAME = value, like
--- job_desc.environment of a batch job) is given only when the case has one. For each case one line is
+-- qos=, admin_comment=, uid=, environment=, requeue=, het_job_offset=}. `environment` (a table of
+-- NAME = value, like job_desc.environment of a batch job) is given only when the case has one;
+-- `requeue` and `het_job_offset` default to Slurm's unset values. For each case one line is
 -- printed: id <TAB> rc <TAB> qos <TAB> admin_comment <TAB> user message <TAB> environment
 -- afterwards (NAME=value lines, sorted), with \ \t \n escaped and nil as \N.
 
@@ -30,6 +31,8 @@ for _, case in ipairs(cases) do
     script = case.script, account = case.account, default_account = case.default_account,
     qos = case.qos, admin_comment = case.admin_comment, comment = case.comment,
     environment = case.environment,
+    -- Slurm's unset values: NO_VAL16 and NO_VAL
+    requeue = case.requeue or 65534, het_job_offset = case.het_job_offset or 4294967294,
   }
   local result
   if case.mode == "modify" then

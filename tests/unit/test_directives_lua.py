@@ -109,7 +109,8 @@ def python_outcome(case: Case) -> Outcome:
                                        account=submission_account(case.account,
                                                                   case.default_account),
                                        qos=case.qos, admin_comment=case.admin_comment,
-                                       table=demo_entitlements(), environment=given)
+                                       table=demo_entitlements(), environment=given,
+                                       requeue=case.requeue, het_offset=case.het_offset)
     except DirectiveError as err:
         return ("-1", case.qos, case.admin_comment, str(err), env_lines(given))
     after = {**given, **dict(accepted.environment)} if given is not None else None
@@ -123,6 +124,10 @@ def as_lua_case(case: Case) -> dict[str, object]:
         "admin_comment": case.admin_comment}
     if case.environment is not None:
         out["environment"] = case.environment
+    if case.requeue is not None:  # Slurm's job_desc.requeue: 0 or 1 (NO_VAL16 when not given)
+        out["requeue"] = int(case.requeue)
+    if case.het_offset is not None:  # job_desc.het_job_offset (NO_VAL when not a het job)
+        out["het_job_offset"] = case.het_offset
     return out
 
 
@@ -216,18 +221,27 @@ def test_missing_table_rejects_with_clear_message(tmp_path: Path) -> None:
 
 
 def test_only_admins_change_qos(tmp_path: Path) -> None:
-    """slurm_job_modify refuses a QOS or account change from a user, allows root, ignores others."""
+    """slurm_job_modify refuses a QOS or account change from a user, and a Requeue=0 (it
+    would make the job non-preemptible whatever its class allows), allows root, ignores
+    others."""
     cases: list[dict[str, object]] = [
         {"id": "user-qos", "mode": "modify", "qos": "extreme_high", "uid": 1000},
         {"id": "root-qos", "mode": "modify", "qos": "normal", "uid": 0},
         {"id": "user-other", "mode": "modify", "uid": 1000},
         {"id": "user-account", "mode": "modify", "account": "team-a", "uid": 1000},
+        {"id": "user-requeue-0", "mode": "modify", "requeue": 0, "uid": 1000},
+        {"id": "user-requeue-1", "mode": "modify", "requeue": 1, "uid": 1000},
+        {"id": "root-requeue-0", "mode": "modify", "requeue": 0, "uid": 0},
     ]
     results = run_lua(tmp_path, cases, table=demo_entitlements())
     assert results["user-qos"][0] == "2002"
     assert results["user-account"][0] == "2002"
     assert results["root-qos"][0] == "0"
     assert results["user-other"][0] == "0"
+    assert results["user-requeue-0"][0] == "2002"
+    assert "Requeue=0 would make the job non-preemptible" in str(results["user-requeue-0"][3])
+    assert results["user-requeue-1"][0] == "0"
+    assert results["root-requeue-0"][0] == "0"
 
 
 def test_lua_edit_distance_matches_python(tmp_path: Path) -> None:
