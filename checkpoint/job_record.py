@@ -159,7 +159,8 @@ def admin_comment_of(show_job: str, job_id: str) -> str | None:
 
 
 def scontrol_show_job(job_id: str, environ: Mapping[str, str]) -> str:
-    """Run ``scontrol show job JOB`` with the job's environment (``SLURM_CONF``); its stdout."""
+    """Run ``scontrol show job JOB`` with the job's environment (``SLURM_CONF``); its stdout
+    (``job_id``: any name scontrol takes, such as ``ARRAY_TASK``)."""
     exe = shutil.which("scontrol", path=environ.get("PATH") or os.defpath)
     if exe is None:
         raise CheckpointError(
@@ -178,10 +179,24 @@ def scontrol_show_job(job_id: str, environ: Mapping[str, str]) -> str:
     return proc.stdout
 
 
+def record_name(job_id: str, environ: Mapping[str, str]) -> str:
+    """The name ``scontrol show job`` prints this job's record alone for: ``ARRAY_TASK`` for
+    an array task, ``JOB+0`` (the leader component) in a heterogeneous job, else the id. The
+    bare id of an array's head task (the task started last keeps the array's id) prints every
+    task of the array, and a het leader's every component: one AdminComment line each."""
+    array, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
+    if array.isdigit() and task.isdigit():
+        return f"{array}_{task}"
+    if environ.get("SLURM_JOB_ID_HET_GROUP_0", "").strip() == job_id:
+        return f"{job_id}+0"
+    return job_id
+
+
 def record_from_slurm(job_id: str, environ: Mapping[str, str],
                       show_job: ShowJob = scontrol_show_job) -> JobRecord | None:
-    """The job's record, read with one ``scontrol show job``; ``None`` if it has none."""
-    comment = admin_comment_of(show_job(job_id, environ), job_id)
+    """The job's record, read with one ``scontrol show job`` of its :func:`record_name`;
+    ``None`` if it has none."""
+    comment = admin_comment_of(show_job(record_name(job_id, environ), environ), job_id)
     return parse_record(comment, job_id) if comment is not None else None
 
 

@@ -174,3 +174,17 @@ def test_step_without_the_variables_reads_the_job_record_once(
                        "record": {"checkpoint_dir": str(ckpt_dir), "grace": 120}}
     finally:
         shared.unlink(missing_ok=True)
+
+
+def test_an_array_task_reads_its_own_record(
+        vision_account: str, ckpt_dir: Path, job_dir: Path, submit: Submitter) -> None:
+    """The README script as a two-task array, with the step's environment narrowed: the task
+    Slurm starts last keeps the array's id, whose `scontrol show job` prints both tasks' records;
+    it reads its own (`ARRAY_TASK`) and resolves the README's settings. (Before: it failed,
+    taking the second AdminComment line for a forged one.)"""
+    job, rows = run_readme_job(submit, "--export=PATH,SLURM_CONF", "--array=0-1")
+    for path in job_record.share_dir().glob(f"*.{job}.0.json"):
+        path.unlink(missing_ok=True)
+    assert [r["rank"] for r in rows] == [0, 1], submit.output(job)
+    for r in rows:
+        assert (r["checkpoint_dir"], r["grace"]) == (str(ckpt_dir), 120.0), r

@@ -18,6 +18,7 @@ from hai_slurm.checkpoint.job_record import (
     JobRecord,
     admin_comment_of,
     parse_record,
+    record_name,
     scontrol_show_job,
     share_path,
     shared_record,
@@ -163,6 +164,37 @@ def test_nothing_is_looked_up_outside_slurm(tmp_path: Path) -> None:
     """Without SLURM_JOB_ID the environment is returned as it is."""
     assert with_job_record({"PATH": "/bin"}, rank=0, restart=0, show_job=never,
                            directory=tmp_path) == {"PATH": "/bin"}
+
+
+def _array_task(job_id: int, task: int) -> str:
+    """One task's record as ``scontrol show job`` prints it (Slurm 22.05 on the testbed)."""
+    return (f"JobId={job_id} ArrayJobId=100 ArrayTaskId={task} JobName=b.sh\n"
+            "   UserId=root(0) GroupId=root(0) MCS_label=N/A\n"
+            f"   AdminComment={RECORD} \n   StdErr=/dev/null\n")
+
+
+def test_an_array_task_reads_its_own_record_even_as_the_head_task(tmp_path: Path) -> None:
+    """The task started last keeps the array's id (100), and `scontrol show job 100` prints
+    every task (three AdminComment lines, refused as ambiguous): the record is read as
+    ``100_3``, which prints that task alone (measured on the testbed, 22.05). (Before: an
+    array's head task with --export=NONE failed.)"""
+    every = _array_task(100, 3) + _array_task(102, 2) + _array_task(101, 1)
+    slurm = FakeSlurm({"100": every, "100_3": _array_task(100, 3)})
+    head = environ(SLURM_JOB_ID="100", SLURM_ARRAY_JOB_ID="100", SLURM_ARRAY_TASK_ID="3")
+    out = with_job_record(head, rank=0, restart=0, show_job=slurm, directory=tmp_path)
+    assert (out["HAI_CHECKPOINT_DIR"], out["HAI_CHECKPOINT_GRACE"]) == ("/tmp/x", "33")
+    assert slurm.calls == ["100_3"]
+    assert record_name("101", environ(SLURM_JOB_ID="101", SLURM_ARRAY_JOB_ID="100",
+                                      SLURM_ARRAY_TASK_ID="1")) == "100_1"
+
+
+def test_a_heterogeneous_job_reads_its_leaders_record() -> None:
+    """A het job's id prints every component: the leader's record is read as ``JOB+0``
+    (every component has the same defaults: job_submit refuses #HAI lines in a het job);
+    any other job by its id."""
+    het = {"SLURM_JOB_ID_HET_GROUP_0": "98", "SLURM_JOB_ID_HET_GROUP_1": "99"}
+    assert record_name("98", environ(SLURM_JOB_ID="98", **het)) == "98+0"
+    assert record_name("8", environ()) == "8"
 
 
 def test_one_query_per_step_shared_with_every_rank(tmp_path: Path) -> None:
