@@ -95,7 +95,10 @@ class ShardedSaves:
             self._publish(Phase.COMPUTING, part.step)
             raise
         self._committed(info)
-        protect = {self.resumed_from.name} if self.resumed_from else set()
+        # never the checkpoint just committed: prune ranks by step, and a newer-step one the
+        # resume skipped as damaged would otherwise outrank every save of this run (keep=1
+        # removed each one at once and every run started over)
+        protect = {info.name, *((self.resumed_from.name,) if self.resumed_from else ())}
         for name in sharded.prune(self._env.checkpoint_dir, self._env.keep, protect=protect,
                                   log=self._log):
             self._log(f"removed old checkpoint {name}")

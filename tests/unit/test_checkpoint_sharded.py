@@ -299,6 +299,33 @@ def test_a_new_job_in_the_same_directory_never_reuses_a_checkpoint_name(tmp_path
         "value"] == "77"
 
 
+def test_a_damaged_newer_checkpoint_never_makes_a_new_save_pruned(tmp_path: Path) -> None:
+    """keep=1: the newest checkpoint (step 200) is damaged, so the next run starts over; its
+    save at step 50 is committed and stays, and the run after resumes from it. (Before: prune
+    ranked by step, kept the damaged step-200 one and removed each new save at once, so every
+    run started over.)"""
+    def run(restart: int) -> Checkpointer:
+        return Checkpointer.from_env(environ={**environ(tmp_path, 0, 1, restart),
+                                              "HAI_CHECKPOINT_KEEP": "1"},
+                                     log=lambda _m: None, install_signals=False)
+    ck = run(0)
+    ck.save_with(write_mine(100), step=100)
+    damaged = ck.save_with(write_mine(200), step=200)
+    ck.close()
+    assert damaged is not None
+    (tmp_path / "ck" / damaged.name / "rank-00000" / "state.json").write_text("bit rot")
+    ck = run(1)
+    assert ck.load_with(read_mine({})) is None   # nothing usable: it starts over
+    fresh = ck.save_with(write_mine(50), step=50)
+    ck.close()
+    assert fresh is not None and (tmp_path / "ck" / fresh.name / COMMIT).exists()
+    ck = run(2)
+    got: dict[str, Any] = {}
+    part = ck.load_with(read_mine(got))
+    ck.close()
+    assert part is not None and part.step == 50 and got["value"] == 50
+
+
 def test_load_latest_points_at_load_with_for_sharded_checkpoints(tmp_path: Path) -> None:
     """load_latest() (single-state) finds none and says the sharded ones need load_with."""
     messages: list[str] = []
