@@ -21,6 +21,7 @@ first fill it and ``HAI_CHECKPOINT_GRACE`` in from the job's own record, see
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Mapping
@@ -87,6 +88,23 @@ def _first_int(environ: Mapping[str, str], keys: tuple[str, ...], default: int,
     return default
 
 
+def grace_from(environ: Mapping[str, str]) -> float:
+    """``HAI_CHECKPOINT_GRACE`` (seconds a request stays valid), else the default; a value
+    that is not a finite number above 0 is an error naming the variable."""
+    raw = environ.get("HAI_CHECKPOINT_GRACE", "").strip()
+    if not raw:
+        return DEFAULT_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise CheckpointError(f"environment HAI_CHECKPOINT_GRACE={raw!r} is not a number of "
+                              "seconds above 0 (job_submit.lua sets it from #HAI --grace, e.g. "
+                              "120); unset it or give one")
+    return value
+
+
 def rank_from(environ: Mapping[str, str]) -> int:
     """The global rank: ``RANK`` (torchrun), else ``SLURM_PROCID``, else 0."""
     return _first_int(environ, ("RANK", "SLURM_PROCID"), 0, 0)
@@ -143,14 +161,10 @@ def job_env_from(
     else:
         sig = DEFAULT_SIGNAL
     if grace_s is None:
-        raw = environ.get("HAI_CHECKPOINT_GRACE", "").strip()
-        try:
-            grace_s = float(raw) if raw else DEFAULT_GRACE_S
-        except ValueError:
-            raise CheckpointError(
-                f"environment HAI_CHECKPOINT_GRACE={raw!r} is not a number of seconds") from None
-    if grace_s <= 0:
-        raise CheckpointError(f"grace time must be > 0 seconds, got {grace_s}")
+        grace_s = grace_from(environ)
+    elif not (math.isfinite(grace_s) and grace_s > 0):
+        raise CheckpointError(f"grace time must be a finite number of seconds above 0, got "
+                              f"{grace_s}")
     return JobEnv(
         checkpoint_dir=chosen, control_dir=ctl, job_id=job_id,
         restart_count=restart_count_from(environ),

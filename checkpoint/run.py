@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -34,6 +35,7 @@ from pathlib import Path
 from hai_slurm.checkpoint import protocol
 from hai_slurm.checkpoint.env import (
     DEFAULT_GRACE_S,
+    grace_from,
     job_id_from,
     parse_signal,
     rank_from,
@@ -51,6 +53,17 @@ def _say(message: str) -> None:
     print(f"hai-run: {message}", file=sys.stderr, flush=True)
 
 
+def _seconds(text: str) -> float:
+    """A ``--grace`` value: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hai-run", description="Run CMD, forwarding checkpoint requests to it as a signal "
@@ -60,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
                         "(default $HAI_CHECKPOINT_SIGNAL or USR2)")
     parser.add_argument("--forward-as", default=None,
                         help="signal to send to the child (default: the request signal)")
-    parser.add_argument("--grace", type=float, default=None,
+    parser.add_argument("--grace", type=_seconds, default=None,
                         help=f"seconds to wait for the child to save (default "
                         f"$HAI_CHECKPOINT_GRACE or {DEFAULT_GRACE_S:g})")
     parser.add_argument("--control-dir", default=None,
@@ -163,8 +176,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
                            source="--signal")
     forward_as = (parse_signal(args.forward_as, source="--forward-as") if args.forward_as
                   else request)
-    grace_s = args.grace if args.grace is not None else float(
-        environ.get("HAI_CHECKPOINT_GRACE", "") or DEFAULT_GRACE_S)
+    grace_s = args.grace if args.grace is not None else grace_from(environ)
     control = _control_dir(args.control_dir, environ)
     scratch = None
     if control is not None:
@@ -211,6 +223,10 @@ def _supervise(sup: _Supervisor, child: subprocess.Popen[bytes], requests: Reque
                 _say(f"{term.signal.name} received: forwarding it to child {child.pid}")
                 with contextlib.suppress(ProcessLookupError):
                     child.send_signal(term.signal)
+                if term.signal == signal.SIGTERM and not sup.acked:
+                    # the pending request becomes a SIGTERM one: it no longer expires
+                    sup.request_name = "SIGTERM"
+                    sup.publish(Phase.SAVING)
         req = requests.pending()
         if req is not None:
             requests.clear()
@@ -225,6 +241,7 @@ def _supervise(sup: _Supervisor, child: subprocess.Popen[bytes], requests: Reque
         if sup.forwarded_at is not None and not sup.acked:
             if sup.marker.exists():
                 sup.ack("it wrote $HAI_SAVE_MARKER", protocol.EXIT_REQUEUE)
+                sup.forwarded_at = None  # answered: the next request is forwarded again
             elif (sup.request_name != "SIGTERM"
                   and time.monotonic() - sup.forwarded_at > sup.grace_s):
                 _say(f"child did not save within {sup.grace_s:g} s; it keeps running and the "

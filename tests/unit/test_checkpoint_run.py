@@ -16,28 +16,35 @@ from hai_slurm.checkpoint import Phase, read_job_report
 HAI_RUN = str(Path(sys.executable).parent / "hai-run")
 
 # A program that cannot import the library: on its signal it "saves" (writes the marker hai-run
-# names in $HAI_SAVE_MARKER, atomically) and exits 75 -- or, in mode "ignore", does nothing.
+# names in $HAI_SAVE_MARKER, atomically) and exits 75 -- or, in mode "ignore", does nothing; in
+# "save-on" it saves and trains on, exiting 75 at its second save; in "term-late" it ignores
+# USR2 and saves 1.5 s after a SIGTERM.
 CHILD = """
 import json, os, signal, sys, time
 mode, ready = sys.argv[1], sys.argv[2]
 got = []
 signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))
 signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
-if mode == "ignore":
+if mode in ("ignore", "term-late"):
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 open(ready, "w").close()
-step = 0
+step = saves = 0
 deadline = time.monotonic() + float(sys.argv[3])
 while time.monotonic() < deadline:
     time.sleep(0.01)
     step += 1
-    if got and mode == "save":
+    if got and mode in ("save", "save-on", "term-late"):
+        if mode == "term-late":
+            time.sleep(1.5)
         marker = os.environ["HAI_SAVE_MARKER"]
         with open(marker + ".tmp", "w") as f:
             json.dump({"step": step, "sha256": "c0ffee"}, f)
         os.replace(marker + ".tmp", marker)
         print("child got", signal.Signals(got[0]).name, flush=True)
-        sys.exit(75)
+        saves += 1
+        got.clear()
+        if mode != "save-on" or saves == 2:
+            sys.exit(75)
 sys.exit(3)
 """
 
@@ -124,3 +131,54 @@ def test_child_exit_code_and_missing_command(tmp_path: Path) -> None:
     bad = subprocess.run([HAI_RUN, "--signal", "NOPE", "--", "true"], capture_output=True,
                          text=True, timeout=30, check=False)
     assert bad.returncode == 2 and "--signal='NOPE' is not a signal" in bad.stderr
+
+
+def test_a_child_that_saves_and_trains_on_gets_its_next_request_too(tmp_path: Path) -> None:
+    """The child saves for a first request and keeps training (its plan was given up): a later
+    request is forwarded and acknowledged again. (Before: hai-run ignored every request after
+    the first one its child answered.)"""
+    proc, control = start(tmp_path, "save-on", grace=10)
+    proc.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 10
+    while read_job_report(control, "31", os.geteuid(), restart_count=2).ack is None:
+        assert time.monotonic() < deadline, "no ack for the first request"
+        time.sleep(0.05)
+    first = read_job_report(control, "31", os.geteuid(), restart_count=2).ack
+    assert first is not None
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGUSR2)
+    rc, out, err = finish(proc)
+    assert rc == 75 and out.count("child got SIGUSR2") == 2, err
+    assert err.count("sent SIGUSR2 to child") == 2, err
+    second = read_job_report(control, "31", os.geteuid(), restart_count=2).ack
+    assert second is not None and second.time > first.time and second.step > first.step
+
+
+def test_a_sigterm_during_a_pending_request_keeps_it_from_expiring(tmp_path: Path) -> None:
+    """USR2 (grace 1 s) that the child ignores, then SIGTERM: the child saves 1.5 s later, past
+    the USR2 grace, and the save is acknowledged as the SIGTERM's (a SIGTERM request never
+    expires, PROTOCOL.md). (Before: the request expired at 1 s and the save went unseen.)"""
+    proc, control = start(tmp_path, "term-late", grace=1)
+    proc.send_signal(signal.SIGUSR2)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    rc, out, err = finish(proc)
+    assert rc == 75 and "child got SIGTERM" in out, err
+    assert "the request expires" not in err
+    report = read_job_report(control, "31", os.geteuid(), restart_count=2)
+    assert report.ack is not None and report.ack.request_signal == "SIGTERM", err
+
+
+@pytest.mark.parametrize("value", ["60s", "-5", "nan", "inf", "0"])
+def test_a_bad_grace_is_refused_naming_where_it_came_from(tmp_path: Path, value: str) -> None:
+    """HAI_CHECKPOINT_GRACE and --grace must be a finite number of seconds above 0: a clear
+    error, not a traceback (60s) or a request that expires at once (-5) or never (nan)."""
+    env = {**os.environ, "HAI_CHECKPOINT_GRACE": value}
+    done = subprocess.run([HAI_RUN, "--control-dir", str(tmp_path / "c"), "--", "true"],
+                          env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2, done.stderr
+    assert f"HAI_CHECKPOINT_GRACE={value!r} is not a number of seconds above 0" in done.stderr
+    assert "Traceback" not in done.stderr
+    flag = subprocess.run([HAI_RUN, "--grace", value, "--", "true"], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert flag.returncode == 2 and "is not a number of seconds above 0" in flag.stderr

@@ -186,6 +186,12 @@ def test_other_ranks_learn_of_the_request_and_do_not_write(tmp_path: Path) -> No
     ("HAI_CHECKPOINT_SIGNAL", "USR9", "HAI_CHECKPOINT_SIGNAL='USR9' is not a signal"),
     ("HAI_CHECKPOINT_SIGNAL", "KILL", "SIGKILL cannot be caught"),
     ("HAI_CHECKPOINT_GRACE", "soon", "HAI_CHECKPOINT_GRACE='soon' is not a number"),
+    # a request that never expired (nan, inf) or expired at once (0, -5)
+    ("HAI_CHECKPOINT_GRACE", "nan", "HAI_CHECKPOINT_GRACE='nan' is not a number of seconds "
+     "above 0"),
+    ("HAI_CHECKPOINT_GRACE", "inf", "HAI_CHECKPOINT_GRACE='inf' is not a number"),
+    ("HAI_CHECKPOINT_GRACE", "0", "HAI_CHECKPOINT_GRACE='0' is not a number"),
+    ("HAI_CHECKPOINT_GRACE", "-5", "HAI_CHECKPOINT_GRACE='-5' is not a number"),
     ("HAI_CHECKPOINT_KEEP", "0", "HAI_CHECKPOINT_KEEP='0' must be >= 1"),
 ])
 def test_bad_environment_is_named(tmp_path: Path, key: str, value: str, message: str) -> None:
