@@ -259,15 +259,17 @@ class Checkpointer:
             self.restart_seconds = max(0.0, self._clock() - self._began)
             if self._thread is None and self._sharded_started is None:
                 self._publish(Phase.COMPUTING, step)   # (a save in flight publishes it later)
-        pending = self.listener.pending()
-        if pending is not None and pending.signal != signal.SIGTERM and not self._ranks.stopping \
-                and self._clock() - pending.at_monotonic > self.env.grace_s:
-            self._log(f"checkpoint request by {pending.signal.name} expired: no step boundary "
-                      f"within {self.env.grace_s:g} s; continuing (the scheduler did not wait)")
-            self.listener.clear()
-            self._ranks.withdraw()
-            self._announced = False
-            pending = None
+        pending, latest = self.listener.pending(), self.listener.latest()
+        if pending is not None and latest is not None and pending.signal != signal.SIGTERM \
+                and not self._ranks.stopping \
+                and self._clock() - latest.at_monotonic > self.env.grace_s:
+            if self.listener.expire(latest):
+                self._log(f"checkpoint request by {pending.signal.name} expired: no step "
+                          f"boundary within {self.env.grace_s:g} s of its last arrival; "
+                          "continuing (the scheduler did not wait)")
+                self._ranks.withdraw()
+                self._announced = False
+            pending = self.listener.pending()   # one that came meanwhile stays
         agreed = self._ranks.exchange(pending is not None,
                                       self._boundaries if step is None else step)
         if agreed and pending is None:

@@ -232,6 +232,9 @@ def _supervise(sup: _Supervisor, child: subprocess.Popen[bytes], requests: Reque
             requests.clear()
             if sup.forwarded_at is None:
                 sup.forward(child, sup.forward_as, req.signal.name)
+            elif not sup.acked:
+                # sent again: the scheduler still waits, so the grace counts from now
+                sup.forwarded_at = time.monotonic()
         try:
             code = child.wait(timeout=POLL_S)
         except subprocess.TimeoutExpired:

@@ -44,17 +44,20 @@ class RequestListener:
         self._chain = chain
         self._event = threading.Event()
         self._first: Request | None = None
+        self._latest: Request | None = None
         self._last_signum = 0
         self._previous: dict[signal.Signals, Handler] = {}
         self._pid = os.getpid()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # Flag only: no I/O, no locks. Keep the first request (its time starts the grace period),
-        # but remember a SIGTERM that comes later (it must not expire).
+        # Flag only: no I/O, no locks. Keep the first request, but remember a SIGTERM that comes
+        # later (it must not expire), and when the latest one came (the grace counts from it).
         if os.getpid() != self._pid:  # a forked worker: the request is for the training process
             return
+        arrived = Request(signal.Signals(signum), self._clock())
         if self._first is None or signum == signal.SIGTERM:
-            self._first = Request(signal.Signals(signum), self._clock())
+            self._first = arrived
+        self._latest = arrived
         self._last_signum = signum
         self._event.set()
         previous = self._previous.get(signal.Signals(signum))
@@ -91,16 +94,38 @@ class RequestListener:
         first = self._first  # None only if a signal raced with clear(): still a request
         return first or Request(signal.Signals(self._last_signum or signal.SIGTERM), self._clock())
 
+    def latest(self) -> Request | None:
+        """The latest request that arrived while one is pending (None: none pending): the
+        scheduler sends a request again while it still waits, so a request expires the grace
+        time after its latest arrival."""
+        if not self._event.is_set():
+            return None
+        return self._latest or self.pending()
+
     def trigger(self, sig: signal.Signals) -> None:
         """Record a request that arrived by other means (another rank, a file flag, a test)."""
         if self._first is None:
-            self._first = Request(sig, self._clock())
+            self._first = self._latest = Request(sig, self._clock())
         self._event.set()
 
     def clear(self) -> None:
         """Forget the pending request (it was handled or expired)."""
         self._event.clear()
-        self._first = None
+        self._first = self._latest = None
+
+    def expire(self, judged: Request) -> bool:
+        """Forget the pending request unless a signal arrived after ``judged`` (the
+        :meth:`latest` the caller found too old): True if it was forgotten. A request that
+        arrives meanwhile, even between the check and the clearing, stays pending."""
+        if self._latest is not judged and self._latest is not None:
+            return False
+        self.clear()
+        latest = self._latest
+        if latest is not None:   # the handler ran while clearing: keep what it recorded
+            self._first = self._first or latest
+            self._event.set()
+            return False
+        return True
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a request arrives (for watchdogs and tests)."""

@@ -182,3 +182,20 @@ def test_a_bad_grace_is_refused_naming_where_it_came_from(tmp_path: Path, value:
     flag = subprocess.run([HAI_RUN, "--grace", value, "--", "true"], capture_output=True,
                           text=True, timeout=30, check=False)
     assert flag.returncode == 2 and "is not a number of seconds above 0" in flag.stderr
+
+
+def test_a_request_sent_again_keeps_the_wait_open(tmp_path: Path) -> None:
+    """A child that never saves, grace 1 s, the request sent again every 0.5 s for 2.5 s: it
+    stays one request, forwarded once (the scheduler still waits: the grace counts from the
+    latest arrival), and expires after the last. (Before: it expired 1 s after the first and
+    the next arrival was forwarded as a new request.)"""
+    proc, _control = start(tmp_path, "ignore", grace=1, lifetime=4.5)
+    sent = time.monotonic()
+    for _ in range(5):
+        proc.send_signal(signal.SIGUSR2)
+        time.sleep(0.5)
+    rc, _, err = finish(proc)
+    assert rc == 3
+    assert err.count("sent SIGUSR2 to child") == 1, err
+    assert "the request expires" in err
+    assert time.monotonic() - sent > 3.0

@@ -103,6 +103,40 @@ def test_request_expires_after_grace_time(tmp_path: Path,
     assert "expired: no step boundary within 5 s" in capsys.readouterr().err
 
 
+def test_a_request_sent_again_counts_from_its_latest_arrival(tmp_path: Path) -> None:
+    """A request arrives during a long step (an evaluation) and the scheduler, still waiting,
+    sends it again 100 s later: at the next boundary, 5 s after the second arrival, it is a
+    request (grace 60 s). (Before: the grace counted from the first arrival, so the fresh
+    request was dropped with the old one.)"""
+    clock = FakeClock()
+    with Checkpointer.from_env(environ=environ(tmp_path), grace_s=60, clock=clock) as ck:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        clock.now += 100
+        os.kill(os.getpid(), signal.SIGUSR2)
+        clock.now += 5
+        assert ck.requested()
+
+
+def test_a_sigterm_arriving_while_a_request_expires_is_kept(tmp_path: Path) -> None:
+    """The old USR2 request expires at this boundary and Slurm's SIGTERM arrives while the
+    expiry is being logged (the log may write to a slow shared file system): the SIGTERM is a
+    request at this very boundary. (Before: clearing the expired request wiped it, and the job
+    trained on until SIGKILL without saving.)"""
+    clock = FakeClock()
+
+    def log(message: str) -> None:
+        if "expired" in message:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with Checkpointer.from_env(environ=environ(tmp_path), grace_s=5, clock=clock,
+                               log=log) as ck:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        clock.now += 10
+        assert ck.requested()
+        pending = ck.listener.pending()
+        assert pending is not None and pending.signal is signal.SIGTERM
+
+
 def test_configured_signal_and_previous_handler_chained_and_restored(tmp_path: Path) -> None:
     """HAI_CHECKPOINT_SIGNAL picks the signal; an earlier handler still runs and comes back."""
     seen: list[int] = []
