@@ -384,6 +384,14 @@ local function job_environment(info, environment, found)
         .. "kept in the job's environment, but hai-slurm looks for the job's acknowledgements "
         .. "under #HAI --checkpoint-dir=" .. value .. where .. "; unset " .. name .. " before "
         .. "sbatch or make the two agree"
+    elseif name == ENV_GRACE and tonumber(have) ~= info.grace then
+      local line = found.grace and found.grace.line
+      local said = line and ("#HAI --grace=" .. value .. " (line " .. line.number .. ")")
+        or ("the class's grace of " .. value .. " s")
+      warnings[#warnings + 1] = "hai-slurm: " .. name .. "=" .. have .. " from the submission is "
+        .. "kept in the job's environment (the job drops a checkpoint request after that many "
+        .. "seconds), but hai-slurm waits for the job's save by " .. said .. "; unset " .. name
+        .. " before sbatch or make the two agree"
     end
   end
   return added, warnings

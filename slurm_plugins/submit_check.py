@@ -29,7 +29,9 @@ Decisions, in order:
    added unless the submission already has that variable, so an explicit setting of the user's
    (``sbatch --export=HAI_CHECKPOINT_DIR=...``, or inherited from the submitting shell) wins. A
    kept ``HAI_CHECKPOINT_DIR`` that differs from ``--checkpoint-dir`` gets a warning: the daemon
-   looks for acknowledgements under the directive's directory.
+   looks for acknowledgements under the directive's directory; so does a kept
+   ``HAI_CHECKPOINT_GRACE`` that differs from the recorded grace (a job that resubmits itself
+   inherits its own): the job drops a request after it, the daemon waits by the record's.
 
 Before all that, a heterogeneous job (``#SBATCH hetjob``) with ``#HAI`` lines is rejected:
 slurmctld runs job_submit once per component and only the first carries the script, so the
@@ -40,6 +42,7 @@ Every problem is reported, not only the first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -100,7 +103,28 @@ def job_environment(info: HaiJobInfo, environment: Mapping[str, str] | None,
                             f"environment, but hai-slurm looks for the job's acknowledgements "
                             f"under #HAI --checkpoint-dir={value}{where}; unset {name} before "
                             "sbatch or make the two agree")
+        elif name == ENV_GRACE and _number(have) != info.grace:
+            line = directives.line_of("grace")
+            said = (f"#HAI --grace={value} (line {line.number})" if line is not None
+                    else f"the class's grace of {value} s")
+            warnings.append(f"hai-slurm: {name}={have} from the submission is kept in the "
+                            "job's environment (the job drops a checkpoint request after that "
+                            "many seconds), but hai-slurm waits for the job's save by "
+                            f"{said}; unset {name} before sbatch or make the two agree")
     return tuple(added), warnings
+
+
+def _number(text: str) -> float | None:
+    """``text`` as Lua 5.1's ``tonumber`` reads it (C's strtod: decimal, exponent or hex;
+    None when it is none of those); an infinite or NaN value never equals a grace either way."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            value = float.fromhex(text.strip())
+        except ValueError:
+            return None
+    return value if math.isfinite(value) else None
 
 
 def _allowed_classes(rule: AccountRule) -> str:

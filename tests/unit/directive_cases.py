@@ -47,6 +47,14 @@ CASES: tuple[Case, ...] = (
     Case("no-directives", SH + "srun hostname\n", expect="priority=NORMAL;class=NORMAL;"
          "team=team-a;preemptible=yes;grace=60;source=default"),
     Case("no-script", None, expect="source=default"),
+    Case("inherited-grace-differs", SH + "#HAI --priority=LOW --grace=30\nx\n",
+         environment=(("HAI_CHECKPOINT_GRACE", "60"),), expect="grace=30;"),
+    Case("inherited-grace-differs-from-default", SH + "x\n",
+         environment=(("HAI_CHECKPOINT_GRACE", "900"),), expect="grace=60;"),
+    Case("inherited-grace-same", SH + "#HAI --grace=45\nx\n",
+         environment=(("HAI_CHECKPOINT_GRACE", "45.0"),), expect="grace=45;"),
+    Case("inherited-grace-hex", SH + "#HAI --grace=16\nx\n",
+         environment=(("HAI_CHECKPOINT_GRACE", "0x10"),), expect="grace=16;"),
     Case("no-requeue-very-high", SH + "#HAI --priority=VERY_HIGH\nx\n", requeue=False,
          expect="priority=VERY_HIGH;class=VERY_HIGH;team=team-a;preemptible=no;"),
     Case("requeue-normal", SH + "x\n", requeue=True, expect="class=NORMAL;team=team-a;"

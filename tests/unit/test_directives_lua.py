@@ -158,12 +158,30 @@ def test_job_environment_gets_the_settings_unless_given(
 def test_kept_checkpoint_dir_that_differs_is_warned_about(
         lua_results: dict[str, Outcome]) -> None:
     """A submission's own HAI_CHECKPOINT_DIR wins, and sbatch says the daemon looks elsewhere."""
-    assert lua_results["env-user-dir-kept"][3] == (
+    dir_warning, grace_warning = str(lua_results["env-user-dir-kept"][3]).split("\n")
+    assert dir_warning == (
         "hai-slurm: HAI_CHECKPOINT_DIR=/mine from the submission is kept in the job's "
         "environment, but hai-slurm looks for the job's acknowledgements under #HAI "
         "--checkpoint-dir=/shared/ckpt/run42 (line 5); unset HAI_CHECKPOINT_DIR before sbatch "
         "or make the two agree")
+    assert grace_warning.startswith("hai-slurm: HAI_CHECKPOINT_GRACE=7 from the submission")
     assert lua_results["env-user-same-dir"][3] is None
+
+
+def test_kept_grace_that_differs_is_warned_about(lua_results: dict[str, Outcome]) -> None:
+    """A submission's own HAI_CHECKPOINT_GRACE (a job resubmitting itself inherits its own)
+    wins too, and sbatch says the daemon waits by the record's grace; an equal one (45.0 is
+    45, 0x10 is 16) is not warned about. (Before: kept silently, so the job dropped requests
+    the daemon still waited on.)"""
+    assert lua_results["inherited-grace-differs"][3] == (
+        "hai-slurm: HAI_CHECKPOINT_GRACE=60 from the submission is kept in the job's environment "
+        "(the job drops a checkpoint request after that many seconds), but hai-slurm waits for "
+        "the job's save by #HAI --grace=30 (line 2); unset HAI_CHECKPOINT_GRACE before sbatch "
+        "or make the two agree")
+    assert "by the class's grace of 60 s;" in str(
+        lua_results["inherited-grace-differs-from-default"][3])
+    assert lua_results["inherited-grace-same"][3] is None
+    assert lua_results["inherited-grace-hex"][3] is None
 
 
 def test_warning_for_directive_after_command(lua_results: dict[str, Outcome]) -> None:
