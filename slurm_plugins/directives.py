@@ -44,8 +44,13 @@ OPTIONS: tuple[str, ...] = ("priority", "team", "checkpoint-dir", "preemptible",
 PREFIX = "#HAI"
 REJECT_HEADER = "hai-slurm: job rejected, fix these #HAI directives:"
 MAX_GRACE_DIGITS = 9
+MAX_DIR_BYTES = 4095
+"""The longest ``--checkpoint-dir`` in bytes (PATH_MAX less its NUL)."""
 MAX_SUGGEST_LEN = 64
 TEAM_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_EXPANDED_RE = re.compile(r"\$[A-Za-z_{(]|%[AaJjNnstuxb]")
+"""What a shell ($VAR, ${VAR}, $(cmd)) or sbatch's file names (%j, %A, %u, ...) would expand,
+and a ``#HAI`` line does not."""
 
 _BLANKS = " \t\n\v\f\r"
 _SPLIT_RE = re.compile(r"[ \t\n\v\f\r]+")
@@ -155,6 +160,9 @@ def rejection(problems: list[str]) -> DirectiveError:
 
 def _check_value(option: str, raw: str) -> tuple[str | bool | int | None, str | None]:
     """Normalize one option's value: ``(value, None)`` or ``(None, problem)``."""
+    if '"' in raw or "'" in raw:
+        return None, (f"the value {raw} of --{option} is quoted: #HAI values are taken as "
+                      f"written (no shell reads them); write --{option}=VALUE without quotes")
     if option == "priority":
         upper = ascii_upper(raw)
         if upper in CLASS_NAMES or upper == AUTO:
@@ -170,6 +178,15 @@ def _check_value(option: str, raw: str) -> tuple[str | bool | int | None, str | 
     if option == "checkpoint-dir":
         if not raw.startswith("/"):
             return None, f"checkpoint directory '{raw}' must be an absolute path (start with /)"
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw):
+            return None, f"checkpoint directory '{raw}' contains a control character"
+        if _EXPANDED_RE.search(raw) is not None:
+            return None, (f"checkpoint directory '{raw}' would be taken literally: #HAI lines are "
+                          "not expanded ($VAR, %j); write the path out")
+        size = len(raw.encode("utf-8", "surrogateescape"))
+        if size > MAX_DIR_BYTES:
+            return None, (f"checkpoint directory is {size} bytes long; at most {MAX_DIR_BYTES} "
+                          "(a path longer than PATH_MAX cannot be opened)")
         return raw, None
     if option == "preemptible":
         lower = ascii_lower(raw)

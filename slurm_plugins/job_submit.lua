@@ -152,7 +152,13 @@ end
 
 -- grammar ---------------------------------------------------------------------------------------
 
+local MAX_DIR_BYTES = 4095
+
 local function check_value(option, raw)
+  if raw:find("[\"']") then
+    return nil, "the value " .. raw .. " of --" .. option .. " is quoted: #HAI values are taken "
+      .. "as written (no shell reads them); write --" .. option .. "=VALUE without quotes"
+  end
   if option == "priority" then
     local upper = raw:upper()
     if contains(CLASS_NAMES, upper) or upper == AUTO then return upper, nil end
@@ -170,6 +176,17 @@ local function check_value(option, raw)
   elseif option == "checkpoint-dir" then
     if not starts_with(raw, "/") then
       return nil, "checkpoint directory '" .. raw .. "' must be an absolute path (start with /)"
+    end
+    if raw:find("%c") then
+      return nil, "checkpoint directory '" .. raw .. "' contains a control character"
+    end
+    if raw:find("%$[%a_{(]") or raw:find("%%[AaJjNnstuxb]") then
+      return nil, "checkpoint directory '" .. raw .. "' would be taken literally: #HAI lines "
+        .. "are not expanded ($VAR, %j); write the path out"
+    end
+    if #raw > MAX_DIR_BYTES then
+      return nil, "checkpoint directory is " .. #raw .. " bytes long; at most "
+        .. MAX_DIR_BYTES .. " (a path longer than PATH_MAX cannot be opened)"
     end
     return raw, nil
   elseif option == "preemptible" then

@@ -186,6 +186,9 @@ REJECTED = [
     ("qos-contradicts", SH + "#HAI --priority=HIGH\n" + BODY, "team-a", "low"),
     ("qos-not-a-class", SH + BODY, "team-a", "extreme_high_not"),
     ("nbsp-after-prefix", SH + "#HAI\u00a0--priority=HIGH\n" + BODY, "team-a", None),
+    ("quoted-value", SH + '#HAI --priority="HIGH"\n' + BODY, "team-a", None),
+    ("dir-with-shell-variable", SH + "#HAI --checkpoint-dir=/scratch/$USER/ck\n" + BODY,
+     "team-a", None),
 ]
 
 

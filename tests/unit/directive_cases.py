@@ -193,6 +193,23 @@ CASES: tuple[Case, ...] = (
          expect="which class HIGH does not allow (AUTO may choose it"),
     Case("no-requeue-and-directive", SH + "#HAI --preemptible=no\nx\n", requeue=False,
          accepted=False, expect="class NORMAL does not allow --preemptible=no"),
+    Case("ckpt-dir-quoted", SH + '#HAI --checkpoint-dir="/shared/ckpt/run42"\nx\n',
+         accepted=False, expect='the value "/shared/ckpt/run42" of --checkpoint-dir is quoted: '
+         "#HAI values are taken as written (no shell reads them); write "
+         "--checkpoint-dir=VALUE without quotes"),
+    Case("priority-quoted", SH + "#HAI --priority='HIGH'\nx\n", accepted=False,
+         expect="write --priority=VALUE without quotes"),
+    Case("ckpt-dir-user-var", SH + "#HAI --checkpoint-dir=/scratch/$USER/ckpt\nx\n",
+         accepted=False, expect="checkpoint directory '/scratch/$USER/ckpt' would be taken "
+         "literally: #HAI lines are not expanded ($VAR, %j); write the path out"),
+    Case("ckpt-dir-slurm-pattern", SH + "#HAI --checkpoint-dir=/ckpt/%j\nx\n",
+         accepted=False, expect="would be taken literally"),
+    Case("ckpt-dir-control-char", SH + "#HAI --checkpoint-dir=/ck/run\x01\nx\n",
+         accepted=False, expect="contains a control character"),
+    Case("ckpt-dir-too-long", SH + "#HAI --checkpoint-dir=/" + "a" * 5000 + "\nx\n",
+         accepted=False, expect="checkpoint directory is 5001 bytes long; at most 4095"),
+    Case("ckpt-dir-dollar-kept", SH + "#HAI --checkpoint-dir=/ckpt/cost$\nx\n",
+         expect="checkpoint_dir=/ckpt/cost%24"),
     Case("het-with-directives", SH + "#HAI --priority=HIGH\n#SBATCH hetjob\nx\n",
          het_offset=0, accepted=False, expect="#HAI directives are not supported in a "
          "heterogeneous job"),
