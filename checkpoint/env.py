@@ -50,6 +50,10 @@ class JobEnv:
     request_signal: signal.Signals
     grace_s: float
     keep: int
+    launch: str = ""
+    """Which launch of the job this process belongs to (``SLURM_STEP_ID``, else torchrun's
+    ``TORCHELASTIC_RUN_ID``; "" when neither is set): two steps of one job share its restart
+    count, so the ranks' file collectives are kept apart by it."""
 
 
 def parse_signal(text: str, *, source: str = "HAI_CHECKPOINT_SIGNAL") -> signal.Signals:
@@ -86,6 +90,17 @@ def _first_int(environ: Mapping[str, str], keys: tuple[str, ...], default: int,
         if environ.get(key, "").strip():
             return _int(environ, key, default, minimum)
     return default
+
+
+def launch_from(environ: Mapping[str, str]) -> str:
+    """``SLURM_STEP_ID``, else ``TORCHELASTIC_RUN_ID``, as a file-name-safe word ("" if
+    neither is set)."""
+    for key in ("SLURM_STEP_ID", "TORCHELASTIC_RUN_ID"):
+        raw = environ.get(key, "").strip()
+        if raw:
+            return "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_"
+                           for c in raw)[:64]
+    return ""
 
 
 def grace_from(environ: Mapping[str, str]) -> float:
@@ -170,6 +185,6 @@ def job_env_from(
         restart_count=restart_count_from(environ),
         rank=rank_from(environ),
         world_size=_first_int(environ, ("WORLD_SIZE", "SLURM_NTASKS"), 1, 1),
-        request_signal=sig, grace_s=grace_s,
+        request_signal=sig, grace_s=grace_s, launch=launch_from(environ),
         keep=keep if keep is not None else _int(environ, "HAI_CHECKPOINT_KEEP", DEFAULT_KEEP, 1),
     )

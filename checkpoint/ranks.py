@@ -67,7 +67,8 @@ class RankSync:
         self._last: Any = None  # the tensor of this rank's last all_reduce (see settle)
         self.flag_path: Path = env.control_dir / f"{REQUEST_FLAG_PREFIX}{env.restart_count}"
         self.files = FileRendezvous(env.control_dir, rank=env.rank, world_size=env.world_size,
-                                    restart_count=env.restart_count, clock=clock)
+                                    restart_count=env.restart_count, launch=env.launch,
+                                    clock=clock)
 
     def clear_stale_flags(self) -> None:
         """Remove flag files of earlier runs of this job (rank 0, at start)."""

@@ -1,10 +1,12 @@
 """Collectives of the ranks of one job over files, for jobs without ``torch.distributed``.
 
 :class:`FileRendezvous` gathers one small JSON value from every rank: rank ``r`` writes
-``<control dir>/sync.<restart count>/<name>/<r>.json`` atomically and waits until all
+``<control dir>/sync.<restart count>[.<launch>]/<name>/<r>.json`` atomically and waits until all
 ``world_size`` files are there, then reads them. Every rank must call the same collectives in the
 same order (like torch's), so the name of a call is ``<label>-<counter>``. The control directory
-must then be on a file system all nodes share (as for the request flag, see ``ranks.py``).
+must then be on a file system all nodes share (as for the request flag, see ``ranks.py``). The
+launch (``SLURM_STEP_ID`` or torchrun's run id) keeps two steps of one run apart: a second
+``srun`` in the same job would otherwise read the first one's leftover files as its own.
 
 A rank that does not answer within the timeout raises :class:`CheckpointError` naming the ranks
 still missing: a dead rank is reported, never waited for forever.
@@ -30,8 +32,11 @@ class FileRendezvous:
     """Gather/barrier among ``world_size`` ranks through files in ``control_dir``."""
 
     def __init__(self, control_dir: Path, *, rank: int, world_size: int, restart_count: int,
-                 poll_s: float = 0.01, clock: Callable[[], float] = time.monotonic) -> None:
-        self.root = control_dir / f"{SYNC_PREFIX}{restart_count}"
+                 launch: str = "", poll_s: float = 0.01,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.root = control_dir / (f"{SYNC_PREFIX}{restart_count}"
+                                   + (f".{launch}" if launch else ""))
+        self._restart = str(restart_count)
         self._rank = rank
         self._world = world_size
         self._poll_s = poll_s
@@ -40,11 +45,13 @@ class FileRendezvous:
         self._previous: Path | None = None
 
     def clear_stale(self) -> None:
-        """Remove the files of earlier runs of this job (rank 0, at start)."""
+        """Remove the files of earlier runs of this job (rank 0, at start); those of other
+        steps of this run are left (a step may run beside this one)."""
         parent = self.root.parent
         with contextlib.suppress(OSError):
             for path in parent.iterdir():
-                if path.name.startswith(SYNC_PREFIX) and path != self.root:
+                run = path.name[len(SYNC_PREFIX):].split(".", 1)[0]
+                if path.name.startswith(SYNC_PREFIX) and run != self._restart:
                     shutil.rmtree(path, ignore_errors=True)
 
     def gather(self, label: str, value: Any, *, timeout_s: float) -> list[Any]:

@@ -32,7 +32,8 @@ def environ(tmp: Path, rank: int, world: int, restart: int = 0) -> dict[str, str
             "WORLD_SIZE": str(world), "SLURM_RESTART_COUNT": str(restart)}
 
 
-def _child(body: Body, rank: int, world: int, tmp: Path, restart: int, timeout: float) -> None:
+def _child(body: Body, rank: int, world: int, tmp: Path, restart: int, timeout: float,
+           extra: dict[str, str] | None = None) -> None:
     log = (tmp / f"log-{restart}-{rank}.txt").open("a")
 
     def note(message: str) -> None:
@@ -40,7 +41,8 @@ def _child(body: Body, rank: int, world: int, tmp: Path, restart: int, timeout: 
         log.flush()
 
     try:
-        ck = Checkpointer.from_env(environ=environ(tmp, rank, world, restart), log=note,
+        ck = Checkpointer.from_env(environ={**environ(tmp, rank, world, restart),
+                                            **(extra or {})}, log=note,
                                    sync_timeout_s=timeout)
         body(ck, rank, tmp)
         ck.close()
@@ -53,9 +55,11 @@ def _child(body: Body, rank: int, world: int, tmp: Path, restart: int, timeout: 
 
 
 def run_ranks(tmp: Path, world: int, body: Body, *, restart: int = 0, timeout: float = 20.0,
-              watch: Callable[[list[Any]], None] | None = None) -> list[int]:
-    """Run ``body`` on ``world`` forked ranks; return their exit codes."""
-    procs = [CTX.Process(target=_child, args=(body, r, world, tmp, restart, timeout))
+              watch: Callable[[list[Any]], None] | None = None,
+              extra: dict[str, str] | None = None) -> list[int]:
+    """Run ``body`` on ``world`` forked ranks (``extra``: more environment); return their exit
+    codes."""
+    procs = [CTX.Process(target=_child, args=(body, r, world, tmp, restart, timeout, extra))
              for r in range(world)]
     for proc in procs:
         proc.start()
@@ -324,6 +328,38 @@ def test_a_damaged_newer_checkpoint_never_makes_a_new_save_pruned(tmp_path: Path
     part = ck.load_with(read_mine(got))
     ck.close()
     assert part is not None and part.step == 50 and got["value"] == 50
+
+
+def test_a_second_step_of_the_same_run_never_reads_the_first_ones_files(tmp_path: Path
+                                                                         ) -> None:
+    """Two srun steps of one job (same restart count; SLURM_STEP_ID 0, then 1), two ranks
+    without torch.distributed: the second step's collectives are its own, so it saves step 30
+    into a new checkpoint and resumes from it next, while the first step's checkpoints stay
+    intact. (Before: the second step's rank 1 read the first step's leftover proposal and
+    wrote its part into a committed checkpoint; rank 0's commit timed out.)"""
+    def first(ck: Checkpointer, rank: int, tmp: Path) -> None:
+        ck.load_with(read_mine({}))
+        ck.save_with(write_mine(10), step=10)
+        ck.save_with(write_mine(20), step=20)
+
+    def second(ck: Checkpointer, rank: int, tmp: Path) -> None:
+        ck.load_with(read_mine({}))
+        if rank == 0:
+            time.sleep(0.5)   # rank 0 reaches the save a little later
+        ck.save_with(write_mine(30), step=30)
+
+    assert run_ranks(tmp_path, 2, first, extra={"SLURM_STEP_ID": "0"}) == [0, 0], \
+        logs(tmp_path)
+    assert run_ranks(tmp_path, 2, second, timeout=5,
+                     extra={"SLURM_STEP_ID": "1"}) == [0, 0], logs(tmp_path)
+    steps = sorted(int(json.loads((p / COMMIT).read_text())["step"])
+                   for p in candidates(tmp_path / "ck") if (p / COMMIT).exists())
+    assert steps[-1] == 30, steps
+    newest = candidates(tmp_path / "ck")[0]
+    for rank in (0, 1):
+        mine = json.loads((newest / f"rank-{rank:05d}" / "state.json").read_text())
+        assert (mine["step"], mine["value"]) == (30, 30), mine
+    assert "ERROR" not in logs(tmp_path), logs(tmp_path)
 
 
 def test_load_latest_points_at_load_with_for_sharded_checkpoints(tmp_path: Path) -> None:
