@@ -15,6 +15,12 @@ It then writes ``ack.json`` (source ``hai-run``) and reports on stderr. A child 
 in time keeps running; hai-run says so and the request expires. SIGTERM is forwarded as SIGTERM and
 also counts as a checkpoint request (it never expires); SIGINT is forwarded as SIGINT. hai-run
 returns the child's exit code (128 + N when the child died of signal N).
+
+Under ``srun`` with several tasks (``SLURM_NTASKS`` > 1, one hai-run per task), every task
+forwards the request to its own child, whose marker is ``child-saved.<task>.json``; each task
+records its child's save in ``hai-run-saved.<run>.<step>.<task>.json``, and task 0 alone
+publishes the phase and writes ``ack.json``, once every task's child saved for this request (so
+the job is not requeued while one still saves).
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hai_slurm.checkpoint import protocol
+from hai_slurm.checkpoint.atomic import write_atomic
 from hai_slurm.checkpoint.env import (
     DEFAULT_GRACE_S,
     grace_from,
     job_id_from,
+    launch_from,
     parse_signal,
     rank_from,
     restart_count_from,
@@ -105,6 +113,15 @@ def _read_marker(path: Path) -> tuple[int | None, str | None]:
             sha if isinstance(sha, str) else None)
 
 
+def task_of(environ: Mapping[str, str]) -> tuple[int, int]:
+    """(this task, tasks of the step): ``SLURM_PROCID`` and ``SLURM_NTASKS`` (0, 1 outside a
+    multi-task step)."""
+    tasks, task = environ.get("SLURM_NTASKS", "").strip(), environ.get("SLURM_PROCID", "").strip()
+    if tasks.isdigit() and task.isdigit() and int(tasks) > 1 and int(task) < int(tasks):
+        return int(task), int(tasks)
+    return 0, 1
+
+
 class _Supervisor:
     """State of one hai-run: the child, the pending request, what was reported."""
 
@@ -120,9 +137,31 @@ class _Supervisor:
         self.forwarded_at: float | None = None
         self.request_name: str | None = None
         self.acked = False
+        self.task, self.tasks = task_of(environ) if control is not None else (0, 1)
+        self.launch = launch_from(environ) or "0"
+        self.requests = 0
+        """Requests forwarded so far (every task counts the same ones: Slurm signals them all)."""
+        self.saved_as: tuple[int | None, str | None, int] | None = None
+        """Task 0 of several: its child saved (step, sha256, exit code); the ack waits for the
+        other tasks' children."""
+
+    def group_file(self, task: int) -> Path:
+        assert self.control is not None
+        return self.control / f"hai-run-saved.{self.restart}.{self.launch}.{task}.json"
+
+    def group_saved(self) -> bool:
+        """Every task's child saved for the current request (read from the tasks' files)."""
+        for task in range(1, self.tasks):
+            try:
+                doc = json.loads(self.group_file(task).read_bytes())
+            except (OSError, ValueError):
+                return False
+            if not isinstance(doc, dict) or doc.get("request") != self.requests:
+                return False
+        return True
 
     def publish(self, phase: Phase, step: int | None = None) -> None:
-        if self.control is None:
+        if self.control is None or self.task != 0:
             return
         try:
             protocol.write_phase(self.control, protocol.make_phase(
@@ -137,6 +176,32 @@ class _Supervisor:
         _say(f"child saved ({how}; step {step if step is not None else 'unknown'})")
         if self.control is None:
             return
+        if self.tasks > 1 and self.task != 0:
+            try:
+                write_atomic(self.group_file(self.task), json.dumps(
+                    {"request": self.requests, "step": step}).encode(), 0o644, durable=False)
+            except OSError as err:
+                _say(f"cannot tell task 0 that this task saved ({err.strerror})")
+            return
+        if self.tasks > 1 and not self.group_saved():
+            self.saved_as = (step, sha, exit_code)
+            _say(f"waiting for the other {self.tasks - 1} task(s) to save before "
+                 "acknowledging")
+            return
+        self._write_ack(step, sha, exit_code)
+
+    def ack_group(self) -> bool:
+        """Task 0 of several: acknowledge once the other tasks' children saved too."""
+        if self.saved_as is None or not self.group_saved():
+            return False
+        step, sha, exit_code = self.saved_as
+        self.saved_as = None
+        _say(f"every task's child saved: acknowledging for the {self.tasks} tasks")
+        self._write_ack(step, sha, exit_code)
+        return True
+
+    def _write_ack(self, step: int | None, sha: str | None, exit_code: int) -> None:
+        assert self.control is not None
         try:
             protocol.write_ack(self.control, Ack(
                 job_id=self.job_id, restart_count=self.restart, step=step, sha256=sha,
@@ -149,6 +214,8 @@ class _Supervisor:
 
     def forward(self, child: subprocess.Popen[bytes], sig: signal.Signals, why: str) -> None:
         self.marker.unlink(missing_ok=True)
+        self.requests += 1
+        self.saved_as = None
         self.forwarded_at = time.monotonic()
         self.request_name = why
         self.acked = False
@@ -180,9 +247,12 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     control = _control_dir(args.control_dir, environ)
     scratch = None
     if control is not None:
+        task, tasks = task_of(environ)
         protocol.prepare_control_dir(control)
-        protocol.clear_ack(control)
-        marker = control / protocol.CHILD_MARKER
+        if task == 0:
+            protocol.clear_ack(control)
+        marker = control / (protocol.CHILD_MARKER if tasks == 1 else
+                            protocol.CHILD_MARKER.replace(".json", f".{task}.json"))
     else:
         _say("no control directory (--control-dir, HAI_CONTROL_DIR or HAI_CHECKPOINT_DIR): "
              "reporting on stderr only")
@@ -241,6 +311,7 @@ def _supervise(sup: _Supervisor, child: subprocess.Popen[bytes], requests: Reque
             code = None
         if code is not None:
             break
+        sup.ack_group()
         if sup.forwarded_at is not None and not sup.acked:
             if sup.marker.exists():
                 sup.ack("it wrote $HAI_SAVE_MARKER", protocol.EXIT_REQUEUE)
@@ -261,6 +332,12 @@ def _supervise(sup: _Supervisor, child: subprocess.Popen[bytes], requests: Reque
         else:
             _say(f"child exited with code {rc} without saving (no $HAI_SAVE_MARKER, exit code "
                  f"not {protocol.EXIT_REQUEUE})")
+    if sup.saved_as is not None:   # task 0 of several: the others may still be saving
+        until = time.monotonic() + sup.grace_s
+        while not sup.ack_group() and time.monotonic() < until:
+            time.sleep(POLL_S)
+        if sup.saved_as is not None:
+            _say(f"not every task's child saved within {sup.grace_s:g} s: no acknowledgement")
     sup.publish(Phase.EXITING)
     return rc
 

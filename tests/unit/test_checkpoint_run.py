@@ -18,7 +18,7 @@ HAI_RUN = str(Path(sys.executable).parent / "hai-run")
 # A program that cannot import the library: on its signal it "saves" (writes the marker hai-run
 # names in $HAI_SAVE_MARKER, atomically) and exits 75 -- or, in mode "ignore", does nothing; in
 # "save-on" it saves and trains on, exiting 75 at its second save; in "term-late" it ignores
-# USR2 and saves 1.5 s after a SIGTERM.
+# USR2 and saves 1.5 s after a SIGTERM; in "save-late" it saves 1.5 s after its signal.
 CHILD = """
 import json, os, signal, sys, time
 mode, ready = sys.argv[1], sys.argv[2]
@@ -33,8 +33,8 @@ deadline = time.monotonic() + float(sys.argv[3])
 while time.monotonic() < deadline:
     time.sleep(0.01)
     step += 1
-    if got and mode in ("save", "save-on", "term-late"):
-        if mode == "term-late":
+    if got and mode in ("save", "save-on", "term-late", "save-late"):
+        if mode in ("term-late", "save-late"):
             time.sleep(1.5)
         marker = os.environ["HAI_SAVE_MARKER"]
         with open(marker + ".tmp", "w") as f:
@@ -49,13 +49,15 @@ sys.exit(3)
 """
 
 
-def start(tmp_path: Path, mode: str, *, grace: float, lifetime: float = 20.0
-          ) -> tuple[subprocess.Popen[str], Path]:
+def start(tmp_path: Path, mode: str, *, grace: float, lifetime: float = 20.0,
+          task: int | None = None, tasks: int = 1) -> tuple[subprocess.Popen[str], Path]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    ready = tmp_path / "ready"
+    ready = tmp_path / ("ready" if task is None else f"ready-{task}")
     control = tmp_path / "ctl"
     env = {**os.environ, "SLURM_JOB_ID": "31", "SLURM_RESTART_COUNT": "2"}
+    if task is not None:   # one task of a multi-task srun step
+        env.update(SLURM_PROCID=str(task), SLURM_NTASKS=str(tasks), SLURM_STEP_ID="0")
     proc = subprocess.Popen(
         [HAI_RUN, "--grace", str(grace), "--control-dir", str(control), "--",
          sys.executable, str(script), mode, str(ready), str(lifetime)],
@@ -199,3 +201,30 @@ def test_a_request_sent_again_keeps_the_wait_open(tmp_path: Path) -> None:
     assert err.count("sent SIGUSR2 to child") == 1, err
     assert "the request expires" in err
     assert time.monotonic() - sent > 3.0
+
+
+def test_several_tasks_are_acknowledged_once_every_tasks_child_saved(tmp_path: Path) -> None:
+    """`srun -n 2 hai-run -- prog`: both tasks forward the request; task 0's child saves at
+    once, task 1's 1.5 s later. The job's ack is written only after task 1's child saved,
+    by task 0, and task 1 writes none. (Before: the first task to see its child's marker
+    acknowledged for the whole job, and the daemon requeued it while task 1 still saved;
+    the tasks also shared one marker file.)"""
+    procs = [start(tmp_path, mode, grace=10, task=t, tasks=2)[0]
+             for t, mode in ((0, "save"), (1, "save-late"))]
+    control = tmp_path / "ctl"
+    for proc in procs:
+        proc.send_signal(signal.SIGUSR2)
+    sent = time.monotonic()
+    first_ack: float | None = None
+    while time.monotonic() - sent < 10 and first_ack is None:
+        if (control / "ack.json").exists():
+            first_ack = time.monotonic() - sent
+        time.sleep(0.02)
+    results = [finish(p) for p in procs]
+    assert [r[0] for r in results] == [75, 75], results
+    assert first_ack is not None and first_ack >= 1.4, first_ack
+    assert "waiting for the other 1 task(s) to save" in results[0][2]
+    assert "every task's child saved" in results[0][2]
+    report = read_job_report(control, "31", os.geteuid(), restart_count=2)
+    assert report.ack is not None and report.ack.source == "hai-run"
+    assert not (control / "child-saved.json").exists()
