@@ -55,6 +55,9 @@ from hai_slurm.checkpoint.signals import RequestListener
 from hai_slurm.errors import CheckpointError
 
 POLL_S = 0.05
+MARKER_SKEW_S = 2.0
+"""A child's marker up to this long before hai-run saw the request still answers it (the
+child can get the request first)."""
 
 
 def _say(message: str) -> None:
@@ -141,6 +144,10 @@ class _Supervisor:
         self.launch = launch_from(environ) or "0"
         self.requests = 0
         """Requests forwarded so far (every task counts the same ones: Slurm signals them all)."""
+        self.asked_at = math.inf
+        """Wall time the pending request arrived, less ``MARKER_SKEW_S``."""
+        self.taken = -math.inf
+        """Modification time of the marker the last acknowledgement took."""
         self.saved_as: tuple[int | None, str | None, int] | None = None
         """Task 0 of several: its child saved (step, sha256, exit code); the ack waits for the
         other tasks' children."""
@@ -172,6 +179,8 @@ class _Supervisor:
 
     def ack(self, how: str, exit_code: int) -> None:
         step, sha = _read_marker(self.marker)
+        with contextlib.suppress(OSError):
+            self.taken = self.marker.stat().st_mtime
         self.acked = True
         _say(f"child saved ({how}; step {step if step is not None else 'unknown'})")
         if self.control is None:
@@ -212,8 +221,22 @@ class _Supervisor:
             return
         self.publish(Phase.SAVED, step)
 
+    def marker_fresh(self) -> bool:
+        """The child's marker answers the pending request: written since it arrived (less
+        ``MARKER_SKEW_S``), and not the one an earlier acknowledgement took."""
+        try:
+            mtime = self.marker.stat().st_mtime
+        except OSError:
+            return False
+        return mtime >= self.asked_at and mtime > self.taken
+
     def forward(self, child: subprocess.Popen[bytes], sig: signal.Signals, why: str) -> None:
-        self.marker.unlink(missing_ok=True)
+        # Slurm signals every process of a step (proctrack walks the task's descendants), so
+        # the child may have the request, and have saved, before hai-run forwards it: a marker
+        # written since the request arrived is its answer, only an older one is removed.
+        self.asked_at = time.time() - MARKER_SKEW_S
+        if not self.marker_fresh():
+            self.marker.unlink(missing_ok=True)
         self.requests += 1
         self.saved_as = None
         self.forwarded_at = time.monotonic()
@@ -281,39 +304,48 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     return rc
 
 
+def _take_signals(sup: _Supervisor, child: subprocess.Popen[bytes],
+                  requests: RequestListener, terms: RequestListener) -> None:
+    """Act on the signals hai-run received since the last look (forwarding them)."""
+    term = terms.pending()
+    if term is not None:
+        terms.clear()
+        if term.signal == signal.SIGTERM and sup.forwarded_at is None:
+            sup.forward(child, signal.SIGTERM, "SIGTERM")
+        else:
+            _say(f"{term.signal.name} received: forwarding it to child {child.pid}")
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(term.signal)
+            if term.signal == signal.SIGTERM and not sup.acked:
+                # the pending request becomes a SIGTERM one: it no longer expires
+                sup.request_name = "SIGTERM"
+                sup.publish(Phase.SAVING)
+    req = requests.pending()
+    if req is not None:
+        requests.clear()
+        if sup.forwarded_at is None:
+            sup.forward(child, sup.forward_as, req.signal.name)
+        elif not sup.acked:
+            # sent again: the scheduler still waits, so the grace counts from now
+            sup.forwarded_at = time.monotonic()
+
+
 def _supervise(sup: _Supervisor, child: subprocess.Popen[bytes], requests: RequestListener,
                terms: RequestListener) -> int:
     while True:
-        term = terms.pending()
-        if term is not None:
-            terms.clear()
-            if term.signal == signal.SIGTERM and sup.forwarded_at is None:
-                sup.forward(child, signal.SIGTERM, "SIGTERM")
-            else:
-                _say(f"{term.signal.name} received: forwarding it to child {child.pid}")
-                with contextlib.suppress(ProcessLookupError):
-                    child.send_signal(term.signal)
-                if term.signal == signal.SIGTERM and not sup.acked:
-                    # the pending request becomes a SIGTERM one: it no longer expires
-                    sup.request_name = "SIGTERM"
-                    sup.publish(Phase.SAVING)
-        req = requests.pending()
-        if req is not None:
-            requests.clear()
-            if sup.forwarded_at is None:
-                sup.forward(child, sup.forward_as, req.signal.name)
-            elif not sup.acked:
-                # sent again: the scheduler still waits, so the grace counts from now
-                sup.forwarded_at = time.monotonic()
+        _take_signals(sup, child, requests, terms)
         try:
             code = child.wait(timeout=POLL_S)
         except subprocess.TimeoutExpired:
             code = None
         if code is not None:
+            # Slurm signals the child too: it may have saved and exited before hai-run looked
+            # at its own copy of the request, which it answered all the same
+            _take_signals(sup, child, requests, terms)
             break
         sup.ack_group()
         if sup.forwarded_at is not None and not sup.acked:
-            if sup.marker.exists():
+            if sup.marker_fresh():
                 sup.ack("it wrote $HAI_SAVE_MARKER", protocol.EXIT_REQUEUE)
                 sup.forwarded_at = None  # answered: the next request is forwarded again
             elif (sup.request_name != "SIGTERM"
@@ -324,14 +356,22 @@ def _supervise(sup: _Supervisor, child: subprocess.Popen[bytes], requests: Reque
                 sup.request_name = None
                 sup.publish(Phase.COMPUTING)
     rc = 128 - code if code < 0 else code
+    # saved, then died of the request sent twice (Slurm's own and hai-run's) while exiting:
+    # the save stands, so it exits as a saved job does (RequeueExit)
+    died_of_request = code == -sup.forward_as.value
     if sup.forwarded_at is not None and not sup.acked:
-        if sup.marker.exists():
-            sup.ack("it wrote $HAI_SAVE_MARKER", rc)
+        if sup.marker_fresh():
+            sup.ack("it wrote $HAI_SAVE_MARKER",
+                    protocol.EXIT_REQUEUE if died_of_request else rc)
         elif rc == protocol.EXIT_REQUEUE:
             sup.ack(f"exit code {rc}", rc)
         else:
             _say(f"child exited with code {rc} without saving (no $HAI_SAVE_MARKER, exit code "
                  f"not {protocol.EXIT_REQUEUE})")
+    if sup.acked and died_of_request:
+        _say(f"child died of {sup.forward_as.name} after it saved: exiting "
+             f"{protocol.EXIT_REQUEUE}")
+        rc = protocol.EXIT_REQUEUE
     if sup.saved_as is not None:   # task 0 of several: the others may still be saving
         until = time.monotonic() + sup.grace_s
         while not sup.ack_group() and time.monotonic() < until:

@@ -143,3 +143,41 @@ def test_hai_run_under_slurm_acknowledges_for_its_child(testbed: Testbed, submit
     report = read_job_report(control, job, os.geteuid())
     assert report.ack is not None and report.ack.source == "hai-run"
     assert "child saved" in submit.output(job)
+
+
+# task 1 of the step saves 2 s after the request, task 0 at once; each says when its handler
+# is in place (ready.<task> beside the script)
+SLOW_TASK_CHILD = CHILD.replace(
+    "    if got:\n",
+    "    if got and (os.environ['SLURM_PROCID'] == '0' or time.sleep(2) is None):\n").replace(
+    "for step in range(2000):\n",
+    "open(os.path.join(os.path.dirname(os.path.abspath(__file__)),\n"
+    "                  'ready.' + os.environ['SLURM_PROCID']), 'w').close()\n"
+    "for step in range(2000):\n")
+
+
+@pytest.mark.slow
+def test_hai_run_in_a_two_task_step_acknowledges_once_both_saved(
+        testbed: Testbed, submit: Submitter, tmp_path: Path) -> None:
+    """`srun -n 2 hai-run -- python child.py` on two nodes: USR2 to the step reaches both
+    tasks; task 1's child saves 2 s after task 0's, and the job's ack comes after it. (Before:
+    the first task whose child saved acknowledged for the job.)"""
+    child = tmp_path / "child.py"
+    child.write_text(SLOW_TASK_CHILD)
+    hai_run = Path(sys.executable).parent / "hai-run"
+    control = tmp_path / "ctl"
+    job = submit(f"#!/bin/bash\n#SBATCH -N 2 -n 2\nsrun {hai_run} --control-dir {control} -- "
+                 f"{sys.executable} {child}\n")
+    submit.wait(job, "RUNNING", timeout=30)
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"ready.{t}").exists() for t in (0, 1)):
+        assert time.monotonic() < deadline, submit.output(job)
+        time.sleep(0.1)
+    # the steps only, as the executor signals a job that runs srun (the batch shell would die
+    # of USR2 and take the step with it)
+    check(testbed.run, ["scancel", "--signal=USR2", job])
+    asked = time.monotonic()
+    wait_for_ack(control, job, 0, timeout=20)
+    assert time.monotonic() - asked >= 1.5, "acknowledged before task 1's child saved"
+    saved = (control / "hai-run-saved.0.0.1.json")
+    assert saved.exists() and json.loads(saved.read_text())["request"] == 1

@@ -18,7 +18,8 @@ HAI_RUN = str(Path(sys.executable).parent / "hai-run")
 # A program that cannot import the library: on its signal it "saves" (writes the marker hai-run
 # names in $HAI_SAVE_MARKER, atomically) and exits 75 -- or, in mode "ignore", does nothing; in
 # "save-on" it saves and trains on, exiting 75 at its second save; in "term-late" it ignores
-# USR2 and saves 1.5 s after a SIGTERM; in "save-late" it saves 1.5 s after its signal.
+# USR2 and saves 1.5 s after a SIGTERM; in "save-late" it saves 1.5 s after its signal; in
+# "save-once" it saves for its first signal and trains on, ignoring later ones.
 CHILD = """
 import json, os, signal, sys, time
 mode, ready = sys.argv[1], sys.argv[2]
@@ -27,13 +28,16 @@ signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))
 signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
 if mode in ("ignore", "term-late"):
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-open(ready, "w").close()
+with open(ready, "w") as f:
+    f.write(str(os.getpid()))
 step = saves = 0
 deadline = time.monotonic() + float(sys.argv[3])
 while time.monotonic() < deadline:
     time.sleep(0.01)
     step += 1
-    if got and mode in ("save", "save-on", "term-late", "save-late"):
+    if mode == "save-once" and saves:
+        got.clear()
+    if got and mode in ("save", "save-on", "term-late", "save-late", "save-once"):
         if mode in ("term-late", "save-late"):
             time.sleep(1.5)
         marker = os.environ["HAI_SAVE_MARKER"]
@@ -43,7 +47,7 @@ while time.monotonic() < deadline:
         print("child got", signal.Signals(got[0]).name, flush=True)
         saves += 1
         got.clear()
-        if mode != "save-on" or saves == 2:
+        if mode not in ("save-on", "save-once") or saves == 2:
             sys.exit(75)
 sys.exit(3)
 """
@@ -228,3 +232,44 @@ def test_several_tasks_are_acknowledged_once_every_tasks_child_saved(tmp_path: P
     report = read_job_report(control, "31", os.geteuid(), restart_count=2)
     assert report.ack is not None and report.ack.source == "hai-run"
     assert not (control / "child-saved.json").exists()
+
+
+def test_a_child_that_hears_the_request_first_is_acknowledged(tmp_path: Path) -> None:
+    """Slurm signals every process of a step, so the child may get the request, and save,
+    before hai-run forwards it: its fresh marker is the answer (acknowledged), not removed as
+    stale. (Before: hai-run's forward deleted it, and the save went unacknowledged.)"""
+    proc, control = start(tmp_path, "save-once", grace=2, lifetime=4)
+    child = int((tmp_path / "ready").read_text())
+    os.kill(child, signal.SIGUSR2)          # the child first...
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR2)        # ...then hai-run
+    rc, out, err = finish(proc)
+    assert rc == 3 and out.count("child got SIGUSR2") == 1, err
+    assert "child saved (it wrote $HAI_SAVE_MARKER" in err, err
+    report = read_job_report(control, "31", os.geteuid(), restart_count=2)
+    assert report.ack is not None and report.ack.source == "hai-run"
+
+
+def test_a_child_that_saved_and_exited_before_hai_run_looked_is_acknowledged(
+        tmp_path: Path) -> None:
+    """Slurm signals hai-run and its child together; the child saves and exits 75 before
+    hai-run's loop looked at its own copy (hai-run stopped meanwhile, to make it certain): the
+    request is still answered, the save acknowledged. (Before: hai-run saw the exit first and
+    acknowledged nothing.)"""
+    proc, control = start(tmp_path, "save", grace=10)
+    child = int((tmp_path / "ready").read_text())
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        proc.send_signal(signal.SIGUSR2)     # pending until hai-run runs again
+        os.kill(child, signal.SIGUSR2)
+        deadline = time.monotonic() + 10
+        while not (control / "child-saved.json").exists():
+            assert time.monotonic() < deadline, "the child did not save"
+            time.sleep(0.02)
+        time.sleep(0.2)                      # it has exited 75 by now
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    rc, _out, err = finish(proc)
+    assert rc == 75, err
+    report = read_job_report(control, "31", os.geteuid(), restart_count=2)
+    assert report.ack is not None and report.ack.source == "hai-run", err
