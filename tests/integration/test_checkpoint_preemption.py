@@ -124,16 +124,24 @@ for step in range(2000):
 """
 
 
+def hai_run_job(submit: Submitter, tmp_path: Path, child_text: str, launch: str
+                ) -> tuple[str, Path]:
+    """Submit a batch script running ``LAUNCH hai-run -- python child.py`` (``launch``: what
+    comes before hai-run on its line, after any #SBATCH lines it starts with); the job id and
+    hai-run's control directory."""
+    child = tmp_path / "child.py"
+    child.write_text(child_text)
+    hai_run = Path(sys.executable).parent / "hai-run"
+    control = tmp_path / "ctl"
+    return submit(f"#!/bin/bash\n{launch} {hai_run} --control-dir {control} -- "
+                  f"{sys.executable} {child}\n"), control
+
+
 @pytest.mark.slow
 def test_hai_run_under_slurm_acknowledges_for_its_child(testbed: Testbed, submit: Submitter,
                                                         tmp_path: Path) -> None:
     """A batch script `hai-run -- python child.py`: USR2 via scancel, the child saves, ack."""
-    child = tmp_path / "child.py"
-    child.write_text(CHILD)
-    hai_run = Path(sys.executable).parent / "hai-run"
-    control = tmp_path / "ctl"
-    job = submit(f"#!/bin/bash\nexec {hai_run} --control-dir {control} -- "
-                 f"{sys.executable} {child}\n")
+    job, control = hai_run_job(submit, tmp_path, CHILD, "exec")
     submit.wait(job, "RUNNING", timeout=30)
     time.sleep(1.0)
     check(testbed.run, ["scancel", "--signal=USR2", "--full", job])
@@ -162,12 +170,7 @@ def test_hai_run_in_a_two_task_step_acknowledges_once_both_saved(
     """`srun -n 2 hai-run -- python child.py` on two nodes: USR2 to the step reaches both
     tasks; task 1's child saves 2 s after task 0's, and the job's ack comes after it. (Before:
     the first task whose child saved acknowledged for the job.)"""
-    child = tmp_path / "child.py"
-    child.write_text(SLOW_TASK_CHILD)
-    hai_run = Path(sys.executable).parent / "hai-run"
-    control = tmp_path / "ctl"
-    job = submit(f"#!/bin/bash\n#SBATCH -N 2 -n 2\nsrun {hai_run} --control-dir {control} -- "
-                 f"{sys.executable} {child}\n")
+    job, control = hai_run_job(submit, tmp_path, SLOW_TASK_CHILD, "#SBATCH -N 2 -n 2\nsrun")
     submit.wait(job, "RUNNING", timeout=30)
     deadline = time.monotonic() + 30
     while not all((tmp_path / f"ready.{t}").exists() for t in (0, 1)):

@@ -9,6 +9,7 @@ from executor_world import T0, Behaviour, World, make_world
 
 from hai_slurm.errors import ConfigError, StateError
 from hai_slurm.priority.executor.guard import TOP_PRIORITY, context_key
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.types import ExecutionRequest, ExecutorSettings
 from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.policy.state import EventKind
@@ -217,9 +218,9 @@ def test_bad_requests_and_settings_are_refused_with_the_key() -> None:
         ExecutorSettings(poll=0)
 
 
-def test_a_late_acknowledgement_after_abort_is_still_requeued(world: World) -> None:
-    """A victim that saves and exits after the plan gave up is requeued by the next cycle's
-    sweep (not held), so it does not stay FAILED; one that never answers is left alone."""
+def aborted_before_a_late_save(world: World) -> tuple[list[int], PreemptionExecutor]:
+    """A plan aborted at its 3-s deadline: victim 0 saves 8 s after the request, victim 1
+    never answers."""
     victims = fill(world, [Behaviour(ack_after=8.0), Behaviour(ack_after=None)] +
                    [Behaviour()] * 2)
     bene = world.pending("bene", gpus=8, nodes=2)
@@ -227,6 +228,13 @@ def test_a_late_acknowledgement_after_abort_is_still_requeued(world: World) -> N
                            deadlines=dict.fromkeys(victims[:2], 3.0), on_miss=ABORT)
     ex = world.executor(saving_extension=0.0)
     assert ex.run(req, world.fake.snapshot()).state is PlanState.ABORTED
+    return victims, ex
+
+
+def test_a_late_acknowledgement_after_abort_is_still_requeued(world: World) -> None:
+    """A victim that saves and exits after the plan gave up is requeued by the next cycle's
+    sweep (not held), so it does not stay FAILED; one that never answers is left alone."""
+    victims, ex = aborted_before_a_late_save(world)
     assert world.fake.jobs[victims[0]].state is JobState.RUNNING  # not yet acknowledged
     assert ex.recover() == []  # nothing late yet
     for _ in range(60):  # 6 s later it saves and exits
@@ -288,13 +296,7 @@ def test_a_late_acknowledgement_slurm_refuses_to_requeue_is_not_called_requeued(
         world: World) -> None:
     """The late-ack sweep's audit says a job was requeued only when Slurm did it: a victim
     whose owner set ``Requeue=0`` saves and exits after the abort, and stays ended."""
-    victims = fill(world, [Behaviour(ack_after=8.0), Behaviour(ack_after=None)] +
-                   [Behaviour()] * 2)
-    bene = world.pending("bene", gpus=8, nodes=2)
-    req = ExecutionRequest(bene, tuple(victims[:2]), nodes=("n1", "n2"),
-                           deadlines=dict.fromkeys(victims[:2], 3.0), on_miss=ABORT)
-    ex = world.executor(saving_extension=0.0)
-    assert ex.run(req, world.fake.snapshot()).state is PlanState.ABORTED
+    victims, ex = aborted_before_a_late_save(world)
     world.fake.jobs[victims[0]].requeue = False
     for _ in range(60):  # 6 s later it saves and exits
         world.clock.wait(ex.stop, 0.1)

@@ -53,6 +53,16 @@ def context(world: World, plan_id: int) -> PlanContext:
     return PlanContext.from_json(raw)
 
 
+def one_victim_and_a_competitor(world: World) -> tuple[int, int, int]:
+    """A victim on n1 that saves in 1 s (three more that never answer fill n2-n4), a pending
+    NORMAL competitor and an 8-GPU HIGH beneficiary: (victim, competitor, beneficiary)."""
+    v = world.victim("v", Behaviour(ack_after=1.0))
+    for i in range(3):
+        world.victim(f"f{i}", Behaviour(ack_after=None))
+    comp = world.pending("comp", gpus=8, priority=50, cls="NORMAL")
+    return v, comp, world.pending("bene", gpus=8)
+
+
 def two_node_plan(world: World) -> tuple[list[int], int]:
     """v0 (saves in 1 s) and v1 (3 s) on n1, n2; two more that never answer; backfill on."""
     world.fake.backfill = True
@@ -208,11 +218,7 @@ def test_a_late_release_leaves_a_job_another_plan_holds_to_that_plan(world: Worl
     a job another open plan's guard holds to that plan: it stays held and watched, and that
     plan releases it when it ends."""
     world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
-    v = world.victim("v", Behaviour(ack_after=1.0))
-    for i in range(3):
-        world.victim(f"f{i}", Behaviour(ack_after=None))
-    comp = world.pending("comp", gpus=8, priority=50, cls="NORMAL")
-    bene = world.pending("bene", gpus=8)
+    v, comp, bene = one_victim_and_a_competitor(world)
     ex = world.executor()
     plan_id = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), world.fake.snapshot())
     assert context(world, plan_id).held == (comp,) and world.fake.jobs[comp].held
@@ -227,11 +233,7 @@ def test_a_late_release_leaves_a_job_another_plan_holds_to_that_plan(world: Worl
 
 def test_a_plan_without_nodes_holds_instead(world: World) -> None:
     """No target nodes, nothing to reserve: the holds fallback."""
-    v = world.victim("v", Behaviour(ack_after=1.0))
-    for i in range(3):
-        world.victim(f"f{i}", Behaviour(ack_after=None))
-    other = world.pending("other", gpus=8, priority=50, cls="NORMAL")
-    bene = world.pending("bene", gpus=8)
+    v, other, bene = one_victim_and_a_competitor(world)
     ex = world.executor()
     plan_id = ex.start(ExecutionRequest(bene, (v,)), world.fake.snapshot())
     assert world.fake.reservations() == () and context(world, plan_id).reservation is None
