@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 DEBS=(slurm-wlm slurmdbd munge libslurm-dev mariadb-server mariadb-client redis-server
-      docker.io debootstrap lua5.1 python3-venv python3-dev procps iproute2 git)
+      docker.io debootstrap lua5.1 lua5.4 python3-venv python3-dev procps iproute2 git)
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

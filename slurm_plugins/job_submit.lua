@@ -417,9 +417,16 @@ end
 -- entitlements ----------------------------------------------------------------------------------
 
 local function load_entitlements()
-  local chunk, err = loadfile(ENTITLEMENTS_PATH)
+  -- run in an empty environment: Lua 5.1 (Debian's Slurm) sets it afterwards, 5.2 and later
+  -- (other distributions' Slurm) take it when loading
+  local chunk, err
+  if setfenv then
+    chunk, err = loadfile(ENTITLEMENTS_PATH)
+    if chunk then setfenv(chunk, {}) end
+  else
+    chunk, err = loadfile(ENTITLEMENTS_PATH, "t", {})
+  end
   if not chunk then return nil, err end
-  setfenv(chunk, {})
   local ok, table_or_err = pcall(chunk)
   if not ok then return nil, table_or_err end
   if type(table_or_err) ~= "table" or table_or_err.version ~= 1

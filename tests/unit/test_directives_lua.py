@@ -29,6 +29,7 @@ from hai_slurm.slurm_plugins.submit_check import evaluate_submission, submission
 PLUGINS = Path(ent_mod.__file__).parent
 HARNESS = Path(__file__).with_name("lua_job_submit_harness.lua")
 LUA = shutil.which("lua5.1")
+LUA54 = shutil.which("lua5.4")
 
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 is not installed (apt install lua5.1)")
 
@@ -71,8 +72,9 @@ def unescape(field: str) -> str | None:
 
 
 def run_lua(tmp_path: Path, cases: list[dict[str, object]], *,
-            table: Entitlements | None = None) -> dict[str, Outcome]:
-    """Run the harness on ``cases`` with job_submit.lua copied beside a rendered ``table``."""
+            table: Entitlements | None = None, lua: str | None = None) -> dict[str, Outcome]:
+    """Run the harness on ``cases`` with job_submit.lua copied beside a rendered ``table``
+    (``lua``: the interpreter, lua5.1 by default: Debian's Slurm links it)."""
     etc = tmp_path / "etc"
     etc.mkdir(exist_ok=True)
     shutil.copy(PLUGINS / "job_submit.lua", etc / "job_submit.lua")
@@ -82,8 +84,10 @@ def run_lua(tmp_path: Path, cases: list[dict[str, object]], *,
                       for case in cases)
     cases_file = tmp_path / "cases.lua"
     cases_file.write_text("return {\n" + body + "\n}\n", encoding="utf-8")
-    assert LUA is not None
-    proc = subprocess.run([LUA, str(HARNESS), str(etc / "job_submit.lua"), str(cases_file)],
+    interpreter = lua or LUA
+    assert interpreter is not None
+    proc = subprocess.run([interpreter, str(HARNESS), str(etc / "job_submit.lua"),
+                           str(cases_file)],
                           capture_output=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     results: dict[str, Outcome] = {}
@@ -135,6 +139,17 @@ def as_lua_case(case: Case) -> dict[str, object]:
 def lua_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     return run_lua(tmp_path_factory.mktemp("lua"), [as_lua_case(c) for c in CASES],
                    table=demo_entitlements())
+
+
+@pytest.mark.skipif(LUA54 is None, reason="lua5.4 is not installed (apt install lua5.4)")
+def test_lua_54_decides_as_51(tmp_path: Path, lua_results: dict[str, Outcome]) -> None:
+    """Slurm built against Lua 5.2 or later (other distributions than Debian's) runs the same
+    job_submit.lua: every case gets the same outcome under lua5.4 as under lua5.1. (Before:
+    setfenv, which 5.2 dropped, made every submission fail to load the entitlements.)"""
+    assert LUA54 is not None
+    results = run_lua(tmp_path, [as_lua_case(c) for c in CASES], table=demo_entitlements(),
+                      lua=LUA54)
+    assert results == lua_results
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
