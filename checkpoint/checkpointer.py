@@ -214,6 +214,10 @@ class Checkpointer:
 
         Damaged checkpoints are skipped with a note on stderr saying which and why. Raises
         :class:`CheckpointError` only when the directory itself cannot be read.
+
+        With several ranks every rank gets rank 0's RNG states (:meth:`save` keeps only
+        those): ranks that draw differently (per-rank seeds, dropout, augmentation) resume
+        bit-exactly with :meth:`save_with` and :meth:`load_with`, which keep each rank's.
         """
         entries = self.store.entries()
         if not entries:
@@ -317,7 +321,8 @@ class Checkpointer:
         return info
 
     def save(self, state: object, step: int | None = None) -> CheckpointInfo | None:
-        """Save ``state`` (with RNG states) as the newest checkpoint; only rank 0 writes.
+        """Save ``state`` (with RNG states) as the newest checkpoint; only rank 0 writes (its
+        state and its RNG states: see :meth:`load_latest` for several ranks).
 
         Synchronous: returns the new checkpoint's info once it is durable. Asynchronous
         (``async_save=True``): the state is serialized here, in the caller's thread, so training
