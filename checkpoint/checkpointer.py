@@ -266,7 +266,8 @@ class Checkpointer:
         pending, latest = self.listener.pending(), self.listener.latest()
         if pending is not None and latest is not None and pending.signal != signal.SIGTERM \
                 and not self._ranks.stopping \
-                and self._clock() - latest.at_monotonic > self.env.grace_s:
+                and self._clock() - latest.at_monotonic > self.env.grace_s \
+                and not self._ranks.agreeing():
             if self.listener.expire(latest):
                 self._log(f"checkpoint request by {pending.signal.name} expired: no step "
                           f"boundary within {self.env.grace_s:g} s of its last arrival; "

@@ -87,6 +87,13 @@ class RankSync:
         """The ranks have agreed on a step to stop at (file path): the request cannot expire."""
         return self._stop_at is not None
 
+    def agreeing(self) -> bool:
+        """Another rank has posted its step for a request and waits for this one (file path):
+        a request this rank saw long ago must not expire then, or that rank waits in vain."""
+        if self._env.world_size <= 1 or _torch_distributed() is not None:
+            return False
+        return self.files.posted("stop")
+
     def exchange(self, local: bool, step: int) -> bool:
         """True once this or any other rank has a pending request, at the same step on all ranks.
 

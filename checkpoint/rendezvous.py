@@ -86,6 +86,15 @@ class FileRendezvous:
         self._previous = folder
         return [values[r] for r in range(self._world)]
 
+    def posted(self, label: str) -> bool:
+        """Another rank already waits in the next collective, if it is ``label``."""
+        folder = self.root / f"{label}-{self._counter + 1}"
+        try:
+            return any(p.name != f"{self._rank}.json" and p.name.endswith(".json")
+                       for p in folder.iterdir())
+        except OSError:
+            return False
+
     def barrier(self, label: str, *, timeout_s: float) -> None:
         """Return once every rank has reached this call."""
         self.gather(label, None, timeout_s=timeout_s)

@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -210,6 +211,43 @@ def test_other_ranks_learn_of_the_request_and_do_not_write(tmp_path: Path) -> No
         assert seen["step"] == step and seen["saved"] is None and seen["ack"] is None
         assert sorted(p.name for p in (tmp_path / "ck").glob("ckpt-*.pkl")) == [info.file]
         assert not rank0.requested(step + 1)
+    finally:
+        rank0.close()
+        rank1.close()
+
+
+def test_a_request_another_rank_waits_on_does_not_expire(tmp_path: Path) -> None:
+    """Both ranks got the request (file path: no torch.distributed). Rank 1 reaches a boundary
+    at once and waits for rank 0 in the step agreement; rank 0's step takes 65 s, past its 60-s
+    grace: its request does not expire there, it joins rank 1 and both get True. (Before: rank
+    0 expired it and removed the request flag, and rank 1 waited in vain until its timeout.)"""
+    base = environ(tmp_path, WORLD_SIZE="2", HAI_CHECKPOINT_GRACE="60")
+    clock0 = FakeClock()
+    rank0 = Checkpointer.from_env(environ={**base, "RANK": "0"}, clock=clock0,
+                                  install_signals=False, sync_timeout_s=10)
+    rank1 = Checkpointer.from_env(environ={**base, "RANK": "1"}, install_signals=False,
+                                  sync_timeout_s=10)
+    got: dict[str, object] = {}
+
+    def other_rank() -> None:
+        try:
+            got["rank1"] = rank1.requested(5)
+        except CheckpointError as err:
+            got["rank1"] = str(err)
+
+    try:
+        rank0.listener.trigger(signal.SIGUSR2)
+        rank1.listener.trigger(signal.SIGUSR2)
+        worker = threading.Thread(target=other_rank)
+        worker.start()
+        deadline = time.monotonic() + 10
+        while not rank0._ranks.agreeing():   # rank 1 has posted its step
+            assert time.monotonic() < deadline, "rank 1 never posted its step"
+            time.sleep(0.02)
+        clock0.now += 65
+        assert rank0.requested(5)
+        worker.join(timeout=30)
+        assert got["rank1"] is True
     finally:
         rank0.close()
         rank1.close()
