@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -103,17 +104,26 @@ def launch_from(environ: Mapping[str, str]) -> str:
     return ""
 
 
+_SECONDS_RE = re.compile(r"[0-9]+(?:\.[0-9]*)?")
+_BLANKS = " \t\n\v\f\r"
+
+
+def parse_seconds(text: str) -> float | None:
+    """``text`` as a plain decimal number of seconds (ASCII digits, an optional fraction,
+    blanks around), else None: the one grammar of ``HAI_CHECKPOINT_GRACE`` for the job side,
+    hai-run and job_submit's check (which reads it the same way in Lua)."""
+    stripped = text.strip(_BLANKS)
+    return float(stripped) if _SECONDS_RE.fullmatch(stripped) else None
+
+
 def grace_from(environ: Mapping[str, str]) -> float:
     """``HAI_CHECKPOINT_GRACE`` (seconds a request stays valid), else the default; a value
-    that is not a finite number above 0 is an error naming the variable."""
+    that is not a decimal number above 0 is an error naming the variable."""
     raw = environ.get("HAI_CHECKPOINT_GRACE", "").strip()
     if not raw:
         return DEFAULT_GRACE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    value = parse_seconds(raw)
+    if value is None or not value > 0:
         raise CheckpointError(f"environment HAI_CHECKPOINT_GRACE={raw!r} is not a number of "
                               "seconds above 0 (job_submit.lua sets it from #HAI --grace, e.g. "
                               "120); unset it or give one")

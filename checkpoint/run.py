@@ -16,7 +16,7 @@ in time keeps running; hai-run says so and the request expires. SIGTERM is forwa
 also counts as a checkpoint request (it never expires); SIGINT is forwarded as SIGINT. hai-run
 returns the child's exit code (128 + N when the child died of signal N).
 
-Under ``srun`` with several tasks (``SLURM_NTASKS`` > 1, one hai-run per task), every task
+Under ``srun`` with several tasks (``SLURM_STEP_NUM_TASKS`` > 1, one hai-run per task), every task
 forwards the request to its own child, whose marker is ``child-saved.<task>.json``; each task
 records its child's save in ``hai-run-saved.<run>.<step>.<task>.json``, and task 0 alone
 publishes the phase and writes ``ack.json``, once every task's child saved for this request (so
@@ -45,6 +45,7 @@ from hai_slurm.checkpoint.env import (
     grace_from,
     job_id_from,
     launch_from,
+    parse_seconds,
     parse_signal,
     rank_from,
     restart_count_from,
@@ -65,12 +66,9 @@ def _say(message: str) -> None:
 
 
 def _seconds(text: str) -> float:
-    """A ``--grace`` value: a finite number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    """A ``--grace`` value: a decimal number of seconds above 0."""
+    value = parse_seconds(text)
+    if value is None or not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
     return value
 
@@ -117,9 +115,11 @@ def _read_marker(path: Path) -> tuple[int | None, str | None]:
 
 
 def task_of(environ: Mapping[str, str]) -> tuple[int, int]:
-    """(this task, tasks of the step): ``SLURM_PROCID`` and ``SLURM_NTASKS`` (0, 1 outside a
-    multi-task step)."""
-    tasks, task = environ.get("SLURM_NTASKS", "").strip(), environ.get("SLURM_PROCID", "").strip()
+    """(this task, tasks of the step): ``SLURM_PROCID`` and ``SLURM_STEP_NUM_TASKS``, which
+    only srun's steps have (0, 1 outside a multi-task step: the batch shell has the job's
+    ``SLURM_NTASKS`` and ``SLURM_PROCID=0`` too, and is one process)."""
+    tasks = environ.get("SLURM_STEP_NUM_TASKS", "").strip()
+    task = environ.get("SLURM_PROCID", "").strip()
     if tasks.isdigit() and task.isdigit() and int(tasks) > 1 and int(task) < int(tasks):
         return int(task), int(tasks)
     return 0, 1
@@ -310,7 +310,8 @@ def _take_signals(sup: _Supervisor, child: subprocess.Popen[bytes],
     term = terms.pending()
     if term is not None:
         terms.clear()
-        if term.signal == signal.SIGTERM and sup.forwarded_at is None:
+        # after an acknowledged save, a SIGTERM is the requeue's: passed on, not a new request
+        if term.signal == signal.SIGTERM and sup.forwarded_at is None and not sup.acked:
             sup.forward(child, signal.SIGTERM, "SIGTERM")
         else:
             _say(f"{term.signal.name} received: forwarding it to child {child.pid}")

@@ -116,16 +116,15 @@ class RequestListener:
     def expire(self, judged: Request) -> bool:
         """Forget the pending request unless a signal arrived after ``judged`` (the
         :meth:`latest` the caller found too old): True if it was forgotten. A request that
-        arrives meanwhile, even between the check and the clearing, stays pending."""
+        arrives meanwhile, at any point of this, stays pending: the handler sets the event
+        last, so one that ran after the event was cleared leaves it set."""
+        self._event.clear()
         if self._latest is not judged and self._latest is not None:
+            self._event.set()    # a newer one came before the event was cleared
             return False
-        self.clear()
-        latest = self._latest
-        if latest is not None:   # the handler ran while clearing: keep what it recorded
-            self._first = self._first or latest
-            self._event.set()
-            return False
-        return True
+        self._first = self._latest = None
+        # set again: the handler ran meanwhile (pending() then names its signal)
+        return not self._event.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a request arrives (for watchdogs and tests)."""

@@ -381,6 +381,14 @@ local ENV_GRACE = "HAI_CHECKPOINT_GRACE"
 
 -- Returns the {name, value} pairs to add to the job's environment, and warnings. `environment` is
 -- job_desc.environment (indexing it gives a variable's value or nil), nil for non-batch jobs.
+-- A plain decimal number of seconds (ASCII digits, an optional fraction, blanks around), else
+-- nil: how the job side reads HAI_CHECKPOINT_GRACE (checkpoint/env.py parse_seconds).
+local function seconds(text)
+  local t = text:match("^[ \t\n\v\f\r]*(.-)[ \t\n\v\f\r]*$")
+  if t:match("^[0-9]+$") or t:match("^[0-9]+%.[0-9]*$") then return tonumber(t) end
+  return nil
+end
+
 local function job_environment(info, environment, found)
   local added, warnings = {}, {}
   if environment == nil then return added, warnings end
@@ -401,7 +409,7 @@ local function job_environment(info, environment, found)
         .. "kept in the job's environment, but hai-slurm looks for the job's acknowledgements "
         .. "under #HAI --checkpoint-dir=" .. value .. where .. "; unset " .. name .. " before "
         .. "sbatch or make the two agree"
-    elseif name == ENV_GRACE and tonumber(have) ~= info.grace then
+    elseif name == ENV_GRACE and seconds(have) ~= info.grace then
       local line = found.grace and found.grace.line
       local said = line and ("#HAI --grace=" .. value .. " (line " .. line.number .. ")")
         or ("the class's grace of " .. value .. " s")

@@ -42,10 +42,10 @@ Every problem is reported, not only the first.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hai_slurm.checkpoint.env import parse_seconds
 from hai_slurm.classes import ClassOrigin
 from hai_slurm.slurm_plugins.directives import (
     AUTO,
@@ -103,7 +103,7 @@ def job_environment(info: HaiJobInfo, environment: Mapping[str, str] | None,
                             f"environment, but hai-slurm looks for the job's acknowledgements "
                             f"under #HAI --checkpoint-dir={value}{where}; unset {name} before "
                             "sbatch or make the two agree")
-        elif name == ENV_GRACE and _number(have) != info.grace:
+        elif name == ENV_GRACE and parse_seconds(have) != info.grace:
             line = directives.line_of("grace")
             said = (f"#HAI --grace={value} (line {line.number})" if line is not None
                     else f"the class's grace of {value} s")
@@ -112,19 +112,6 @@ def job_environment(info: HaiJobInfo, environment: Mapping[str, str] | None,
                             "many seconds), but hai-slurm waits for the job's save by "
                             f"{said}; unset {name} before sbatch or make the two agree")
     return tuple(added), warnings
-
-
-def _number(text: str) -> float | None:
-    """``text`` as Lua 5.1's ``tonumber`` reads it (C's strtod: decimal, exponent or hex;
-    None when it is none of those); an infinite or NaN value never equals a grace either way."""
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            value = float.fromhex(text.strip())
-        except ValueError:
-            return None
-    return value if math.isfinite(value) else None
 
 
 def _allowed_classes(rule: AccountRule) -> str:

@@ -488,11 +488,13 @@ class Guard:
         log.info("plan %d: reservation %s left to plan(s) %s", ctx.plan_id, ctx.reservation,
                  [c.plan_id for c in peers])
 
-    def _held_by_others(self, plan_id: int) -> set[int]:
-        """Jobs the guards of the other open plans hold or will hold: their competitors and
-        their victims (requeued held in phase 2)."""
+    def _held_by_others(self, plan_id: int, *, victims: bool = True) -> set[int]:
+        """Jobs the guards of the other open plans hold (their competitors, their victims
+        requeued held), and with ``victims`` those they will hold (their other victims, which
+        phase 2 requeues held): each of those plans releases what it holds when it ends."""
         return {j for c in open_contexts(self.repo) if c.plan_id != plan_id
-                for j in (*c.held, *c.victims_held, *(v.job_id for v in c.victims))}
+                for j in (*c.held, *c.victims_held,
+                          *((v.job_id for v in c.victims) if victims else ()))}
 
     def _hold_competitors(self, ctx: PlanContext, snap: ClusterSnapshot, at: float,
                           exclude: Sequence[int]) -> PlanContext:
@@ -641,7 +643,7 @@ class Guard:
         competitors = set(ctx.held)
         # a competitor another open plan's guard holds too stays held for that plan (it
         # releases it when it ends)
-        shared = self._held_by_others(ctx.plan_id) if ids else set()
+        shared = self._held_by_others(ctx.plan_id, victims=False) if ids else set()
         to_release = [j for j in dict.fromkeys(ids) if j in facts and facts[j].held
                       and j not in shared
                       and (facts[j].pending or (facts[j].running and j in competitors))]

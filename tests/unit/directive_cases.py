@@ -55,6 +55,8 @@ CASES: tuple[Case, ...] = (
          environment=(("HAI_CHECKPOINT_GRACE", "45.0"),), expect="grace=45;"),
     Case("inherited-grace-hex", SH + "#HAI --grace=16\nx\n",
          environment=(("HAI_CHECKPOINT_GRACE", "0x10"),), expect="grace=16;"),
+    Case("inherited-grace-blanks", SH + "#HAI --grace=16\nx\n",
+         environment=(("HAI_CHECKPOINT_GRACE", " 16. "),), expect="grace=16;"),
     Case("no-requeue-very-high", SH + "#HAI --priority=VERY_HIGH\nx\n", requeue=False,
          expect="priority=VERY_HIGH;class=VERY_HIGH;team=team-a;preemptible=no;"),
     Case("requeue-normal", SH + "x\n", requeue=True, expect="class=NORMAL;team=team-a;"

@@ -61,7 +61,8 @@ def start(tmp_path: Path, mode: str, *, grace: float, lifetime: float = 20.0,
     control = tmp_path / "ctl"
     env = {**os.environ, "SLURM_JOB_ID": "31", "SLURM_RESTART_COUNT": "2"}
     if task is not None:   # one task of a multi-task srun step
-        env.update(SLURM_PROCID=str(task), SLURM_NTASKS=str(tasks), SLURM_STEP_ID="0")
+        env.update(SLURM_PROCID=str(task), SLURM_NTASKS=str(tasks), SLURM_STEP_ID="0",
+                   SLURM_STEP_NUM_TASKS=str(tasks))
     proc = subprocess.Popen(
         [HAI_RUN, "--grace", str(grace), "--control-dir", str(control), "--",
          sys.executable, str(script), mode, str(ready), str(lifetime)],
@@ -273,3 +274,48 @@ def test_a_child_that_saved_and_exited_before_hai_run_looked_is_acknowledged(
     assert rc == 75, err
     report = read_job_report(control, "31", os.geteuid(), restart_count=2)
     assert report.ack is not None and report.ack.source == "hai-run", err
+
+
+def test_hai_run_in_the_batch_shell_of_a_job_of_several_tasks_acknowledges_alone(
+        tmp_path: Path) -> None:
+    """The batch shell of a job of 4 tasks has SLURM_NTASKS=4 and SLURM_PROCID=0 but is one
+    process (hai-run -- python train.py in the batch script): it acknowledges its child's save
+    itself. (Reviewed: it waited for 3 tasks that do not exist and wrote no ack.)"""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    ready, control = tmp_path / "ready", tmp_path / "ctl"
+    env = {**os.environ, "SLURM_JOB_ID": "31", "SLURM_RESTART_COUNT": "2",
+           "SLURM_NTASKS": "4", "SLURM_PROCID": "0"}
+    proc = subprocess.Popen(
+        [HAI_RUN, "--grace", "5", "--control-dir", str(control), "--",
+         sys.executable, str(script), "save", str(ready), "20"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "child never ready"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGUSR2)
+    rc, _out, err = finish(proc)
+    assert rc == 75 and "waiting for the other" not in err, err
+    report = read_job_report(control, "31", os.geteuid(), restart_count=2)
+    assert report.ack is not None and report.ack.source == "hai-run"
+
+
+def test_the_requeues_sigterm_after_an_acknowledged_save_is_only_passed_on(
+        tmp_path: Path) -> None:
+    """The child saved for a request and trains on; the requeue's SIGTERM then comes: hai-run
+    passes it on without taking it for a new request (no second 'saving'). (Reviewed: it
+    published 'saving' again and said the child exited without saving.)"""
+    proc, control = start(tmp_path, "save-once", grace=10, lifetime=3)
+    proc.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 10
+    while read_job_report(control, "31", os.geteuid(), restart_count=2).ack is None:
+        assert time.monotonic() < deadline, "no ack"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    phase = read_job_report(control, "31", os.geteuid(), restart_count=2).phase
+    assert phase is not None and phase.phase is Phase.SAVED
+    _rc, _out, err = finish(proc)   # the child runs out its 3 s
+    assert "SIGTERM received: forwarding it to child" in err, err
+    assert err.count("waiting up to") == 1, err

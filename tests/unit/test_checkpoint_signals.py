@@ -17,6 +17,7 @@ import pytest
 
 from hai_slurm.checkpoint import Checkpointer, Phase, read_job_report
 from hai_slurm.checkpoint.env import job_env_from, parse_signal
+from hai_slurm.checkpoint.signals import RequestListener
 from hai_slurm.errors import CheckpointError
 
 
@@ -214,6 +215,38 @@ def test_other_ranks_learn_of_the_request_and_do_not_write(tmp_path: Path) -> No
     finally:
         rank0.close()
         rank1.close()
+
+
+@pytest.mark.parametrize("when", ["clear", "is_set"])
+def test_a_signal_at_any_point_of_an_expiry_is_kept(when: str) -> None:
+    """SIGTERM arrives while an old USR2 request is being expired, right after the listener's
+    event is cleared or right before it is looked at again: expire() keeps it pending either
+    way. (Reviewed: one arriving just before the clearing was wiped.)"""
+    listener = RequestListener((signal.SIGUSR2, signal.SIGTERM), chain=False)
+    listener._handle(signal.SIGUSR2, None)
+    judged = listener.latest()
+    assert judged is not None
+    event = listener._event
+
+    class Racing(threading.Event):
+        def clear(self) -> None:
+            event.clear()
+            if when == "clear":
+                listener._handle(signal.SIGTERM, None)
+
+        def is_set(self) -> bool:
+            if when == "is_set":
+                listener._handle(signal.SIGTERM, None)
+            return event.is_set()
+
+        def set(self) -> None:
+            event.set()
+
+    listener._event = Racing()
+    assert not listener.expire(judged)
+    listener._event = event
+    pending = listener.pending()
+    assert pending is not None and pending.signal is signal.SIGTERM
 
 
 def test_a_request_another_rank_waits_on_does_not_expire(tmp_path: Path) -> None:

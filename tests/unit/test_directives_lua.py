@@ -186,8 +186,9 @@ def test_kept_checkpoint_dir_that_differs_is_warned_about(
 def test_kept_grace_that_differs_is_warned_about(lua_results: dict[str, Outcome]) -> None:
     """A submission's own HAI_CHECKPOINT_GRACE (a job resubmitting itself inherits its own)
     wins too, and sbatch says the daemon waits by the record's grace; an equal one (45.0 is
-    45, 0x10 is 16) is not warned about. (Before: kept silently, so the job dropped requests
-    the daemon still waited on.)"""
+    45, " 16. " is 16) is not warned about, and one the job side would refuse (0x10: it reads
+    plain decimals) is. (Before: kept silently, so the job dropped requests the daemon still
+    waited on.)"""
     assert lua_results["inherited-grace-differs"][3] == (
         "hai-slurm: HAI_CHECKPOINT_GRACE=60 from the submission is kept in the job's environment "
         "(the job drops a checkpoint request after that many seconds), but hai-slurm waits for "
@@ -196,7 +197,9 @@ def test_kept_grace_that_differs_is_warned_about(lua_results: dict[str, Outcome]
     assert "by the class's grace of 60 s;" in str(
         lua_results["inherited-grace-differs-from-default"][3])
     assert lua_results["inherited-grace-same"][3] is None
-    assert lua_results["inherited-grace-hex"][3] is None
+    assert lua_results["inherited-grace-blanks"][3] is None
+    assert "HAI_CHECKPOINT_GRACE=0x10 from the submission" in str(
+        lua_results["inherited-grace-hex"][3])
 
 
 def test_warning_for_directive_after_command(lua_results: dict[str, Outcome]) -> None:

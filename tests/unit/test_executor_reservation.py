@@ -231,6 +231,40 @@ def test_a_late_release_leaves_a_job_another_plan_holds_to_that_plan(world: Worl
     nothing_held(world)
 
 
+def test_a_held_competitor_another_plan_takes_as_a_victim_is_still_released(world: World
+                                                                            ) -> None:
+    """Holds fallback: plan A holds a competitor that had started (held while it runs); plan B
+    then takes it as a victim and aborts (it never saves). A ends first, while B is open: A
+    still releases its hold, as B, whose victim was never requeued, would not. (Reviewed:
+    counting B's victims as held by B left it held for good.)"""
+    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
+    v = world.victim("v", Behaviour(ack_after=1.0))
+    world.victim("f1", Behaviour(ack_after=None))
+    world.victim("f2", Behaviour(ack_after=None))
+    blocker = world.victim("f3", Behaviour(ack_after=None))
+    comp = world.pending("comp", gpus=8, priority=50, cls="NORMAL")
+    bene = world.pending("bene", gpus=8)
+    snap = world.fake.snapshot()   # the cycle's: comp pending
+    world.fake.finish(blocker, JobState.COMPLETED)
+    world.fake.schedule()
+    assert world.fake.jobs[comp].state is JobState.RUNNING
+    ex = world.executor()
+    plan_a = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), snap)
+    assert comp in context(world, plan_a).held and world.fake.jobs[comp].held
+    other = world.pending("other", gpus=8, cls="VERY_HIGH", priority=20)
+    node = world.fake.jobs[comp].nodes
+    ex.start(ExecutionRequest(other, (comp,), nodes=node, deadlines={comp: 30.0},
+                              on_miss=DeadlineAction.ABORT), world.fake.snapshot())
+    for _ in range(100):
+        world.clock.wait(ex.stop, 0.1)
+        ex.reconcile(world.fake.snapshot())
+        if world.repo.get_plan(plan_a).state is PlanState.DONE:
+            break
+    assert world.repo.get_plan(plan_a).state is PlanState.DONE
+    assert ex.has_open_plans()   # plan B still waits for its victim
+    assert not world.fake.jobs[comp].held
+
+
 def test_a_plan_without_nodes_holds_instead(world: World) -> None:
     """No target nodes, nothing to reserve: the holds fallback."""
     v, other, bene = one_victim_and_a_competitor(world)
