@@ -379,8 +379,6 @@ end
 local ENV_CHECKPOINT_DIR = "HAI_CHECKPOINT_DIR"
 local ENV_GRACE = "HAI_CHECKPOINT_GRACE"
 
--- Returns the {name, value} pairs to add to the job's environment, and warnings. `environment` is
--- job_desc.environment (indexing it gives a variable's value or nil), nil for non-batch jobs.
 -- A plain decimal number of seconds (ASCII digits, an optional fraction, blanks around), else
 -- nil: how the job side reads HAI_CHECKPOINT_GRACE (checkpoint/env.py parse_seconds).
 local function seconds(text)
@@ -389,6 +387,8 @@ local function seconds(text)
   return nil
 end
 
+-- Returns the {name, value} pairs to add to the job's environment, and warnings. `environment` is
+-- job_desc.environment (indexing it gives a variable's value or nil), nil for non-batch jobs.
 local function job_environment(info, environment, found)
   local added, warnings = {}, {}
   if environment == nil then return added, warnings end
