@@ -18,6 +18,7 @@ from hai_slurm.priority.executor.guard import (
     remember_release,
     sweep_releases,
 )
+from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.executor.types import ExecutionRequest
 from hai_slurm.priority.policy.settings import DeadlineAction
 from hai_slurm.priority.store import PlanState
@@ -150,11 +151,11 @@ def test_refused_reservation_falls_back_to_holds(world: World) -> None:
     nothing_held(world)
 
 
-def test_a_competitor_that_started_before_its_hold_is_released_too(world: World) -> None:
-    """Holds fallback: a competitor pending in the cycle's snapshot starts (a job ended)
-    before the plan holds it. Slurm takes the hold on the running job (priority 0, as 22.05
-    does); the guard's release must free it too, else a later requeue (RequeueExit, a node
-    failure) leaves it pending and held for good."""
+def competitor_held_while_it_runs(world: World
+                                  ) -> tuple[int, int, PreemptionExecutor, int]:
+    """Holds fallback: a NORMAL competitor pending in the cycle's snapshot starts (a job
+    ended) before the plan (victim on n1, saving in 1 s) holds it, so Slurm holds it while it
+    runs: (competitor, beneficiary, executor, plan id)."""
     world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
     v = world.victim("v", Behaviour(ack_after=1.0))
     world.victim("f1", Behaviour(ack_after=None))
@@ -169,6 +170,15 @@ def test_a_competitor_that_started_before_its_hold_is_released_too(world: World)
     ex = world.executor()
     plan_id = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), snap)
     assert comp in context(world, plan_id).held and world.fake.jobs[comp].held
+    return comp, bene, ex, plan_id
+
+
+def test_a_competitor_that_started_before_its_hold_is_released_too(world: World) -> None:
+    """Holds fallback: a competitor pending in the cycle's snapshot starts (a job ended)
+    before the plan holds it. Slurm takes the hold on the running job (priority 0, as 22.05
+    does); the guard's release must free it too, else a later requeue (RequeueExit, a node
+    failure) leaves it pending and held for good."""
+    comp, bene, ex, _plan = competitor_held_while_it_runs(world)
     step_until_closed(world, ex)
     assert world.fake.jobs[bene].state is JobState.RUNNING
     assert not world.fake.jobs[comp].held
@@ -237,20 +247,7 @@ def test_a_held_competitor_another_plan_takes_as_a_victim_is_still_released(worl
     then takes it as a victim and aborts (it never saves). A ends first, while B is open: A
     still releases its hold, as B, whose victim was never requeued, would not. (Reviewed:
     counting B's victims as held by B left it held for good.)"""
-    world.fake.refuse_reservations = "Requested reservation overlaps with another reservation"
-    v = world.victim("v", Behaviour(ack_after=1.0))
-    world.victim("f1", Behaviour(ack_after=None))
-    world.victim("f2", Behaviour(ack_after=None))
-    blocker = world.victim("f3", Behaviour(ack_after=None))
-    comp = world.pending("comp", gpus=8, priority=50, cls="NORMAL")
-    bene = world.pending("bene", gpus=8)
-    snap = world.fake.snapshot()   # the cycle's: comp pending
-    world.fake.finish(blocker, JobState.COMPLETED)
-    world.fake.schedule()
-    assert world.fake.jobs[comp].state is JobState.RUNNING
-    ex = world.executor()
-    plan_a = ex.start(ExecutionRequest(bene, (v,), nodes=("n1",)), snap)
-    assert comp in context(world, plan_a).held and world.fake.jobs[comp].held
+    comp, _bene, ex, plan_a = competitor_held_while_it_runs(world)
     other = world.pending("other", gpus=8, cls="VERY_HIGH", priority=20)
     node = world.fake.jobs[comp].nodes
     ex.start(ExecutionRequest(other, (comp,), nodes=node, deadlines={comp: 30.0},
