@@ -216,10 +216,8 @@ def healthy(client: Any, state: DockerState) -> bool:
                 return False
         except docker.errors.NotFound:
             return False
-    res = DockerRunner(client, state.controller)(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
-    states = [ln.split()[1] for ln in res.stdout.splitlines() if len(ln.split()) == 2]
-    return res.returncode == 0 and len(states) == state.shape.nodes and all(
-        s in ("idle", "mix", "alloc", "comp") for s in states)
+    res = DockerRunner(client, state.controller)(health.SINFO_NODES, timeout=10)
+    return res.returncode == 0 and health.node_problem(res.stdout, state.shape.node_names) is None
 
 
 def up(shape: ClusterShape, *, state_dir: Path, suite: str = "bookworm", build: bool = True,

@@ -17,6 +17,36 @@ SMOKE_COMMAND = 'srun bash -c "echo \\$SLURMD_NODENAME \\$CUDA_VISIBLE_DEVICES"'
 
 _BAD_FLAGS = ("INVAL", "DRAIN", "FAIL")
 
+_UNUSABLE = frozenset({"down", "drain", "drng", "drained", "fail", "failg", "unk", "inval",
+                       "npc", "boot"})
+"""``sinfo %t`` base states of a node that cannot run jobs (or soon will not)."""
+
+SINFO_NODES = ["sinfo", "-h", "-N", "-o", "%N %t"]
+"""The node listing :func:`node_problem` reads."""
+
+
+def node_problem(sinfo_out: str, expected: tuple[str, ...]) -> str | None:
+    """Why the nodes in ``sinfo -h -N -o "%N %t"`` output cannot run jobs, or None if they can.
+
+    Busy, reserved (``resv``, ``maint``) and backfill-planned (``plnd``, a ``-`` suffix) nodes
+    are usable; down, drained, failed, unknown and not-responding (``*`` suffix) ones are not,
+    and so is a listing that misses one of the ``expected`` node names.
+    """
+    states: dict[str, str] = {}
+    for line in sinfo_out.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+    bad = {name: st for name, st in states.items()
+           if "*" in st or st.rstrip("*~#!%$@^-") in _UNUSABLE}
+    missing = [name for name in expected if name not in states]
+    if not bad and not missing:
+        return None
+    parts = [f"node {name} is {st}" for name, st in sorted(bad.items())]
+    if missing:
+        parts.append("sinfo does not list " + ", ".join(missing))
+    return "; ".join(parts)
+
 
 def wait_nodes_idle(run: Runner, names: tuple[str, ...], *, timeout: float,
                     logs: Callable[[], list[str]]) -> None:

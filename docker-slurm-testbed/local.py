@@ -122,17 +122,28 @@ def slurm_conf_path(state_dir: Path) -> str:
     return state.slurm_conf
 
 
-def healthy(state: TestbedState) -> bool:
-    """All recorded daemons alive, the controller answers and no node is down."""
-    if not state.ready or not all(procs.is_alive(p) for p in state.processes):
-        return False
-    run = LocalRunner(state.slurm_conf)
-    res = run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=10)
+def problem(state: TestbedState) -> str | None:
+    """Why the recorded testbed cannot run jobs, or None when it can (see :func:`healthy`)."""
+    if not state.ready:
+        return "it did not finish starting"
+    dead = [p.name for p in state.processes if not procs.is_alive(p)]
+    if dead:
+        return f"{', '.join(dead)} no longer run(s)"
+    res = LocalRunner(state.slurm_conf)(health.SINFO_NODES, timeout=10)
     if res.returncode != 0:
-        return False
-    states = [ln.split()[1] for ln in res.stdout.splitlines() if len(ln.split()) == 2]
-    return len(states) == state.shape.nodes and all(
-        s.rstrip("*") in ("idle", "mix", "alloc", "comp") and not s.endswith("*") for s in states)
+        last = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"slurmctld does not answer sinfo ({last[0]})"
+    return health.node_problem(res.stdout, state.shape.node_names)
+
+
+def healthy(state: TestbedState) -> bool:
+    """All recorded daemons alive, the controller answers and every node can run jobs."""
+    return problem(state) is None
+
+
+def _broken(state: TestbedState) -> bool:
+    """Half started, or a recorded daemon died: nothing left worth keeping."""
+    return not state.ready or not all(procs.is_alive(p) for p in state.processes)
 
 
 def _prepare(state_dir: Path, shape: ClusterShape, ctx: services.Ctx) -> None:
@@ -168,25 +179,36 @@ def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports
        echo: Echo = lambda _msg: None) -> bool:
     """Bring the testbed up; return False if it was already up and healthy (nothing done).
 
+    A testbed recorded in ``state_dir`` that is half started or lost a daemon is stopped and
+    started afresh, on its recorded ports unless ``ports`` are given. One whose daemons all run
+    but that cannot take jobs (a node down or drained, slurmctld not answering) is left alone
+    with an error that says why: its jobs and logs may be someone's work.
+
     Raises :class:`TestbedError` with the relevant log lines if any step fails; whatever was
     started by then is stopped again.
     """
-    ports = ports or Ports()
     require_root()
     bins = find_programs(shape)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     old = load_state(state_dir)
     if old is not None:
-        if healthy(old):
+        why = problem(old)
+        if why is None:
             if old.shape != shape:
                 raise TestbedError(f"a testbed with another shape is already up in {state_dir}; "
                                    f"stop it first: hai-slurm testbed down --state-dir "
                                    f"{state_dir}")
             echo(f"testbed already up in {state_dir}")
             return False
-        echo("a previous testbed there is incomplete; stopping what is left of it")
+        if not _broken(old):  # its daemons run: its jobs and logs are not ours to throw away
+            raise TestbedError(
+                f"the testbed in {state_dir} is running but cannot take jobs: {why}. Look at "
+                f"it with `hai-slurm testbed status --state-dir {state_dir}`, or start it "
+                f"afresh (its jobs are lost): hai-slurm testbed down --state-dir {state_dir}")
+        echo(f"a previous testbed there is incomplete ({why}); stopping what is left of it")
         down(state_dir)
+    ports = ports or (old.ports if old is not None else Ports())
     procs.check_ports(ports.wanted(shape))
     layout = local_layout(shape, ports, state_dir, socket.gethostname(),
                           services.storage_password(state_dir) if shape.accounting else "",

@@ -11,7 +11,7 @@ from conftest import Submitter, claim_slot
 from hai_slurm.errors import TestbedError
 from hai_slurm.testbed import local, procs
 from hai_slurm.testbed.shape import ClusterShape
-from hai_slurm.testbed.waiting import LocalRunner
+from hai_slurm.testbed.waiting import LocalRunner, check, wait_for
 
 
 def _stepd_pids(state_dir: Path) -> set[int]:
@@ -33,7 +33,7 @@ def _stepd_pids(state_dir: Path) -> set[int]:
 @pytest.fixture
 def slot():
     """A state dir and ports of our own."""
-    with claim_slot("hai-slurm-testbed-pytest-lifecycle", 19000) as claimed:
+    with claim_slot("hai-slurm-testbed-pytest-lifecycle", 20000) as claimed:
         yield claimed
 
 
@@ -84,6 +84,33 @@ def test_up_replaces_a_testbed_with_a_dead_component(slot):
         assert [p for p in state.processes if procs.is_alive(p)] == []
         fresh = local.load_state(state_dir.resolve())
         assert fresh is not None and local.healthy(fresh)
+    finally:
+        local.down(state_dir)
+
+
+def test_up_keeps_a_running_testbed_that_cannot_take_jobs(slot):
+    """A reserved node is usable (up is a no-op); a drained one makes `up` stop with the node
+    named and every daemon left running, jobs included, never a restart on other ports."""
+    state_dir, ports = slot
+    shape = ClusterShape(nodes=2, gpus_per_node=1, accounting=False)
+    try:
+        local.up(shape, state_dir=state_dir, ports=ports)
+        state = local.load_state(state_dir.resolve())
+        assert state is not None
+        run = LocalRunner(state.slurm_conf)
+        check(run, ["scontrol", "create", "reservation", "ReservationName=hold", "Users=root",
+                    "StartTime=now", "Duration=10", "Nodes=n1", "Flags=IGNORE_JOBS"])
+        assert local.up(shape, state_dir=state_dir) is False
+        check(run, ["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=by-test"])
+        with pytest.raises(TestbedError, match=r"node n2 is drain.*testbed down"):
+            local.up(shape, state_dir=state_dir)
+        assert all(procs.is_alive(p) for p in state.processes)
+        assert local.load_state(state_dir.resolve()) == state
+        check(run, ["scontrol", "update", "NodeName=n2", "State=RESUME"])
+        # slurmctld shows a resumed node not responding (idle*) until its next ping
+        wait_for(lambda: local.healthy(state), timeout=60,
+                 describe=lambda: str(local.problem(state)))
+        assert local.up(shape, state_dir=state_dir) is False
     finally:
         local.down(state_dir)
 
