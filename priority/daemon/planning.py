@@ -26,6 +26,7 @@ from hai_slurm.priority.daemon.room import (
     closed_for_room,
     left_out_texts,
     narrow_allowed,
+    plan_short,
     reserved,
     whole_node_late,
 )
@@ -43,6 +44,7 @@ from hai_slurm.priority.planner.inputs import (
 )
 from hai_slurm.priority.planner.search import plan_preemptions
 from hai_slurm.priority.planner.types import (
+    Decision,
     Holder,
     Outcome,
     PlannerConfig,
@@ -52,7 +54,7 @@ from hai_slurm.priority.planner.types import (
 )
 from hai_slurm.priority.policy.state import PendingJob
 from hai_slurm.slurm_plugins.constraints import node_filter
-from hai_slurm.slurm_plugins.hostlist import expand_hostlist
+from hai_slurm.slurm_plugins.hostlist import compress_hostlist, expand_hostlist
 from hai_slurm.slurm_plugins.job_record import job_record
 from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, JobState
 
@@ -190,11 +192,8 @@ class SnapshotPlanner:
         how = Narrowing(holders, cluster, max((len(c.gpus) for c in cells), default=0), ahead,
                         asked, closed, frozenset(whole))
         self._narrowing = (snap, waiting, how)
-        narrowed = narrow_allowed(snap, waiting, how)
-        if narrowed:
-            waiting = tuple(w if (n := narrowed.get(w.job_id)) is None else replace(w, allowed=n)
-                            for w in waiting)
-        return PlanSnapshot(topology, holders, waiting, float(snap.time), closed)
+        return PlanSnapshot(topology, holders, _narrowed(snap, waiting, how), float(snap.time),
+                            closed)
 
     def left_out(self, job_id: int) -> list[str]:
         """Which nodes the last pass left out of waiting ``job_id``'s plans for want of room
@@ -285,11 +284,48 @@ class SnapshotPlanner:
         self.worth_in = self.ripe_in = {}
         snapshot = self.snapshot(view)
         result = plan_preemptions(snapshot, config=self.config, now=view.now)
+        snapshot, result = self._with_room(snapshot, result, view.now)
         self._report(snapshot, result, whole=view.focus is None)
         self.worth_in, self.ripe_in = result.worth_in, result.ripe_in
         if view.focus is None:
             self.last = result
         return result if result.plans else None
+
+    def _with_room(self, snapshot: PlanSnapshot, result: PlanningResult, now: float
+                   ) -> tuple[PlanSnapshot, PlanningResult]:
+        """The pass again while a plan's victims would free its beneficiary's GPUs but not the
+        CPUs or memory it asks (:func:`~hai_slurm.priority.daemon.room.plan_short`): those
+        nodes are left out of that job's plans (``narrowing.after_victims``; ``explain`` names
+        them) and the pass is made again, at most :data:`ROOM_PASSES` times in all. A plan still
+        short after the last is dropped: its victims would give way for nothing."""
+        if self._narrowing is None:
+            return snapshot, result
+        snap, waiting, how = self._narrowing
+        for attempt in range(ROOM_PASSES):
+            short = {p.beneficiary: nodes for p in result.plans
+                     if (asked := how.asked.get(p.beneficiary)) is not None
+                     and (nodes := plan_short(snap, p, asked))}
+            if not short:
+                return snapshot, result
+            after = dict(how.after_victims)
+            for jid, nodes in short.items():
+                after[jid] = after.get(jid, frozenset()) | nodes
+            how = how._replace(after_victims=MappingProxyType(after))
+            self._narrowing = (snap, waiting, how)
+            if attempt == ROOM_PASSES - 1:
+                break
+            log.info("planner: the victims of job(s) %s would not free the CPUs or memory "
+                     "asked on %s; planning again without those nodes", sorted(short),
+                     sorted(set().union(*short.values())))
+            snapshot = replace(snapshot, pending=_narrowed(snap, waiting, how))
+            result = plan_preemptions(snapshot, config=self.config, now=now)
+        decisions = dict(result.decisions)
+        for jid, nodes in short.items():
+            decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
+                f"the victims that free its GPUs on {compress_hostlist(sorted(nodes))} would "
+                "not free the CPUs or memory it asks there; no plan this pass"))
+        return snapshot, replace(result, plans=tuple(
+            p for p in result.plans if p.beneficiary not in short), decisions=decisions)
 
     def _report(self, snapshot: PlanSnapshot, result: PlanningResult, *,
                 whole: bool = True) -> None:
@@ -318,6 +354,21 @@ class SnapshotPlanner:
                 counts[cls.value if isinstance(cls, PriorityClass) else str(cls),
                        outcome.name] += n
             self.on_verdicts(counts)
+
+
+ROOM_PASSES = 3
+"""Planning passes a cycle makes at most while plans' victims would not free their
+beneficiaries' CPUs or memory (:meth:`SnapshotPlanner._with_room`)."""
+
+
+def _narrowed(snap: ClusterSnapshot, waiting: tuple[Waiting, ...], how: Narrowing
+              ) -> tuple[Waiting, ...]:
+    """``waiting`` with the allowed nodes :func:`narrow_allowed` leaves them."""
+    narrowed = narrow_allowed(snap, waiting, how)
+    if not narrowed:
+        return waiting
+    return tuple(w if (n := narrowed.get(w.job_id)) is None else replace(w, allowed=n)
+                 for w in waiting)
 
 
 def usable_nodes(job: Job, partitions: Mapping[str, frozenset[str]], cluster: frozenset[str],

@@ -16,8 +16,10 @@ nodes; :func:`left_out_texts` says which and why (``priority explain``).
   asks is left out of its plans when, not closed, it has GPUs enough for the job free (it
   could only make the job "fit", which Slurm refuses), or when the jobs that could give way to
   it there (holding GPUs, preemptible, of a lower class) hold too little to make the room with
-  what is free. Otherwise it stays: the planner does not check that the victims it picks free
-  enough (a job of its class or a protected one may hold the rest).
+  what is free. Otherwise it stays, and the planner, which counts GPUs, may pick victims there
+  that free GPUs but not the room (a job of its class, a protected one or a cheaper-to-keep one
+  holds the rest): :func:`plan_short` finds such plans after a pass, and the daemon plans again
+  without those nodes for that job (``Narrowing.after_victims``), dropping a plan still short.
 * **Reservations** (any not ended other than a plan's guard, ``hai-plan-*``): Slurm starts a
   job on a reservation's nodes only when its run, from now, ends before the reservation
   starts (no time limit: never), unless it is linked to it. (A planned job starts only once
@@ -35,12 +37,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.priority.executor.guard import reservation_plan
 from hai_slurm.priority.planner.search import shape
-from hai_slurm.priority.planner.types import Holder, Waiting
+from hai_slurm.priority.planner.types import Holder, PreemptionPlan, Waiting
 from hai_slurm.priority.policy.ladder import LADDER, RANK
 from hai_slurm.priority.policy.units import format_duration
 from hai_slurm.slurm_formats import INFINITE
@@ -203,6 +206,9 @@ class Narrowing(NamedTuple):
     whole: frozenset[int] = frozenset()
     """Jobs that take whole nodes: no reservation is checked for them here (the caller leaves
     the reservations' nodes out before it chooses their node size)."""
+    after_victims: Mapping[int, frozenset[str]] = MappingProxyType({})
+    """Per job, nodes where the planner's victims would free its GPUs but not its room
+    (:func:`plan_short`: a pass planned it there, and the plan was dropped)."""
 
 
 def narrow_allowed(snap: ClusterSnapshot, waiting: Sequence[Waiting], how: Narrowing
@@ -210,7 +216,7 @@ def narrow_allowed(snap: ClusterSnapshot, waiting: Sequence[Waiting], how: Narro
     """Each waiting job's allowed nodes (its own, else the cluster's) without those it cannot
     start on for want of room or for a reservation (see the module doc), for the jobs that lose
     some. One set object per distinct set: the planner keys its caches by them."""
-    holders, cluster, max_node_gpus, ahead, asked, closed, whole = how
+    holders, cluster, max_node_gpus, ahead, asked, closed, whole, after_victims = how
     now = float(snap.time)
     rooms: dict[str, _Room] | None = None
     lacking: dict[tuple[int, int], list[_Room]] = {}   # per (CPUs, MiB): nodes without them free
@@ -244,6 +250,9 @@ def narrow_allowed(snap: ClusterSnapshot, waiting: Sequence[Waiting], how: Narro
                 got = frozenset(r.name for r in few if _short(r, req, closed) is not None)
                 got = shorts[key_asked] = interned.setdefault(got, got)
             short = got
+            extra = after_victims.get(w.job_id)
+            if extra:
+                short = short | extra
         late = none
         if ahead and w.job_id not in whole:
             names = tuple(r[1] for r in reaches(job, ahead, now))
@@ -267,13 +276,36 @@ def narrow_allowed(snap: ClusterSnapshot, waiting: Sequence[Waiting], how: Narro
     return out
 
 
+def plan_short(snap: ClusterSnapshot, plan: PreemptionPlan, request: tuple[int, int]
+               ) -> frozenset[str]:
+    """The nodes of ``plan`` where its beneficiary, asking ``request`` (CPUs, MiB per node:
+    :func:`asks`), would still lack room once the plan's victims ended: the planner counts
+    GPUs, so the set it picks may free GPUs beside a job that keeps the CPUs (Slurm would not
+    start the beneficiary there, and the victims would give way for nothing)."""
+    cpus, mb = request
+    victims = [j for v in plan.victims if (j := snap.job(v.job_id)) is not None]
+    short = []
+    for node in snap.nodes:
+        if node.name not in plan.nodes:
+            continue
+        gained = [per_node_request(j) for j in victims if node.name in j.nodes]
+        room = _Room(node.name, 0,
+                     node.cpus - node.cpus_allocated + sum(c for c, _ in gained)
+                     if node.cpus > 0 else None,
+                     node.memory_mb - node.memory_allocated_mb + sum(m for _, m in gained)
+                     if node.memory_mb > 0 else None, (), ())
+        if _lacks(room, cpus, mb):
+            short.append(node.name)
+    return frozenset(short)
+
+
 def left_out_texts(snap: ClusterSnapshot, w: Waiting, how: Narrowing) -> list[str]:
     """Which of waiting ``w``'s allowed nodes :func:`narrow_allowed` leaves out, and why, one
     line per reason (nodes as a Slurm host list)."""
     job = snap.job(w.job_id)
     if job is None or w.gpus <= 0:
         return []
-    holders, cluster, max_node_gpus, ahead, asked, closed, wholes = how
+    holders, cluster, max_node_gpus, ahead, asked, closed, wholes, after_victims = how
     where = cluster if w.allowed is None else w.allowed
     groups: dict[str, list[str]] = {}
     request = asked.get(w.job_id)
@@ -285,6 +317,9 @@ def left_out_texts(snap: ClusterSnapshot, w: Waiting, how: Narrowing) -> list[st
             why = _short(room, req, closed)
             if why is not None:
                 groups.setdefault(f"{why} ({what} per node)", []).append(room.name)
+        for name in sorted(after_victims.get(w.job_id, frozenset()) & where):
+            groups.setdefault(f"the victims that free its GPUs there would not free the room "
+                              f"it asks ({what} per node)", []).append(name)
     if w.job_id not in wholes:
         limit = ("none" if job.time_limit is None or job.time_limit == INFINITE
                  else format_duration(60 * job.time_limit))

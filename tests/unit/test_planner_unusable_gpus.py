@@ -289,3 +289,39 @@ def test_an_exclusive_job_gets_no_node_a_reservation_ahead_keeps_it_off(tmp_path
     plan = last.plan_for(bene)
     assert plan is not None and plan.nodes != ("n4",), last.decisions[bene]
     assert started_on(world, bene) == plan.nodes
+
+
+def test_victims_that_free_gpus_but_not_the_cpus_asked_are_not_taken(tmp_path: Path) -> None:
+    """n1: LOW jobs "light" (4 GPUs, 1 CPU) and "heavy" (4 GPUs, 14 CPUs), 1 of 16 CPUs free;
+    n2-n4: an 8-GPU LOW job each. A HIGH job of 4 GPUs and 8 CPUs: the planner, counting
+    GPUs, took "light" (the cheapest 4 GPUs), which leaves 2 CPUs on n1, so Slurm would not
+    start the job there and "light" gave way for nothing. Now that pass is made again without
+    n1 for the job: the plan frees n2's GPUs and CPUs, the job starts there, and explain
+    names n1 and why."""
+    world = make_world(tmp_path)
+    light = world.victim("light", Behaviour(ack_after=0.5), gpus=4, cpus=1)
+    world.victim("heavy", Behaviour(ack_after=0.5), gpus=4, cpus=14)
+    for i in range(2, 5):
+        world.victim(f"v{i}", Behaviour(ack_after=0.5))
+    last, bene = plan_for_high_job(world, tmp_path, gpus=4, cpus=8)
+    (plan,) = last.plans
+    assert plan.beneficiary == bene and plan.nodes != ("n1",) and light not in plan.victim_ids
+    assert last.decisions[bene].outcome is Outcome.PREEMPT
+    assert world.fake.jobs[light].state is JobState.RUNNING
+    assert started_on(world, bene) == plan.nodes
+
+
+def test_a_plan_still_short_of_cpus_after_the_last_pass_is_dropped(tmp_path: Path) -> None:
+    """Every node as n1 above: each pass takes a "light" job on a node the next leaves out;
+    after three passes the last plan is dropped, no job gives way, and the verdict says why."""
+    world = make_world(tmp_path, nodes=3)
+    light = []
+    for i in range(1, 4):   # node i gets light i, then heavy i
+        light.append(world.victim(f"light{i}", Behaviour(ack_after=0.5), gpus=4, cpus=1))
+        world.victim(f"heavy{i}", Behaviour(ack_after=0.5), gpus=4, cpus=14)
+    last, bene = plan_for_high_job(world, tmp_path, gpus=4, cpus=8)
+    assert not last.plans and not world.fake.signals
+    decision = last.decisions[bene]
+    assert decision.outcome is Outcome.NO_VICTIMS
+    assert "would not free the CPUs or memory it asks there" in decision.reason, decision
+    assert all(world.fake.jobs[j].state is JobState.RUNNING for j in light)
