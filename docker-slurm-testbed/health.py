@@ -21,28 +21,31 @@ _UNUSABLE = frozenset({"down", "drain", "drng", "drained", "fail", "failg", "unk
                        "npc", "boot"})
 """``sinfo %t`` base states of a node that cannot run jobs (or soon will not)."""
 
-SINFO_NODES = ["sinfo", "-h", "-N", "-o", "%N %t"]
-"""The node listing :func:`node_problem` reads."""
+SINFO_NODES = ["sinfo", "-h", "-N", "-o", "%N %t %E"]
+"""The node listing :func:`node_problem` reads (name, compact state, Slurm's reason)."""
 
 
 def node_problem(sinfo_out: str, expected: tuple[str, ...]) -> str | None:
-    """Why the nodes in ``sinfo -h -N -o "%N %t"`` output cannot run jobs, or None if they can.
+    """Why the nodes in ``sinfo -h -N -o "%N %t %E"`` output cannot run jobs, or None if
+    they can.
 
     Busy, reserved (``resv``, ``maint``) and backfill-planned (``plnd``, a ``-`` suffix) nodes
-    are usable; down, drained, failed, unknown and not-responding (``*`` suffix) ones are not,
-    and so is a listing that misses one of the ``expected`` node names.
+    are usable; down, drained, failed, unknown and not-responding (``*`` suffix) ones are not
+    (named with Slurm's reason), and so is a listing that misses one of the ``expected`` nodes.
     """
-    states: dict[str, str] = {}
+    states: dict[str, tuple[str, str]] = {}
     for line in sinfo_out.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            states[parts[0]] = parts[1]
+        parts = line.split(None, 2)
+        if len(parts) >= 2:
+            reason = parts[2].strip() if len(parts) == 3 else ""
+            states[parts[0]] = (parts[1], "" if reason == "none" else reason)
     bad = {name: st for name, st in states.items()
-           if "*" in st or st.rstrip("*~#!%$@^-") in _UNUSABLE}
+           if "*" in st[0] or st[0].rstrip("*~#!%$@^-") in _UNUSABLE}
     missing = [name for name in expected if name not in states]
     if not bad and not missing:
         return None
-    parts = [f"node {name} is {st}" for name, st in sorted(bad.items())]
+    parts = [f"node {name} is {st}" + (f" ({why})" if why else "")
+             for name, (st, why) in sorted(bad.items())]
     if missing:
         parts.append("sinfo does not list " + ", ".join(missing))
     return "; ".join(parts)

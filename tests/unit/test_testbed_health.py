@@ -21,6 +21,11 @@ def test_down_drained_and_silent_nodes_are_named(state: str) -> None:
     assert node_problem(f"node1 idle\nnode2 {state}\n", NODES) == f"node node2 is {state}"
 
 
+def test_slurms_reason_is_named() -> None:
+    out = "node1 idle none\nnode2 drain Kill task failed\n"
+    assert node_problem(out, NODES) == "node node2 is drain (Kill task failed)"
+
+
 def test_a_node_sinfo_does_not_list_is_named() -> None:
     assert node_problem("node1 idle\n", NODES) == "sinfo does not list node2"
     assert node_problem("", NODES) == "sinfo does not list node1, node2"
