@@ -17,15 +17,15 @@ def mask_password(url: str) -> str:
     """``url`` with the password of its user part (``scheme://user:PASS@host``) and any
     ``password=`` query parameter replaced by ``***``; other URLs come back unchanged.
 
-    The user part ends at the last ``@`` before the query, so a password holding an unescaped
-    ``@`` is masked whole. A path right after ``://`` (``sqlite:///x@y.db``) has no user part.
+    The user part ends at the last ``@`` of the URL, so a password holding an unescaped ``@``,
+    ``?``, ``#`` or ``/`` (SQLAlchemy and redis-py take them raw) is masked whole; a query that
+    holds an ``@`` makes it mask more than the password, never less. A path right after
+    ``://`` (``sqlite:///x@y.db``) has no user part.
     """
     scheme, sep, rest = url.partition("//")  # "//", not "://": a typo'd scheme is masked too
     if sep:
-        query_at = rest.find("?")
-        head = rest if query_at < 0 else rest[:query_at]
-        at = head.rfind("@")
-        userinfo = head[:at] if at >= 0 else ""
+        at = rest.rfind("@")
+        userinfo = rest[:at] if at >= 0 else ""
         if not userinfo.startswith("/") and ":" in userinfo:
             user = userinfo.partition(":")[0]
             url = f"{scheme}//{user}:{MASK}@{rest[at + 1:]}"

@@ -9,9 +9,10 @@ from pathlib import Path
 import click
 
 from hai_slurm.errors import ConfigError, HaiSlurmError
-from hai_slurm.priority.config.loader import DaemonConfig, load_config
+from hai_slurm.priority.config.loader import MIN_CYCLE, DaemonConfig, load_config
 from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption, tune_gc
 from hai_slurm.priority.daemon.loop import Outcome
+from hai_slurm.priority.daemon.metrics import DaemonMetrics
 from hai_slurm.priority.store.engine import default_sqlite_url, masked
 
 DEFAULT_STATE_DIR = "/var/lib/hai-slurm"
@@ -30,13 +31,25 @@ def daemon_config(config_path: str | None, state_dir: str | None,
         cfg = DaemonConfig(state_dir=str(directory),
                            database_url=default_sqlite_url(directory))
     if interval is not None:
-        if interval <= 0 or interval >= cfg.intervals.lock_ttl:
-            raise ConfigError(f"must be > 0 and shorter than intervals.lock_ttl "
+        if not MIN_CYCLE <= interval < cfg.intervals.lock_ttl:   # nan fails both tests
+            raise ConfigError(f"must be at least {MIN_CYCLE:g} s (each cycle reads every job "
+                              f"from slurmctld) and shorter than intervals.lock_ttl "
                               f"({cfg.intervals.lock_ttl:g} s), or the leader lease expires "
                               "between two cycles", key="--interval", value=interval)
         cfg = dataclasses.replace(cfg, intervals=dataclasses.replace(cfg.intervals,
                                                                      cycle=interval))
     return cfg
+
+
+def serve_metrics(metrics: DaemonMetrics, port: int, addr: str) -> None:
+    """Start the Prometheus endpoint; a busy port or an address not of this host is a
+    :class:`ConfigError` naming ``metrics_port`` and ``--metrics-addr``."""
+    try:
+        metrics.serve(port, addr)
+    except OSError as err:
+        raise ConfigError(f"cannot serve metrics on {addr}:{port} ({err.strerror or err}); "
+                          "free the port, set metrics_port to another (0 turns the endpoint "
+                          "off) or fix --metrics-addr", key="metrics_port", value=port) from None
 
 
 @click.command("daemon")
@@ -101,7 +114,7 @@ def daemon(config_path: str | None, once: bool, interval: float | None, state_di
     d = build_daemon(cfg, preempt=preempt, shadow=True) if shadow else \
         build_daemon(cfg, preempt=preempt)
     if cfg.metrics_port and not once:
-        d.metrics.serve(cfg.metrics_port, metrics_addr)
+        serve_metrics(d.metrics, cfg.metrics_port, metrics_addr)
     logging.getLogger("hai_slurm.priority.daemon.loop").warning(
         "daemon %s starting: database %s, cycle every %g s%s; %s", d.owner,
         masked(cfg.database_url), cfg.intervals.cycle,

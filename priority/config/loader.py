@@ -9,6 +9,7 @@ see :mod:`hai_slurm.priority.config.cluster`), teams and class facts come from t
 
 from __future__ import annotations
 
+import math
 import stat
 import tomllib
 from dataclasses import dataclass, field
@@ -27,7 +28,15 @@ from hai_slurm.priority.config.cluster import (
     reject_teams,
 )
 from hai_slurm.priority.config.preempt import PREEMPT_KEYS, PreemptConfig, read_preempt
-from hai_slurm.priority.config.toml_reader import Source, Table, boolean, integer, number, string
+from hai_slurm.priority.config.toml_reader import (
+    Source,
+    Table,
+    boolean,
+    class_keys,
+    integer,
+    number,
+    string,
+)
 from hai_slurm.priority.policy.ladder import LADDER, class_names, parse_class, rank
 from hai_slurm.priority.policy.settings import (
     DEFAULT_CLASSES,
@@ -86,8 +95,9 @@ class DaemonConfig:
 def load_config(path: str | Path) -> DaemonConfig:
     """Read and validate the TOML file at ``path``.
 
-    A file that holds a password (in ``database_url`` or ``redis_url``) and that every local
-    user may read is refused, as ssh refuses a private key others can read: a warning in a
+    A file others than its owner may write is refused (it decides whose jobs are preempted),
+    and so is a file that holds a password (in ``database_url`` or ``redis_url``) and that
+    every local user may read, as ssh refuses a private key others can read: a warning in a
     daemon's log is easily missed while the password is already exposed, and the fix is one
     ``chmod``.
     """
@@ -109,7 +119,21 @@ def load_config(path: str | Path) -> DaemonConfig:
             "user can read this "
             f"file (mode {stat.filemode(mode)}); run `chmod 600 {file}` (or 640 with a group "
             "only the daemon's admins are in), then start again", source=str(file))
+    _refuse_writable(file, mode)
+    if cfg.description is not None:
+        described = Path(cfg.description.source)
+        _refuse_writable(described, described.stat().st_mode)
     return cfg
+
+
+def _refuse_writable(file: Path, mode: int) -> None:
+    """Refuse a daemon or cluster file others than its owner may write: it decides whose jobs
+    the daemon (a Slurm operator) preempts, as sshd refuses a writable authorized_keys."""
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"others may write this file (mode {stat.filemode(mode)}), and it decides whose jobs "
+            f"the daemon (a Slurm operator) preempts; run `chmod go-w {file}`, then start again",
+            source=str(file))
 
 
 def parse_config(text: str, *, source: str = "<string>",
@@ -135,11 +159,12 @@ def parse_config(text: str, *, source: str = "<string>",
 
     iv = root.sub("intervals")
     intervals = Intervals(
-        cycle=iv.get("cycle", 30.0, _positive_duration, _DURATION_FORMS + ", > 0"),
+        cycle=iv.get("cycle", 30.0, _cycle, _DURATION_FORMS + f", at least {MIN_CYCLE:g}s"),
         lock_ttl=iv.get("lock_ttl", 90.0, _positive_duration, _DURATION_FORMS + ", > 0"),
         backoff_max=iv.get("backoff_max", 300.0, _positive_duration, _DURATION_FORMS + ", > 0"),
-        urgent_poll=iv.get("urgent_poll", 1.0, _duration,
-                           _DURATION_FORMS + " (0 turns the urgent path off)"),
+        urgent_poll=iv.get("urgent_poll", 1.0, _urgent_poll,
+                           _DURATION_FORMS + f", at least {MIN_URGENT_POLL:g}s (0 turns the "
+                           "urgent path off)"),
         writes_per_cycle=iv.get("writes_per_cycle", 1000, integer(0, 10_000_000),
                                 "a whole number of priority writes, 0 for no limit"),
     )
@@ -224,17 +249,9 @@ def parse_config(text: str, *, source: str = "<string>",
                         preempt=preempt)
 
 
-def _class_key(table: Table, name: str) -> PriorityClass:
-    """A table key that must be a class name (a near miss gets a suggestion)."""
-    try:
-        return parse_class(name)
-    except ConfigError as err:
-        raise table.error(name, str(err).split(": ", 1)[-1]) from None
-
-
 def _read_classes(table: Table, description: ClusterDescription | None,
                   ) -> dict[PriorityClass, ClassPolicy]:
-    given = {_class_key(table, name): name for name in table.names()}
+    given = class_keys(table)
     facts = class_facts(description) if description is not None else None
     out: dict[PriorityClass, ClassPolicy] = {}
     for cls in LADDER:
@@ -267,8 +284,7 @@ def _read_team(table: Table) -> TeamQuota:
                         "a list of class names: " + ", ".join(class_names()))
     per_class = table.sub("class_gpus")
     class_gpus: dict[PriorityClass, int] = {}
-    for name in per_class.names():
-        cls = _class_key(per_class, name)
+    for cls, name in class_keys(per_class).items():
         class_gpus[cls] = per_class.get(name, 0, integer(0), "an integer >= 0")
     table.finish()
     return TeamQuota(gpus=gpus, cpus=cpus, memory_mb=memory,
@@ -281,6 +297,33 @@ def _cls(value: object) -> PriorityClass:
 
 def _duration(value: object) -> float:
     return parse_duration(value)
+
+
+MIN_CYCLE = 1.0
+"""The shortest cycle (``[intervals] cycle``, ``daemon --interval``): a cycle reads every job
+from slurmctld, so shorter ones only load it."""
+MIN_URGENT_POLL = 0.1
+"""The shortest ``[intervals] urgent_poll`` other than 0 (one ``squeue`` of the pending jobs
+per poll)."""
+
+
+def check_cycle(seconds: float) -> float:
+    """``seconds`` as a cycle: finite and at least :data:`MIN_CYCLE` (ValueError otherwise)."""
+    if not math.isfinite(seconds) or seconds < MIN_CYCLE:
+        raise ValueError(f"a cycle is at least {MIN_CYCLE:g} s (each one reads every job from "
+                         "slurmctld)")
+    return seconds
+
+
+def _cycle(value: object) -> float:
+    return check_cycle(parse_duration(value))
+
+
+def _urgent_poll(value: object) -> float:
+    seconds = parse_duration(value)
+    if 0 < seconds < MIN_URGENT_POLL:
+        raise ValueError(f"0 (off) or at least {MIN_URGENT_POLL:g} s (each poll is a squeue)")
+    return seconds
 
 
 def _positive_duration(value: object) -> float:
@@ -308,10 +351,34 @@ def _nonempty(value: object) -> str:
 
 
 def _db_url(value: object) -> str:
+    """A database URL checked as far as the standard library can, as SQLAlchemy reads it: a
+    SQLite file is ``sqlite:///PATH`` (``sqlite://PATH`` would take PATH's first part for a
+    host and drop it), a server URL has a host and a numeric port if any."""
     text = _nonempty(value)
-    if not text.startswith(("sqlite://", "mysql+pymysql://", "mariadb+pymysql://")):
+    if text.startswith("sqlite://"):
+        if text != "sqlite://" and not text.startswith("sqlite:///"):
+            raise ValueError("a SQLite file is sqlite:///RELATIVE/PATH or sqlite:////ABS/PATH "
+                             "(three slashes, then the path)")
+        return text
+    if not text.startswith(("mysql+pymysql://", "mariadb+pymysql://")):
         raise ValueError("unsupported database URL scheme")
+    _host_port(text, "mysql+pymysql://USER:PASS@HOST:PORT/DB")
     return text
+
+
+def _host_port(text: str, form: str) -> None:
+    """Check the host and port of a server URL; the user part ends at the last ``@`` (a
+    password may hold ``?`` or ``/``, as SQLAlchemy reads it)."""
+    rest = text.partition("//")[2]
+    hostport = rest[rest.rfind("@") + 1:].split("/", 1)[0].split("?", 1)[0]
+    host, colon, port = hostport.rpartition(":") if not hostport.endswith("]") else (
+        hostport, "", "")
+    if not colon:
+        host, port = hostport, ""
+    if not host:
+        raise ValueError(f"no host ({form})")
+    if colon and not port.isdigit():
+        raise ValueError(f"the port is not a number ({form})")
 
 
 def _redis_url(value: object) -> str:
@@ -321,6 +388,9 @@ def _redis_url(value: object) -> str:
     if not text.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError("unsupported Redis URL scheme (redis://, rediss:// or unix://)")
     url = urlsplit(text)
+    if "@" in text.partition("//")[2] and "@" not in url.netloc:
+        raise ValueError("the password holds '?', '#' or '/', which redis-py reads as the end "
+                         "of the host: percent-encode them (%3F, %23, %2F)")
     if url.scheme == "unix":
         if not url.path:
             raise ValueError("a unix:// URL needs the socket's path (unix:///run/redis.sock)")

@@ -21,10 +21,17 @@ from types import MappingProxyType
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.config.toml_reader import Table, boolean, integer, number, string
+from hai_slurm.priority.config.toml_reader import (
+    Table,
+    boolean,
+    class_keys,
+    integer,
+    number,
+    string,
+)
 from hai_slurm.priority.executor.types import ExecutorSettings
 from hai_slurm.priority.planner.types import PlannerConfig
-from hai_slurm.priority.policy.ladder import class_names, parse_class
+from hai_slurm.priority.policy.ladder import class_names
 from hai_slurm.priority.policy.units import parse_duration
 
 PREEMPT_KEYS = ("planner", "executor")
@@ -120,22 +127,14 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
 def _min_runs(table: Table) -> MappingProxyType[PriorityClass, float]:
     """``[planner.class_min_run_time]``: per victim class, durations."""
     out: dict[PriorityClass, float] = {}
-    for name in table.names():
-        try:
-            cls = parse_class(name)
-        except ConfigError as err:
-            raise table.error(name, str(err).split(": ", 1)[-1]) from None
+    for cls, name in class_keys(table).items():
         out[cls] = table.get(name, 0.0, _duration, _DURATION)
     return MappingProxyType(out)
 
 
 def _weights(table: Table, d: PlannerConfig) -> MappingProxyType[PriorityClass, float]:
     out = dict(d.class_weights)
-    for name in table.names():
-        try:
-            cls = parse_class(name)
-        except ConfigError as err:
-            raise table.error(name, str(err).split(": ", 1)[-1]) from None
+    for cls, name in class_keys(table).items():
         out[cls] = table.get(name, out[cls], number(0.0), "a number >= 0; classes: "
                              + ", ".join(class_names()))
     return MappingProxyType(out)
@@ -162,6 +161,9 @@ def _signal_name(value: object) -> str:
     name = string(value).strip().upper().removeprefix("SIG")
     if name == "USR1":
         raise ValueError("USR1 is taken by NCCL")
+    if name in ("KILL", "STOP", "CONT"):
+        raise ValueError(f"SIG{name} cannot be caught or ignored, so no job could save on it; "
+                         "use USR2 (the job library's default)")
     if name not in signal.Signals.__members__ and f"SIG{name}" not in signal.Signals.__members__:
         raise ValueError(f"unknown signal {value!r}")
     return name

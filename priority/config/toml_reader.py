@@ -6,13 +6,15 @@ key, the bad value and what is allowed, with a "did you mean" for near misses.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from hai_slurm.classes import PriorityClass
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.policy.ladder import suggest
+from hai_slurm.priority.policy.ladder import parse_class, suggest
 from hai_slurm.urls import mask_password
 
 T = TypeVar("T")
@@ -130,6 +132,8 @@ def number(minimum: float, maximum: float | None = None) -> Callable[[object], f
     def convert(value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(f"expected a number, got {type(value).__name__}")
+        if not math.isfinite(value):   # TOML's nan passes both range tests below
+            raise ValueError("must be a finite number (TOML nan and inf are not)")
         if value < minimum or (maximum is not None and value > maximum):
             raise ValueError("out of range")
         return float(value)
@@ -149,3 +153,20 @@ def string(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
     return value
+
+
+def class_keys(table: Table) -> dict[PriorityClass, str]:
+    """The keys of ``table`` that must be class names, by class: a near miss gets a
+    suggestion, and two keys naming one class (``high`` and ``HIGH``: class names are read
+    in any case) are refused rather than one silently dropping the other."""
+    out: dict[PriorityClass, str] = {}
+    for name in table.names():
+        try:
+            cls = parse_class(name)
+        except ConfigError as err:
+            raise table.error(name, str(err).split(": ", 1)[-1]) from None
+        if cls in out:
+            raise table.error(name, f"names class {cls.name} as {out[cls]!r} does; keep one "
+                                    "of the two")
+        out[cls] = name
+    return out

@@ -33,10 +33,15 @@ def parse_duration(value: object) -> float:
     if isinstance(value, str):
         text = value.strip()
         if re.fullmatch(r"\d+(?:\.\d+)?", text):
+            if not math.isfinite(float(text)):
+                raise ValueError("a duration must be a finite number of seconds")
             return float(text)
         parts = _DURATION.findall(text)
         if parts and "".join(a + u for a, u in parts) == re.sub(r"\s+", "", text):
-            return sum(float(a) * _SECONDS[u.lower()] for a, u in parts)
+            seconds = sum(float(a) * _SECONDS[u.lower()] for a, u in parts)
+            if not math.isfinite(seconds):   # hundreds of digits overflow to inf
+                raise ValueError("a duration must be a finite number of seconds")
+            return seconds
     raise ValueError("not a duration")
 
 

@@ -102,6 +102,25 @@ high = 2
     ('redis_url = "unix://"\n', ["redis_url", "socket's path"]),
     ("x = [\n", ["not valid TOML"]),
     ('fairness = 3\n', ["fairness = 3", "expected a table"]),
+    ('[fair_share]\nquantum = nan\n', ["fair_share.quantum = nan", "finite number"]),
+    ('[fairness]\ndemote_excess = nan\n', ["fairness.demote_excess", "finite number"]),
+    (f'[classes.HIGH]\nmax_wait = "{"9" * 400}s"\n', ["classes.HIGH.max_wait",
+                                                        "finite number of seconds"]),
+    ('[classes.high]\nmax_wait = "1m"\n[classes.HIGH]\nmax_wait = "20m"\n',
+     ["classes.HIGH", "names class HIGH as 'high' does; keep one"]),
+    ('[planner.class_weights]\nHIGH = 30\nhigh = 0\n',
+     ["planner.class_weights.high", "names class HIGH as 'HIGH' does"]),
+    ('[teams.v.class_gpus]\nLOW = 1\nlow = 2\n', ["teams.v.class_gpus.low", "keep one"]),
+    ('[planner.class_min_run_time]\nLOW = 1\nLow = 2\n', ["class_min_run_time.Low"]),
+    ('database_url = "sqlite://var/lib/hai.db"\n', ["database_url", "three slashes"]),
+    ('database_url = "mysql+pymysql://hai:x@db:33o6/hai"\n', ["database_url",
+                                                             "port is not a number"]),
+    ('database_url = "mysql+pymysql://hai:x@/hai"\n', ["database_url", "no host"]),
+    ('redis_url = "redis://:s3cr?t@127.0.0.1:6379/0"\n', ["redis_url", "percent-encode"]),
+    ('[executor]\nsignal = "KILL"\n', ["executor.signal", "cannot be caught"]),
+    ('[executor]\nsignal = "SIGSTOP"\n', ["executor.signal", "cannot be caught"]),
+    ('[intervals]\ncycle = "0.01s"\n', ["intervals.cycle", "at least 1 s"]),
+    ('[intervals]\nurgent_poll = "0.001s"\n', ["intervals.urgent_poll", "at least 0.1 s"]),
 ])
 def test_bad_configurations_name_file_line_key_value_and_what_is_allowed(
         text: str, expected: list[str]) -> None:
@@ -118,3 +137,22 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     """A path that cannot be read says so, naming the file."""
     with pytest.raises(ConfigError, match="cannot read the configuration"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_a_config_others_may_write_is_refused(tmp_path: Path) -> None:
+    """The daemon file, and the cluster description it names, decide whose jobs are
+    preempted: writable by group or others, they are refused with the chmod that fixes it."""
+    (tmp_path / "cluster.toml").write_text(
+        (Path(__file__).parents[2] / "conf" / "examples" / "cluster.toml").read_text())
+    path = tmp_path / "daemon.toml"
+    path.write_text(f'state_dir = "{tmp_path}"\ncluster = "cluster.toml"\n')
+    for mode in (0o664, 0o646):
+        path.chmod(mode)
+        with pytest.raises(ConfigError, match=rf"chmod go-w {path}"):
+            load_config(path)
+    path.chmod(0o644)
+    (tmp_path / "cluster.toml").chmod(0o666)
+    with pytest.raises(ConfigError, match=r"cluster.toml: others may write this file"):
+        load_config(path)
+    (tmp_path / "cluster.toml").chmod(0o644)
+    assert load_config(path).description is not None

@@ -24,11 +24,34 @@ def test_defaults_put_sqlite_under_the_state_dir(tmp_path: Path) -> None:
     assert cfg.intervals.cycle == 5.0 and cfg.redis_url is None
 
 
-def test_interval_not_shorter_than_the_lease_is_refused(tmp_path: Path) -> None:
-    """An interval >= lock_ttl would let the lease expire between cycles: a clear error."""
-    with pytest.raises(ConfigError, match=r"--interval: must be > 0 and shorter than "
-                                          r"intervals.lock_ttl \(90 s\)"):
-        daemon_config(None, str(tmp_path), 90.0)
+@pytest.mark.parametrize("interval", [90.0, 0.2, 0.0, float("nan"), float("inf")])
+def test_interval_not_shorter_than_the_lease_is_refused(tmp_path: Path,
+                                                         interval: float) -> None:
+    """An interval >= lock_ttl would let the lease expire between cycles, one under a second
+    (or nan, which passed every comparison and made cycles run back to back) would load
+    slurmctld: a clear error."""
+    with pytest.raises(ConfigError, match=r"--interval: must be at least 1 s .* and shorter "
+                                          r"than intervals.lock_ttl \(90 s\)"):
+        daemon_config(None, str(tmp_path), interval)
+
+
+def test_a_busy_metrics_port_is_a_clear_error() -> None:
+    """The metrics endpoint's port in use, or an address not of this host: the error names
+    metrics_port and the address (the daemon command printed a traceback)."""
+    import socket
+
+    from hai_slurm.priority.cli.daemon import serve_metrics
+    from hai_slurm.priority.daemon.metrics import DaemonMetrics
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"metrics_port: cannot serve metrics on "
+                                              rf"127.0.0.1:{port} \(.*\); free the port"):
+            serve_metrics(DaemonMetrics(), port, "127.0.0.1")
+    with pytest.raises(ConfigError, match="--metrics-addr"):
+        serve_metrics(DaemonMetrics(), port, "no-such-host.invalid")
 
 
 def test_cli_reports_a_bad_config_file(tmp_path: Path) -> None:

@@ -101,10 +101,12 @@ def _unit() -> dict[str, list[str]]:
 
 
 def test_systemd_unit_runs_check_first_and_is_hardened() -> None:
-    """Not root, restarted on failure, --check before start, the usual hardening; the flags it
-    uses exist in the command."""
+    """Not root, restarted on failure for as long as it takes, --check before start, the
+    usual hardening; the flags it uses exist in the command."""
     unit = _unit()
     assert unit["User"] == ["hai-slurm"] and unit["Restart"] == ["on-failure"]
+    # systemd never stops restarting it (a burst limit inside the interval gave up for good)
+    assert unit["StartLimitIntervalSec"] == ["0"]
     assert unit["ExecStartPre"][0].endswith("hai-slurm daemon --check")
     assert unit["ExecStart"][0].endswith("hai-slurm daemon")
     for key, value in (("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),

@@ -27,6 +27,9 @@ from hai_slurm.urls import has_password, mask_password
     ("sqlite:////var/lib/hai-slurm/hai-slurm.db", "sqlite:////var/lib/hai-slurm/hai-slurm.db"),
     ("sqlite:///tmp/u:x@y.db", "sqlite:///tmp/u:x@y.db"),
     ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ("mysql+pymysql://hai:s3cr?t@db.example/hai", "mysql+pymysql://hai:***@db.example/hai"),
+    ("redis://:s3cr?t@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+    ("redis://:a#b/c@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
 ])
 def test_mask_password(url: str, shown: str) -> None:
     """Passwords in the user part or the query are hidden; URLs without one are unchanged."""
