@@ -95,8 +95,8 @@ class DaemonConfig:
 def load_config(path: str | Path) -> DaemonConfig:
     """Read and validate the TOML file at ``path``.
 
-    A file others than its owner may write is refused (it decides whose jobs are preempted),
-    and so is a file that holds a password (in ``database_url`` or ``redis_url``) and that
+    A file every local user may write is refused (it decides whose jobs are preempted), and
+    so is a file that holds a password (in ``database_url`` or ``redis_url``) and that
     every local user may read, as ssh refuses a private key others can read: a warning in a
     daemon's log is easily missed while the password is already exposed, and the fix is one
     ``chmod``.
@@ -127,13 +127,15 @@ def load_config(path: str | Path) -> DaemonConfig:
 
 
 def _refuse_writable(file: Path, mode: int) -> None:
-    """Refuse a daemon or cluster file others than its owner may write: it decides whose jobs
-    the daemon (a Slurm operator) preempts, as sshd refuses a writable authorized_keys."""
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+    """Refuse a daemon or cluster file every local user may write: it decides whose jobs the
+    daemon (a Slurm operator) preempts, as sshd refuses a world-writable authorized_keys. (A
+    group-writable file is common under a umask of 002 with a group per user; the group is
+    the owner's choice.)"""
+    if mode & stat.S_IWOTH:
         raise ConfigError(
-            f"others may write this file (mode {stat.filemode(mode)}), and it decides whose jobs "
-            f"the daemon (a Slurm operator) preempts; run `chmod go-w {file}`, then start again",
-            source=str(file))
+            f"every local user may write this file (mode {stat.filemode(mode)}), and it decides "
+            f"whose jobs the daemon (a Slurm operator) preempts; run `chmod o-w {file}`, then "
+            "start again", source=str(file))
 
 
 def parse_config(text: str, *, source: str = "<string>",
