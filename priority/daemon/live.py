@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from hai_slurm.errors import ConfigError, StateError
 from hai_slurm.priority.config.loader import DaemonConfig
@@ -154,9 +155,12 @@ def not_planned(job: Job, claims: Claims, now: float, soon: float) -> str:
 
 
 def open_repository(config: DaemonConfig) -> Repository:
-    """The daemon's database, read as it is (never migrated or created here)."""
+    """The daemon's database, read as it is (never migrated or created here: connecting to
+    an absent SQLite file would create it, owned by whoever ran the command)."""
     engine = make_engine(config.database_url)
-    if current_revision(engine) is None:
+    file = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if (file and file != ":memory:" and not file.startswith("file:")
+            and not Path(file).exists()) or current_revision(engine) is None:
         raise StateError(f"database {masked(config.database_url)} holds no daemon state yet; "
                          "start the daemon (hai-slurm daemon) or pass --config with its "
                          "database_url")

@@ -71,3 +71,11 @@ def test_history_without_a_daemon_database_says_what_to_do(tmp_path: Path) -> No
     res = CliRunner().invoke(cli, ["preempt", "history", "--state-dir", str(tmp_path)])
     assert res.exit_code == 1
     assert "holds no daemon state yet; start the daemon" in res.output
+
+
+def test_history_in_an_empty_state_dir_creates_no_database(tmp_path: Path) -> None:
+    """A read-only command never creates the daemon's SQLite file (it would be the caller's,
+    root's say, and keep the daemon's user from writing it)."""
+    res = CliRunner().invoke(cli, ["preempt", "history", "--state-dir", str(tmp_path)])
+    assert res.exit_code == 1 and "holds no daemon state yet" in res.output, res.output
+    assert list(tmp_path.iterdir()) == []
