@@ -160,6 +160,9 @@ class Daemon:
         self._memo = CycleMemo()
         """What :func:`~.cycle.decide` keeps from cycle to cycle (:class:`~.cycle.CycleMemo`)."""
         self._standby_logged = False
+        self._metrics_restored = False
+        """Whether the counters were raised to the stored totals (once per process: later,
+        on taking the lease, a jump by another leader's cycles would look like a burst)."""
         self._last_renew = -math.inf
         """Monotonic time of the last lease renewal between cycles."""
         self._seen_at: tuple[float, float] | None = None
@@ -246,9 +249,17 @@ class Daemon:
             log.warning("leader lease taken by %s; this daemon is active", self.owner)
             self.repository.forget_kept_jobs()  # another daemon may have led meanwhile
             self.totals = Totals.from_json(self.repository.get_value(TOTALS_KEY))
-            self.metrics.restore(self.totals)
             self._standby_logged = False
-        elif not leader and (self.leader or not self._standby_logged):
+        if not self._metrics_restored:
+            # a new process's counters start at the lifetime totals (Prometheus sees a new
+            # series there, not a burst); a standby's too, so that taking the lease later
+            # adds only its own cycles
+            self.metrics.restore(self.totals if leader else
+                                 Totals.from_json(self.repository.get_value(TOTALS_KEY)))
+            self._metrics_restored = True
+        if not leader and self.leader:
+            self.metrics.stand_by()   # the leader's figures are not this daemon's any more
+        if not leader and (self.leader or not self._standby_logged):
             holder = self.lock.holder(now)
             who = f"{holder.owner} until {holder.expires_at:.0f}" if holder else "another daemon"
             log.warning("standing by: the leader lease is held by %s; this daemon writes nothing "

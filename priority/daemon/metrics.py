@@ -172,6 +172,18 @@ class DaemonMetrics:
             if totals[name] > have:
                 counter.inc(totals[name] - have)
 
+    def stand_by(self) -> None:
+        """Clear what describes the cluster as the leader saw it (jobs, waits, verdicts, open
+        plans): a daemon that lost the lease exported its last figures for good, so alerts
+        over every daemon (``max by``) fired on a standby's stale values and sums counted
+        jobs twice. The leader gauge and the counters stay."""
+        for labelled in (self.jobs, self.queue_delay, self.queue_delay_mean, self.verdicts,
+                         self.bound_ratio, self.past_half_bound):
+            labelled.clear()
+        for gauge in (self.protected_teams, self.writes_deferred, self.open_plans,
+                      self.oldest_open_plan):
+            gauge.set(0)
+
     def observe(self, decision: Decision, now: float) -> None:
         """Gauges and counters of one successful cycle."""
         result = decision.result

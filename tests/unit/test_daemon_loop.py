@@ -101,6 +101,34 @@ def test_second_daemon_stands_by_until_the_lease_expires(tmp_path: Path,
     assert a.run_once().outcome is Outcome.STANDBY
 
 
+def test_a_daemon_that_loses_the_lease_clears_its_figures_and_the_new_leader_does_not_jump(
+        tmp_path: Path) -> None:
+    """A leads and exports the queue's figures; B, standing by, starts its counters at the
+    stored totals. When A's lease runs out and B takes over, B counts only its own cycles on
+    top (raising them to A's totals then looked like a burst of cycles), and A, standing by,
+    no longer exports the jobs and waits it saw (alerts over every daemon fired on them)."""
+    r = rig(tmp_path, cycle=10, lock_ttl=30)
+    r.submit(PriorityClass.HIGH)
+    a, b = r.daemon("A"), r.daemon("B")
+    assert a.run_once().outcome is Outcome.OK
+    assert b.run_once().outcome is Outcome.STANDBY
+    started = sample(b.metrics, "hai_priority_cycles_total", {"outcome": "ok"})
+    assert started == 1
+    for _ in range(3):
+        r.tick(10)
+        assert a.run_once().outcome is Outcome.OK
+    high = {"priority_class": "HIGH", "state": "pending"}
+    assert sample(a.metrics, "hai_priority_jobs", high) == 1
+    r.tick(31)
+    assert b.run_once().outcome is Outcome.OK
+    assert sample(b.metrics, "hai_priority_cycles_total", {"outcome": "ok"}) == started + 1
+    assert b.totals.values["cycles"] == 5   # the stored lifetime totals go on
+    assert a.run_once().outcome is Outcome.STANDBY
+    assert a.metrics.registry.get_sample_value("hai_priority_jobs", high) is None   # gone
+    assert sample(a.metrics, "hai_priority_leader") == 0
+    assert sample(b.metrics, "hai_priority_jobs", high) == 1
+
+
 def test_restart_keeps_every_counter(tmp_path: Path) -> None:
     """A daemon replaced without clean shutdown: totals, tags, tracked jobs and events survive."""
     classes = dict(PolicyConfig().classes)
