@@ -99,6 +99,9 @@ class JobReport:
     phase: PhaseRecord | None
     ack: Ack | None
     problems: tuple[str, ...] = ()
+    denied: bool = False
+    """The reader may not open the control directory (EACCES: a home directory of mode 0700
+    above it, say): nothing the job writes there will ever be seen by this reader."""
 
     @property
     def acknowledged(self) -> bool:
@@ -350,7 +353,8 @@ def read_job_report(control_dir: str | os.PathLike[str], job_id: str, expected_u
     except OSError as err:
         reason = ("is a symbolic link or not a directory" if err.errno in (errno.ELOOP,
                   errno.ENOTDIR) else err.strerror or str(err))
-        return JobReport(job_id, None, None, (f"control directory {path}: {reason}",))
+        return JobReport(job_id, None, None, (f"control directory {path}: {reason}",),
+                         denied=err.errno in (errno.EACCES, errno.EPERM))
     try:
         problem = _owner_problem(os.fstat(dir_fd), f"control directory {path}", expected_uid)
         if problem:

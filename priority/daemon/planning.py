@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
+from hai_slurm.checkpoint.protocol import control_dir_of
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.errors import SlurmError
@@ -101,6 +102,8 @@ class SnapshotPlanner:
         self._narrowing: tuple[ClusterSnapshot, tuple[Waiting, ...], Narrowing] | None = None
         """The last pass's snapshot, its waiting jobs before :func:`narrow_allowed` and what
         else it weighed (for :meth:`left_out`)."""
+        self._denied_logged: frozenset[int] = frozenset()
+        """Jobs :meth:`_denied` logged already (while they stay denied)."""
         self.unplanned: str | None = None
         """Why the last pass planned no job at all, when it was not for want of one (reading
         Slurm's reservations failed)."""
@@ -162,7 +165,9 @@ class SnapshotPlanner:
         measured = {} if self.save_times is None else self.save_times.update(
             (SaveSource(jid, ckpt, uid) for jid, (ckpt, _, uid) in records.items() if ckpt),
             view.now)
-        saves = save_estimates({jid: (ckpt, grace) for jid, (ckpt, grace, _) in records.items()},
+        denied = self._denied(records)
+        saves = save_estimates({jid: (ckpt if jid not in denied else None, grace)
+                                for jid, (ckpt, grace, _) in records.items()},
                                {j: m.save for j, m in measured.items() if m.save is not None})
         # a measured restart may lower the configured one, never raise it
         restarts = {j: min(m.restart, self.config.restart_for(len(counts.get(j) or {}) or 1))
@@ -194,6 +199,24 @@ class SnapshotPlanner:
         self._narrowing = (snap, waiting, how)
         return PlanSnapshot(topology, holders, _narrowed(snap, waiting, how), float(snap.time),
                             closed)
+
+    def _denied(self, records: Mapping[int, tuple[str | None, int | None, int]]
+                ) -> frozenset[int]:
+        """The running jobs with a checkpoint directory whose control directory the daemon may
+        not open (:attr:`SaveTimes.denied`): weighed as jobs that cannot save on request, since
+        no acknowledgement of theirs would be seen; each is logged once, with the fix."""
+        if self.save_times is None or not self.save_times.denied:
+            return frozenset()
+        denied = frozenset(j for j in self.save_times.denied if records.get(j, (None,))[0])
+        for jid in sorted(denied - self._denied_logged):
+            log.warning(
+                "job %d: the daemon may not open its control directory %s (permission "
+                "denied), so it would never see the job acknowledge a checkpoint request; it "
+                "is weighed as a job that cannot save. Let the daemon's user traverse the "
+                "checkpoint directory's parents (chmod o+x, or setfacl -m u:USER:x)", jid,
+                control_dir_of(records[jid][0] or "", jid))
+        self._denied_logged = denied
+        return denied
 
     def left_out(self, job_id: int) -> list[str]:
         """Which nodes the last pass left out of waiting ``job_id``'s plans for want of room

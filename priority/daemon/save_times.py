@@ -72,6 +72,10 @@ class SaveTimes:
         self._measured: dict[int, Measured] = {}
         self.reads = 0
         """Files read so far (for tests and metrics)."""
+        self.denied: set[int] = set()
+        """Running jobs whose control directory the daemon may not open (its user lacks the
+        permission): their acknowledgements would never be seen, so the planner weighs them
+        as jobs that cannot save on request (``SnapshotPlanner``)."""
 
     def update(self, sources: Iterable[SaveSource], now: float) -> dict[int, Measured]:
         """Read the due jobs of ``sources`` (the running jobs that save on request) and return
@@ -82,6 +86,7 @@ class SaveTimes:
         for gone in [j for j in self._read_at if j not in wanted]:
             del self._read_at[gone]
             self._measured.pop(gone, None)
+            self.denied.discard(gone)
         never = float("-inf")
         due = sorted((self._read_at.get(j, never), j) for j in wanted
                      if not 0 <= now - self._read_at.get(j, never) < self.refresh)
@@ -89,7 +94,12 @@ class SaveTimes:
             src = wanted[jid]
             self._read_at[jid] = now
             self.reads += 1
-            phase = self.reader(src.control_dir, str(jid), src.uid).phase
+            report = self.reader(src.control_dir, str(jid), src.uid)
+            if report.denied:
+                self.denied.add(jid)
+            else:
+                self.denied.discard(jid)
+            phase = report.phase
             if phase is None:
                 continue
             old = self._measured.get(jid, Measured(None, None))

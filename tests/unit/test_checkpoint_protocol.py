@@ -153,3 +153,39 @@ def test_malformed_files_are_problems_not_exceptions(tmp_path: Path) -> None:
     assert any("protocol version 99" in p for p in report.problems)
     missing = read_job_report(tmp_path / "nope", "77", os.geteuid())
     assert missing.problems and "No such file" in missing.problems[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
+def test_a_control_directory_the_reader_may_not_open_is_reported_denied() -> None:
+    """A reader (the daemon's user, not root) below a 0700 directory it does not own: the
+    report says ``denied``, so the daemon knows it will never see that job's acknowledgement;
+    a readable or a missing directory is not denied. Read in a child that drops to
+    ``nobody``."""
+    import pwd
+    import shutil
+
+    nobody = pwd.getpwnam("nobody")
+    top = Path(tempfile.mkdtemp(dir="/var/tmp"))   # pytest's tmp_path is under a 0700 dir
+    try:
+        top.chmod(0o755)
+        for home, mode in (("closed", 0o700), ("open", 0o755)):
+            (top / home / "ck" / ".hai" / "7").mkdir(parents=True)
+            (top / home).chmod(mode)
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:   # the child: drop to nobody, read, report through the pipe
+            try:
+                os.setresgid(nobody.pw_gid, nobody.pw_gid, nobody.pw_gid)
+                os.setresuid(nobody.pw_uid, nobody.pw_uid, nobody.pw_uid)
+                got = [read_job_report(top / home / "ck" / ".hai" / "7", "7", 0).denied
+                       for home in ("closed", "open", "absent")]
+                os.write(write_fd, repr(got).encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        os.waitpid(pid, 0)
+        with os.fdopen(read_fd) as pipe:
+            assert pipe.read() == "[True, False, False]"
+        assert read_job_report(top / "closed" / "ck" / ".hai" / "7", "7", 0).denied is False
+    finally:
+        shutil.rmtree(top)

@@ -4,9 +4,12 @@ then the daemon's path from a job's ``#HAI`` record)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pytest
 from executor_world import Behaviour, make_world, plan_for_high_job
 
 from hai_slurm.checkpoint import Phase
@@ -139,6 +142,39 @@ def test_daemon_charges_a_victim_the_save_time_it_measured(tmp_path: Path) -> No
         save = 7.5 if trusted else 30
         assert plan.victims[0].lost_seconds == save + PlannerConfig().restart_cost
         assert times.reads == 1
+
+
+def test_a_victim_whose_control_directory_the_daemon_may_not_open_counts_as_unable_to_save(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Only v3 saves on request, so it is the cheapest victim; but when the daemon may not
+    open its control directory (EACCES: a 0700 home above it, the daemon not root), no
+    acknowledgement of v3's would ever be seen: it is weighed as a job that cannot save (its
+    hour since the last checkpoint), another victim is taken, and the log says what to fix."""
+    from hai_slurm.checkpoint import read_job_report
+    from hai_slurm.checkpoint.protocol import JobReport
+
+    for denied in (False, True):
+        tmp = tmp_path / str(denied)
+        tmp.mkdir()
+        world = make_world(tmp)
+        victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
+                   for i in range(4)]
+
+        def reader(control_dir: Any, job_id: str, uid: int, denied: bool = denied,
+                   **kw: Any) -> JobReport:
+            if denied:
+                return JobReport(job_id, None, None, ("Permission denied",), denied=True)
+            return read_job_report(control_dir, job_id, uid, **kw)
+
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="hai_slurm.priority.daemon.planning"):
+            (plan,) = plan_for_high_job(world, tmp, save_times=SaveTimes(reader))[0].plans
+        if denied:
+            assert plan.victim_ids != (victims[3],)
+            assert any(f"job {victims[3]}: the daemon may not open its control directory" in m
+                       and "setfacl" in m for m in caplog.messages), caplog.messages
+        else:
+            assert plan.victim_ids == (victims[3],)
 
 
 def test_daemon_charges_a_measured_restart_but_never_above_the_configured_one(
