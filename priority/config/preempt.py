@@ -16,6 +16,7 @@ and what happens when a victim misses it is ``classes.X.on_deadline`` of the ben
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -105,8 +106,9 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
     redis = ex.get("redis", True, boolean, "true or false") and redis_url is not None
     positive = _DURATION + ", > 0"
     given_ex = dict(
-        poll=ex.get("poll", e.poll, _positive, positive),
-        state_poll=ex.get("state_poll", e.state_poll, _positive, positive),
+        poll=ex.get("poll", e.poll, _at_least(MIN_POLL), f"{_DURATION}, at least {MIN_POLL:g}s"),
+        state_poll=ex.get("state_poll", e.state_poll, _at_least(MIN_POLL),
+                          f"{_DURATION}, at least {MIN_POLL:g}s (one Slurm query each)"),
         default_deadline=ex.get("default_grace", e.default_deadline, _positive, positive),
         saving_extension=ex.get("saving_extension", e.saving_extension, _duration, _DURATION),
         start_timeout=ex.get("start_timeout", e.start_timeout, _positive, positive),
@@ -148,6 +150,20 @@ def _duration_or_off(value: object) -> float | None:
     if isinstance(value, str) and value.strip().lower() == "off":
         return None
     return parse_duration(value)
+
+
+MIN_POLL = 0.05
+"""The shortest ``[executor] poll`` and ``state_poll``: a wait for a victim's save polls its
+files and Slurm at that pace, so shorter ones only load slurmctld and the file system."""
+
+
+def _at_least(minimum: float) -> Callable[[object], float]:
+    def convert(value: object) -> float:
+        seconds = parse_duration(value)
+        if seconds < minimum:
+            raise ValueError(f"must be at least {minimum:g} s")
+        return seconds
+    return convert
 
 
 def _positive(value: object) -> float:

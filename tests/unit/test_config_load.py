@@ -121,6 +121,7 @@ high = 2
     ('[executor]\nsignal = "SIGSTOP"\n', ["executor.signal", "cannot be caught"]),
     ('[intervals]\ncycle = "0.01s"\n', ["intervals.cycle", "at least 1 s"]),
     ('[intervals]\nurgent_poll = "0.001s"\n', ["intervals.urgent_poll", "at least 0.1 s"]),
+    ('[executor]\nstate_poll = "0.001s"\n', ["executor.state_poll", "at least 0.05 s"]),
 ])
 def test_bad_configurations_name_file_line_key_value_and_what_is_allowed(
         text: str, expected: list[str]) -> None:
