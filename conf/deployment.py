@@ -66,8 +66,10 @@ class Deployment:
 
     ``munge_socket``: a non-default munged socket (AuthInfo socket= and AccountingStoragePass).
     ``scheduler_parameters``: SchedulerParameters items besides the preemption ones the generator
-    adds. ``extra_settings``: further ``Key=Value`` lines appended verbatim (e.g. MinJobAge) -
-    an escape hatch for site settings the description does not model.
+    adds. ``extra_settings``: further ``Key=Value`` lines appended verbatim (e.g.
+    MessageTimeout) - an escape hatch for site settings the description does not model; a key the
+    generator writes itself (MinJobAge in daemon mode, MaxJobCount, SelectTypeParameters...) is
+    refused when slurm.conf is rendered (``gen_slurm``), naming the setting to use instead.
     """
 
     slurm_version: SlurmVersion = DEFAULT_SLURM_VERSION
@@ -122,18 +124,9 @@ class Deployment:
             raise ConfigError("must be at least 2 seconds (priority/PREEMPTION.md: an hour or "
                               "more keeps ended victims requeueable while the daemon is down)",
                               key="deployment.min_job_age", value=self.min_job_age_s)
-        if any(k.lower() == "minjobage" for k, _v in self.extra_settings) \
-                and self.preemption is PreemptionMode.DAEMON:
-            raise ConfigError("daemon mode writes MinJobAge itself; set deployment.min_job_age "
-                              "instead of an extra MinJobAge line", key="deployment.extra",
-                              value="MinJobAge")
         if self.max_job_count < 1:
             raise ConfigError("must be at least 1 (Slurm's default is 10000; hai-slurm writes "
                               "100000)", key="deployment.max_job_count", value=self.max_job_count)
-        if any(k.lower() == "maxjobcount" for k, _v in self.extra_settings):
-            raise ConfigError("MaxJobCount is written by the generator; set "
-                              "deployment.max_job_count instead of an extra MaxJobCount line",
-                              key="deployment.extra", value="MaxJobCount")
         if self.cred_expire_s < 1:
             raise ConfigError("must be at least 1 second", key="deployment.cred_expire",
                               value=self.cred_expire_s)

@@ -26,8 +26,12 @@ from hai_slurm.conf.discover_parse import (
     parse_cpu_list,
 )
 from hai_slurm.conf.model import NodeType, NvlinkGroup, PcieSwitch, Socket
-from hai_slurm.conf.validate import format_cores
+from hai_slurm.conf.validate import MIN_MEMORY_MB, feature_name, format_cores
 from hai_slurm.errors import ConfigError
+
+UNKNOWN_MEMORY_MB = 0
+"""``memory_mb`` of a discovery that was not told the node's memory: validation refuses it with
+"fill in the node's memory", so the description cannot be used before someone does."""
 
 _SAME_SWITCH = {"PIX", "PXB"}
 _SAME_SOCKET = {"PIX", "PXB", "PHB", "NODE"}
@@ -122,16 +126,15 @@ def gpu_model_name(gpus: tuple[GpuInfo, ...]) -> str:
     if len(names) > 1:
         raise ConfigError(f"this node mixes GPU models {sorted(names)}; describe one node type "
                           "per model (Slurm gres types are not generated)", key="name")
-    name = names.pop()
-    for prefix in ("NVIDIA ", "Tesla "):
-        name = name.removeprefix(prefix)
-    return "-".join(name.split())
+    return feature_name(names.pop())
 
 
 def build_node_type(name: str, m: TopoMatrix, gpus: tuple[GpuInfo, ...] | None = None,
-                    cpu: CpuInfo | None = None, memory_mb: int = 1) -> Discovery:
-    """The node type the matrix (and optional GPU list and lscpu) describe."""
-    warnings: list[str] = []
+                    cpu: CpuInfo | None = None, memory_mb: int = UNKNOWN_MEMORY_MB
+                    ) -> Discovery:
+    """The node type the matrix (and optional GPU list and lscpu) describe; ``memory_mb``
+    (RealMemory) is not in the matrix: without it, a warning asks to fill it in."""
+    warnings: list[str] = [memory_warning(memory_mb)] if memory_mb < MIN_MEMORY_MB else []
     if gpus is not None and len(gpus) != m.gpus:
         raise ConfigError(f"the GPU list has {len(gpus)} GPUs but topo -m shows {m.gpus}",
                           key="GPU list", value=len(gpus))
@@ -175,6 +178,14 @@ def build_node_type(name: str, m: TopoMatrix, gpus: tuple[GpuInfo, ...] | None =
                   cores_per_socket=cps, threads_per_core=threads, memory_mb=memory_mb,
                   gpu_model=gpu_model_name(gpus) if gpus else "", nvlink=_nvlink(m))
     return Discovery(nt, _nics(m, socket_of), tuple(warnings))
+
+
+def memory_warning(memory_mb: int) -> str:
+    """What to do about a ``memory_mb`` that validation will refuse."""
+    known = ("the node's memory is unknown" if memory_mb == UNKNOWN_MEMORY_MB
+             else f"memory_mb = {memory_mb} is below {MIN_MEMORY_MB} MiB")
+    return (f"{known}: fill in the node's memory in MiB (memory_mb, Slurm RealMemory: `free -m` "
+            "total minus about 5 %) or pass --memory-mb; the description is refused until then")
 
 
 def _switch(group: list[int], affinity: list[list[int] | None], m: TopoMatrix,

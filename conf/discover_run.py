@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from hai_slurm.conf.discover import Discovery, build_node_type
+from hai_slurm.conf.discover import UNKNOWN_MEMORY_MB, Discovery, build_node_type
 from hai_slurm.conf.discover_parse import (
     CpuInfo,
     GpuInfo,
@@ -76,13 +76,14 @@ def file_sources(topo: str, gpus: str | None = None, lscpu: str | None = None) -
 
 
 def memory_mb(meminfo: str = "/proc/meminfo") -> int:
-    """This machine's memory in MiB, minus 5 % that the OS keeps (Slurm's RealMemory)."""
+    """This machine's memory in MiB, minus 5 % that the OS keeps (Slurm's RealMemory);
+    :data:`UNKNOWN_MEMORY_MB` when it cannot be read."""
     try:
         text = Path(meminfo).read_text(encoding="utf-8")
     except OSError:
-        return 1
+        return UNKNOWN_MEMORY_MB
     m = re.search(r"^MemTotal:\s+(\d+) kB", text, re.M)
-    return int(int(m.group(1)) / 1024 * 0.95) if m else 1
+    return int(int(m.group(1)) / 1024 * 0.95) if m else UNKNOWN_MEMORY_MB
 
 
 def minor_mismatches(gpus: tuple[GpuInfo, ...], proc: str = "/proc/driver/nvidia/gpus"
@@ -101,7 +102,7 @@ def minor_mismatches(gpus: tuple[GpuInfo, ...], proc: str = "/proc/driver/nvidia
     return out
 
 
-def discover(name: str, src: Sources, mem_mb: int = 1) -> Discovery:
+def discover(name: str, src: Sources, mem_mb: int = UNKNOWN_MEMORY_MB) -> Discovery:
     """Parse the sources and build the node type called ``name``."""
     matrix = parse_topo_matrix(*src.topo)
     gpus = parse_gpu_list(*src.gpus) if src.gpus else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from hai_slurm.conf.deployment import Deployment, PreemptionMode
 from hai_slurm.conf.hostlist import compress, expand
 from hai_slurm.conf.model import ClusterDescription, NodeType
+from hai_slurm.errors import ConfigError
 
 # Slurm's QOS priority factor is QOS.Priority / max QOS priority, times this weight. The class
 # (QOS) must dominate age, so age's weight stays two orders of magnitude below.
@@ -51,7 +52,6 @@ def _base(desc: ClusterDescription, dep: Deployment) -> list[str]:
         lines.append("SlurmdParameters=config_overrides  # nodes may claim more than the host has")
     if dep.job_submit_lua:
         lines.append("JobSubmitPlugins=lua  # job_submit.lua (next to slurm.conf) reads #HAI lines")
-    lines += [f"{k}={v}" for k, v in dep.extra_settings]
     return lines
 
 
@@ -192,8 +192,61 @@ def _partitions(desc: ClusterDescription) -> list[str]:
     return lines
 
 
+# Settings the generator writes from a description or deployment key: what to set instead of an
+# extra line (keys in lower case; Slurm reads them case-insensitively).
+_SETTING_OF = {
+    "clustername": "[cluster] name",
+    "slurmctldhost": "deployment.controller_host (and controller_addr)",
+    "slurmctldport": "deployment.controller_port",
+    "slurmdport": "deployment.slurmd_port",
+    "slurmuser": "deployment.slurm_user",
+    "statesavelocation": "deployment.state_dir",
+    "slurmdspooldir": "deployment.spool_dir",
+    "slurmctldpidfile": "deployment.run_dir",
+    "slurmdpidfile": "deployment.run_dir",
+    "slurmctldlogfile": "deployment.log_dir",
+    "slurmdlogfile": "deployment.log_dir",
+    "slurmctlddebug": "deployment.slurmctld_debug",
+    "slurmddebug": "deployment.slurmd_debug",
+    "proctracktype": "deployment.proctrack_type",
+    "taskplugin": "deployment.task_plugin",
+    "slurmdparameters": "deployment.config_overrides",
+    "jobsubmitplugins": "deployment.job_submit_lua",
+    "defmempercpu": "the node types' memory_mb",
+    "authinfo": "deployment.cred_expire (and munge_socket)",
+    "preempttype": "deployment.preemption",
+    "preemptmode": "deployment.preemption",
+    "minjobage": "deployment.min_job_age",
+    "maxjobcount": "deployment.max_job_count",
+    "schedulerparameters": "deployment.scheduler_parameters",
+    "accountingstoragetype": "deployment.accounting",
+    "accountingstoragehost": "deployment.accounting_host",
+    "accountingstorageport": "deployment.accounting_port",
+    "accountingstoragepass": "deployment.munge_socket",
+}
+
+
+def _refuse_written_extras(written: list[str], desc: ClusterDescription,
+                           dep: Deployment) -> None:
+    """An extra line for a key the generator writes itself would put the key in slurm.conf
+    twice: refuse it, naming the description setting to use instead."""
+    own = {line.split("=", 1)[0].lower(): line.split("  #", 1)[0] for line in written
+           if "=" in line and not line.lstrip().startswith("#")}
+    for key, value in dep.extra_settings:
+        line = own.get(key.lower())
+        if line is None:
+            continue
+        setting = _SETTING_OF.get(key.lower())
+        advice = (f"set {setting} instead" if setting else
+                  "remove the extra line (hai-slurm's scheduling relies on it: conf/README.md)")
+        raise ConfigError(f"{key} is written by the generator ({line}); {advice}",
+                          source=desc.source, key=f"deployment.extra.{key}", value=value)
+
+
 def render_slurm_conf(desc: ClusterDescription, dep: Deployment, header: str) -> str:
-    """The whole slurm.conf."""
-    lines = [header, *_base(desc, dep), *_scheduling(desc, dep), *_accounting(dep),
-             *_nodes(desc, dep), *_partitions(desc)]
+    """The whole slurm.conf (the deployment's extra lines end the base section)."""
+    base, settings = _base(desc, dep), [*_scheduling(desc, dep), *_accounting(dep)]
+    _refuse_written_extras([*base, *settings], desc, dep)
+    extras = [f"{k}={v}" for k, v in dep.extra_settings]
+    lines = [header, *base, *extras, *settings, *_nodes(desc, dep), *_partitions(desc)]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,9 @@ import json
 
 from hai_slurm.conf.discover import Discovery
 from hai_slurm.conf.model import NodeType
+from hai_slurm.conf.validate import MIN_MEMORY_MB
+
+_MEMORY_TODO = "  # FILL IN: the node's memory in MiB (Slurm RealMemory)"
 
 
 def _s(text: str) -> str:
@@ -29,7 +32,7 @@ def render_node_type(nt: NodeType) -> str:
              f"gpus = {nt.gpu_count}",
              f"cores_per_socket = {nt.cores_per_socket}",
              f"threads_per_core = {nt.threads_per_core}",
-             f"memory_mb = {nt.memory_mb}",
+             f"memory_mb = {nt.memory_mb}{_MEMORY_TODO if nt.memory_mb < MIN_MEMORY_MB else ''}",
              f"device_pattern = {_s(nt.device_pattern)}"]
     if nt.nvlink:
         items = ", ".join(f"{{ gpus = {_ints(g.gpus)}, links = {g.links} }}" for g in nt.nvlink)

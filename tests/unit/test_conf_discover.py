@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hai_slurm.conf.description import parse_description
 from hai_slurm.conf.discover import Discovery, build_node_type
 from hai_slurm.conf.discover_parse import (
+    GpuInfo,
     parse_gpu_list,
     parse_lscpu,
     parse_topo_matrix,
@@ -30,7 +31,8 @@ TOPO = Path(__file__).parents[1] / "data" / "topo"
 
 def _discover(name: str, lscpu: bool = False) -> Discovery:
     return discover("t", file_sources(str(TOPO / name),
-                                      lscpu=str(TOPO / "dgx-a100.lscpu.txt") if lscpu else None))
+                                      lscpu=str(TOPO / "dgx-a100.lscpu.txt") if lscpu else None),
+                    1_000_000)
 
 
 def _groups(nt: NodeType) -> list[list[tuple[int, ...]]]:
@@ -111,7 +113,7 @@ def test_traverse_nvlink_pairs_and_sparse_numa() -> None:
                                           if "lscpu" not in p.name))
 def test_discovered_toml_reads_back(sample: str) -> None:
     """The printed TOML is a valid node type that parses back to the same value."""
-    d = discover("found", file_sources(str(TOPO / sample)), 1000)
+    d = discover("found", file_sources(str(TOPO / sample)), 16000)
     text = render_discovery(d, sample)
     data = tomllib.loads(text + '[cluster]\nname = "c"\n[[nodes]]\nnames = "n1"\ntype = "found"\n')
     desc = parse_description(data, "discovered.toml")
@@ -187,7 +189,7 @@ def _node_types(draw: st.DrawFn) -> NodeType:
     else:
         nv = ()
     return NodeType("t", tuple(socks), draw(st.integers(1, 8)), draw(st.integers(1, 2)),
-                    nvlink=nv)
+                    memory_mb=draw(st.integers(1024, 10**6)), nvlink=nv)
 
 
 def _nv_pairs(nt: NodeType) -> dict[tuple[int, int], int]:
@@ -201,7 +203,8 @@ def test_synthetic_matrix_round_trip(nt: NodeType, tabs: bool) -> None:
     """Rendering a node type as topo -m + lscpu and discovering it gives the node type back
     (1 to 16 GPUs, 1 to 4 sockets, either layout); gres Links agree too."""
     topo, lscpu = _matrix(nt, tabs)
-    found = build_node_type("t", parse_topo_matrix(topo), None, parse_lscpu(lscpu)).node_type
+    found = build_node_type("t", parse_topo_matrix(topo), None, parse_lscpu(lscpu),
+                            nt.memory_mb).node_type
     assert _nv_pairs(found) == _nv_pairs(nt)
     strip = {"nvlink": ()}
     assert NodeType(**{**found.__dict__, **strip}) == NodeType(**{**nt.__dict__, **strip})
@@ -246,6 +249,24 @@ def test_gpu_lists_both_formats() -> None:
     assert [g.bus_id for g in gpus] == ["00000000:21:00.0", "00000000:81:00.0"]
     d = build_node_type("della", parse_topo_matrix(_DELLA), gpus)
     assert d.node_type.gpu_model == "A100-PCIE-40GB"
+
+
+@pytest.mark.parametrize(("name", "feature"), [
+    ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"),
+    ("Tesla V100 SXM2", "V100-SXM2"),
+    ("NVIDIA GeForce RTX 3090 (rev, a)", "GeForce-RTX-3090-rev-a"),
+    ("NVIDIA H100 80GB HBM3", "H100-80GB-HBM3"),
+])
+def test_gpu_model_is_a_feature_validation_accepts(name: str, feature: str) -> None:
+    """Spaces and characters Slurm cannot take in Features= become '-' (the feature the
+    description's gpu_model check suggests, too)."""
+    d = build_node_type("t", parse_topo_matrix(_DELLA), (GpuInfo(0, name), GpuInfo(1, name)),
+                        memory_mb=16000)
+    assert d.node_type.gpu_model == feature
+    desc = parse_description({"cluster": {"name": "c"}, "nodes": [{"names": "n1", "type": "t"}],
+                              "node_types": tomllib.loads(render_node_type(d.node_type))[
+                                  "node_types"]})
+    assert desc.node_types[0].gpu_model == feature
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
@@ -304,7 +325,7 @@ def test_run_command_errors_are_clear(tmp_path: Path) -> None:
 
 def test_render_node_type_is_valid_toml() -> None:
     """A hand-made node type with cores and NUMA survives TOML and parsing unchanged."""
-    nt = NodeType("x-1", (Socket((PcieSwitch((0, 1), "0-3", 2),)), Socket(())), 4, 2, 64,
+    nt = NodeType("x-1", (Socket((PcieSwitch((0, 1), "0-3", 2),)), Socket(())), 4, 2, 64000,
                   "A100", "/dev/nvidia{index}", (NvlinkGroup((0, 1), 4),))
     data = tomllib.loads(render_node_type(nt) + '[cluster]\nname="c"\n'
                          '[[nodes]]\nnames="a1"\ntype="x-1"\n')

@@ -59,7 +59,7 @@ def _node_type(draw: st.DrawFn, name: str) -> NodeType:
     chosen = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=4)) if pairs else []
     return NodeType(
         name=name, sockets=tuple(Socket(tuple(s)) for s in sockets), cores_per_socket=cps,
-        threads_per_core=draw(st.integers(1, 2)), memory_mb=draw(st.integers(1, 10**6)),
+        threads_per_core=draw(st.integers(1, 2)), memory_mb=draw(st.integers(1024, 10**6)),
         gpu_model=draw(st.sampled_from(["", "A100", "H100-SXM5-80GB"])),
         device_pattern=draw(st.sampled_from(["/dev/nvidia{index}", "/d/{node}/nvidia{index}"])),
         nvlink=tuple(NvlinkGroup(p, draw(st.integers(1, 12))) for p in chosen))
@@ -85,7 +85,7 @@ def _cluster(draw: st.DrawFn) -> tuple[ClusterDescription, Deployment]:
             leaves[k % n_leaves if k < n_leaves else draw(st.integers(0, n_leaves - 1))].append(
                 node)
         switches = [Switch(f"leaf{k}", compress(ns)) for k, ns in enumerate(leaves)]
-        if draw(st.booleans()):
+        if n_leaves > 1 or draw(st.booleans()):  # one tree: several leaves need a spine
             switches.append(Switch("spine", None, tuple(s.name for s in switches)))
     part_nodes = draw(st.lists(st.sampled_from(all_nodes), min_size=1, unique=True))
     partitions = (Partition("all", "ALL", True), Partition("some", compress(part_nodes)))

@@ -76,4 +76,4 @@ def test_max_job_count_is_written_and_checked() -> None:
     with pytest.raises(ConfigError, match="max_job_count"):
         Deployment(max_job_count=0).check()
     with pytest.raises(ConfigError, match="MaxJobCount is written by the generator"):
-        Deployment(extra_settings=(("MaxJobCount", "5"),)).check()
+        render_slurm_conf(desc, Deployment(extra_settings=(("MaxJobCount", "5"),)), "# h")
