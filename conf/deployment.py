@@ -8,6 +8,7 @@ site writes a ``[deployment]`` table in its description or uses the defaults.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -48,6 +49,11 @@ DEFAULT_SLURM_VERSION = SlurmVersion(22, 5)
 SCHEDULER_PARAMETERS: tuple[str, ...] = ("bf_interval=10",)
 """The generated ``SchedulerParameters`` items (besides the preemption ones): what a site runs;
 the rest are Slurm's defaults (conf/README.md, "Size limits")."""
+
+
+_WORD = re.compile(r"[^\s#=]+")
+_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_EXTRA_VALUE = re.compile(r"[^#\x00-\x1f\x7f]+")
 
 
 @dataclass(frozen=True)
@@ -130,3 +136,29 @@ class Deployment:
         if self.cred_expire_s < 1:
             raise ConfigError("must be at least 1 second", key="deployment.cred_expire",
                               value=self.cred_expire_s)
+        self._check_words()
+
+    def _check_words(self) -> None:
+        """Values written into slurm.conf as they are: one word each (a space, '#' or line
+        break would end the value, start a comment or add a line of its own)."""
+        for name in ("controller_host", "controller_addr", "accounting_host", "slurm_user",
+                     "state_dir", "spool_dir", "log_dir", "run_dir", "proctrack_type",
+                     "task_plugin", "munge_socket", "slurmctld_debug", "slurmd_debug"):
+            value = getattr(self, name)
+            if value is not None and not _WORD.fullmatch(value):
+                raise ConfigError("must be one word without spaces, '#', '=' or line breaks "
+                                  "(slurm.conf takes it as it is)", key=f"deployment.{name}",
+                                  value=value)
+        for item in self.scheduler_parameters:
+            if not _WORD.fullmatch(item.replace("=", "")) or "," in item:
+                raise ConfigError("each item is one word (NAME or NAME=VALUE) without spaces, "
+                                  "',', '#' or line breaks", key="deployment.scheduler_parameters",
+                                  value=item)
+        for key, value in self.extra_settings:
+            if not _KEY.fullmatch(key):
+                raise ConfigError("a slurm.conf key is letters and digits (e.g. MessageTimeout)",
+                                  key=f"deployment.extra.{key}", value=key)
+            if not _EXTRA_VALUE.fullmatch(value):
+                raise ConfigError("a value without '#', line breaks or other control characters "
+                                  "(slurm.conf takes it as it is)", key=f"deployment.extra.{key}",
+                                  value=value)

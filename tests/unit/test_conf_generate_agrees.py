@@ -164,3 +164,27 @@ def test_values_validation_accepts_parse_in_slurm(tmp_path: Path, max_time: str)
     data["partition"] = [{"name": "GPU.batch-1", "default": True, "max_time": max_time}]
     desc = parse_description(data, "edge.toml")
     assert _slurm_reads(desc, Deployment(), tmp_path) == ""
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"log_dir": "/var/log/my slurm"}, "deployment.log_dir"),
+    ({"controller_host": "ctl#1"}, "deployment.controller_host"),
+    ({"scheduler_parameters": ("bf_continue", "a b")}, "deployment.scheduler_parameters"),
+    ({"extra_settings": (("MessageTimeout", "30\nSlurmUser=root"),)},
+     "deployment.extra.MessageTimeout"),
+    ({"extra_settings": (("Message Timeout", "30"),)}, "deployment.extra.Message Timeout"),
+])
+def test_deployment_values_slurm_conf_takes_as_they_are_are_one_word(
+        change: dict[str, object], key: str) -> None:
+    """A space, '#' or line break in a value written verbatim would end it, start a comment or
+    add a slurm.conf line of its own (an extra value of 30, a line break and SlurmUser=root
+    did): refused."""
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        dataclasses.replace(Deployment(), **change).check()   # type: ignore[arg-type]
+
+
+def test_an_extra_line_with_a_line_break_is_refused_when_read(tmp_path: Path) -> None:
+    """The same through the description file, as `conf validate` reads it."""
+    path = _with_extra(tmp_path, r'MessageTimeout = "30\nSlurmUser=root"')
+    with pytest.raises(ConfigError, match=r"deployment\.extra\.MessageTimeout"):
+        load(path)
