@@ -69,50 +69,52 @@ def test_down_leaves_no_process_and_up_works_again(tmp_path, slot):
         local.down(STATE_DIR)
 
 
-def test_up_replaces_a_testbed_with_a_dead_component(slot):
-    """If a recorded daemon died, `up` stops the rest and starts a fresh, working testbed."""
+SMALL = ClusterShape(nodes=2, gpus_per_node=1, accounting=False)
+
+
+@pytest.fixture
+def small(slot):
+    """A 2-node testbed of our own, up: (state dir, ports, its recorded state); down after."""
     state_dir, ports = slot
-    shape = ClusterShape(nodes=2, gpus_per_node=1, accounting=False)
     try:
-        local.up(shape, state_dir=state_dir, ports=ports)
+        local.up(SMALL, state_dir=state_dir, ports=ports)
         state = local.load_state(state_dir.resolve())
         assert state is not None
-        munged = next(p for p in state.processes if p.name == "munged")
-        procs.stop({munged.pid: munged.start_ticks})
-        assert not local.healthy(state)
-        assert local.up(shape, state_dir=state_dir, ports=ports) is True
-        assert [p for p in state.processes if procs.is_alive(p)] == []
-        fresh = local.load_state(state_dir.resolve())
-        assert fresh is not None and local.healthy(fresh)
+        yield state_dir, ports, state
     finally:
         local.down(state_dir)
 
 
-def test_up_keeps_a_running_testbed_that_cannot_take_jobs(slot):
+def test_up_replaces_a_testbed_with_a_dead_component(small):
+    """If a recorded daemon died, `up` stops the rest and starts a fresh, working testbed."""
+    state_dir, ports, state = small
+    munged = next(p for p in state.processes if p.name == "munged")
+    procs.stop({munged.pid: munged.start_ticks})
+    assert not local.healthy(state)
+    assert local.up(SMALL, state_dir=state_dir, ports=ports) is True
+    assert [p for p in state.processes if procs.is_alive(p)] == []
+    fresh = local.load_state(state_dir.resolve())
+    assert fresh is not None and local.healthy(fresh)
+
+
+def test_up_keeps_a_running_testbed_that_cannot_take_jobs(small):
     """A reserved node is usable (up is a no-op); a drained one makes `up` stop with the node
     named and every daemon left running, jobs included, never a restart on other ports."""
-    state_dir, ports = slot
-    shape = ClusterShape(nodes=2, gpus_per_node=1, accounting=False)
-    try:
-        local.up(shape, state_dir=state_dir, ports=ports)
-        state = local.load_state(state_dir.resolve())
-        assert state is not None
-        run = LocalRunner(state.slurm_conf)
-        check(run, ["scontrol", "create", "reservation", "ReservationName=hold", "Users=root",
-                    "StartTime=now", "Duration=10", "Nodes=n1", "Flags=IGNORE_JOBS"])
-        assert local.up(shape, state_dir=state_dir) is False
-        check(run, ["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=by-test"])
-        with pytest.raises(TestbedError, match=r"node n2 is drain.*testbed down"):
-            local.up(shape, state_dir=state_dir)
-        assert all(procs.is_alive(p) for p in state.processes)
-        assert local.load_state(state_dir.resolve()) == state
-        check(run, ["scontrol", "update", "NodeName=n2", "State=RESUME"])
-        # slurmctld shows a resumed node not responding (idle*) until its next ping
-        wait_for(lambda: local.healthy(state), timeout=60,
-                 describe=lambda: str(local.problem(state)))
-        assert local.up(shape, state_dir=state_dir) is False
-    finally:
-        local.down(state_dir)
+    state_dir, _ports, state = small
+    run = LocalRunner(state.slurm_conf)
+    check(run, ["scontrol", "create", "reservation", "ReservationName=hold", "Users=root",
+                "StartTime=now", "Duration=10", "Nodes=n1", "Flags=IGNORE_JOBS"])
+    assert local.up(SMALL, state_dir=state_dir) is False
+    check(run, ["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=by-test"])
+    with pytest.raises(TestbedError, match=r"node n2 is drain.*testbed down"):
+        local.up(SMALL, state_dir=state_dir)
+    assert all(procs.is_alive(p) for p in state.processes)
+    assert local.load_state(state_dir.resolve()) == state
+    check(run, ["scontrol", "update", "NodeName=n2", "State=RESUME"])
+    # slurmctld shows a resumed node not responding (idle*) until its next ping
+    wait_for(lambda: local.healthy(state), timeout=60,
+             describe=lambda: str(local.problem(state)))
+    assert local.up(SMALL, state_dir=state_dir) is False
 
 
 def test_up_with_a_busy_port_fails_before_starting_anything(slot):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from executor_world import Behaviour, make_world, plan_for_high_job
+from executor_world import Behaviour, World, make_world, plan_for_high_job
 
 from hai_slurm.checkpoint import Phase
 from hai_slurm.checkpoint.protocol import make_phase, write_phase
@@ -122,16 +122,22 @@ def test_daemon_reads_the_record_and_picks_the_checkpointing_victim(tmp_path: Pa
     assert plan.victims[0].lost_seconds == 30 + PlannerConfig().restart_cost
 
 
+def _one_saver(tmp_path: Path, name: str) -> tuple[Path, World, list[int]]:
+    """A world in ``tmp_path / name``: four LOW 8-GPU victims, of which only v3 saves on
+    request (has a checkpoint directory)."""
+    tmp = tmp_path / name
+    tmp.mkdir()
+    world = make_world(tmp)
+    return tmp, world, [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
+                        for i in range(4)]
+
+
 def test_daemon_charges_a_victim_the_save_time_it_measured(tmp_path: Path) -> None:
     """The same cluster, but v3's phase.json says its last save took 7.5 s: the daemon's planner
     (with the daemon's SaveTimes) charges 7.5 s + restart, not the 30-s grace. A phase.json in a
     directory others may write is not trusted: the grace stands."""
     for trusted in (True, False):
-        tmp = tmp_path / str(trusted)
-        tmp.mkdir()
-        world = make_world(tmp)
-        victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
-                   for i in range(4)]
+        tmp, world, victims = _one_saver(tmp_path, str(trusted))
         ctl = world.control(victims[3])
         write_phase(ctl, make_phase(str(victims[3]), 0, Phase.COMPUTING, 40, save_seconds=7.5))
         if not trusted:
@@ -154,11 +160,7 @@ def test_a_victim_whose_control_directory_the_daemon_may_not_open_counts_as_unab
     from hai_slurm.checkpoint.protocol import JobReport
 
     for denied in (False, True):
-        tmp = tmp_path / str(denied)
-        tmp.mkdir()
-        world = make_world(tmp)
-        victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
-                   for i in range(4)]
+        tmp, world, victims = _one_saver(tmp_path, str(denied))
 
         def reader(control_dir: Any, job_id: str, uid: int, denied: bool = denied,
                    **kw: Any) -> JobReport:
@@ -182,11 +184,7 @@ def test_daemon_charges_a_measured_restart_but_never_above_the_configured_one(
     """v3 measured a 4-s restart: charged 4 s, not the configured 120 s. A job claiming a 900-s
     restart (to look dear and be passed over) is charged the configured 120 s."""
     for claimed, charged in ((4.0, 4.0), (900.0, PlannerConfig().restart_cost)):
-        tmp = tmp_path / str(claimed)
-        tmp.mkdir()
-        world = make_world(tmp)
-        victims = [world.victim(f"v{i}", Behaviour(ack_after=0.5), checkpoint=i == 3)
-                   for i in range(4)]
+        tmp, world, victims = _one_saver(tmp_path, str(claimed))
         write_phase(world.control(victims[3]), make_phase(
             str(victims[3]), 0, Phase.COMPUTING, 40, save_seconds=7.5, restart_seconds=claimed))
         (plan,) = plan_for_high_job(world, tmp, save_times=SaveTimes())[0].plans
