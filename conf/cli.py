@@ -56,7 +56,9 @@ def validate(description: str, slurm_version: str | None) -> None:
 @click.option("--gpus", type=click.Path(dir_okay=False),
               help="Saved `nvidia-smi -L` or `--query-gpu=index,name,pci.bus_id,uuid "
                    "--format=csv`.")
-@click.option("--lscpu", type=click.Path(dir_okay=False), help="Saved `LC_ALL=C lscpu`.")
+@click.option("--lscpu", type=click.Path(dir_okay=False),
+              help="Saved `lscpu -p=CPU,CORE,SOCKET,NODE` (exact) or `LC_ALL=C lscpu`; without "
+                   "it, cores_per_socket/threads_per_core are written as 0 to fill in.")
 @click.option("--name", default="discovered", show_default=True, help="Node type name.")
 @click.option("--memory-mb", "memory", type=int, default=None,
               help="RealMemory in MiB (default: this machine's when run live; else unknown: "
@@ -65,7 +67,8 @@ def discover(topo: str | None, gpus: str | None, lscpu: str | None, name: str,
              memory: int | None) -> None:
     """Print the node type of this GPU node (or of saved command outputs) as TOML.
 
-    Without --topo, runs nvidia-smi and lscpu here; with --topo, reads saved outputs.
+    Without --topo, runs nvidia-smi here and reads the CPU map from /sys; with --topo, reads
+    saved outputs.
     """
     if topo:
         src = file_sources(topo, gpus, lscpu)
@@ -76,7 +79,7 @@ def discover(topo: str | None, gpus: str | None, lscpu: str | None, name: str,
         if gpus or lscpu:
             raise click.UsageError("--gpus/--lscpu need --topo (or give none to run live)")
         src = live_sources()
-        note = "nvidia-smi and lscpu on this node"
+        note = "nvidia-smi and /sys/devices/system/cpu on this node"
         mem = memory if memory is not None else memory_mb()
         warnings = minor_mismatches(parse_gpu_list(*src.gpus)) if src.gpus else []
     result = run_discovery(name, src, mem)

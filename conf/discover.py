@@ -5,11 +5,15 @@ Rules, read off the matrix:
 - PCIe switch groups: GPUs with ``PIX``/``PXB`` between them, or both ``PIX``/``PXB`` to the same
   NIC, share a switch (union of both). NVLink (``NV#``) hides the PCIe path, so two NVLinked GPUs
   without such a NIC hint get separate switch groups; edit the result if you know better.
-- Sockets: with ``lscpu``, a GPU's socket is that of the first CPU of its ``CPU Affinity``. Without
-  it, GPUs with the same affinity or a ``NODE``/``PHB``/``PIX``/``PXB`` link share a socket, and
-  one thread per core is assumed (a warning says so).
-- ``cores``/``numa`` of a switch: its GPUs' affinity as Slurm core ids when narrower than the
-  socket (e.g. NPS4 machines), and the ``NUMA Affinity`` column (or lscpu's NUMA lists).
+- Sockets: with a CPU map (``lscpu -p=CPU,CORE,SOCKET,NODE``, /sys, or the ``lscpu`` summary's
+  NUMA lists), a GPU's socket is the one socket of all CPUs of its ``CPU Affinity``; a placement
+  the matrix contradicts (``NODE``/``PHB``/``PIX``/``PXB`` across sockets, ``SYS`` within one NUMA
+  node of a socket) is refused. Without a CPU map, GPUs with the same affinity or a
+  ``NODE``/``PHB``/``PIX``/``PXB`` link share a socket, and cores/threads are written as 0
+  placeholders that validation refuses (a warning says so).
+- ``cores``/``numa`` of a switch: its GPUs' affinity as Slurm core ids (socket rank x
+  cores_per_socket + the core's rank in its socket, see :class:`CpuInfo`) when narrower than the
+  socket (e.g. NPS4 machines), and the ``NUMA Affinity`` column (or the CPU map's NUMA nodes).
 - NVLink: if every GPU pair has the same ``NV#``, one group of all GPUs; else one group per pair.
 - Device files ``/dev/nvidia{index}``: Slurm numbers GPUs by PCI bus id, as ``nvidia-smi`` does;
   the device minor number usually matches (the live path checks /proc and warns if not).
@@ -20,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hai_slurm.conf.discover_parse import (
+    MAX_CPU_ID,
+    PARSEABLE_HINT,
     CpuInfo,
     GpuInfo,
     TopoMatrix,
@@ -32,6 +38,22 @@ from hai_slurm.errors import ConfigError
 UNKNOWN_MEMORY_MB = 0
 """``memory_mb`` of a discovery that was not told the node's memory: validation refuses it with
 "fill in the node's memory", so the description cannot be used before someone does."""
+
+UNKNOWN_CORES = 0
+"""``cores_per_socket``/``threads_per_core`` of a discovery without a CPU source (lscpu or
+/sys): validation refuses 0 with "fill in", so nothing is guessed that could pass for real."""
+
+NO_CPU_WARNING = (
+    "no CPU source: cores_per_socket and threads_per_core are written as 0 (fill them in; the "
+    "description is refused until then), sockets are guessed from the matrix (GPUs linked by "
+    "NODE/PHB/PIX/PXB or with the same CPU Affinity share one; on NPS/SNC machines that is a "
+    "NUMA node, not a socket) and no PCIe switch gets cores: pass --lscpu with a saved "
+    f"`LC_ALL=C lscpu` or, better, `{PARSEABLE_HINT}`")
+
+SIBLINGS_NOTE = (
+    "the lscpu summary does not say which CPUs are SMT siblings: the PCIe switches' cores assume "
+    "Linux's usual numbering (x86/ARM: a socket's first threads, then its second threads; POWER: "
+    f"consecutive); pass `{PARSEABLE_HINT}` for the exact cores")
 
 _SAME_SWITCH = {"PIX", "PXB"}
 _SAME_SOCKET = {"PIX", "PXB", "PHB", "NODE"}
@@ -49,11 +71,13 @@ class NicInfo:
 
 @dataclass(frozen=True)
 class Discovery:
-    """Result: the node type, the NICs seen and warnings for the admin."""
+    """Result: the node type, the NICs seen, warnings for the admin (printed on stderr and as
+    comments) and notes (assumptions worth a look, printed as comments only)."""
 
     node_type: NodeType
     nics: tuple[NicInfo, ...]
     warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
 
 class _Union:
@@ -132,8 +156,9 @@ def gpu_model_name(gpus: tuple[GpuInfo, ...]) -> str:
 def build_node_type(name: str, m: TopoMatrix, gpus: tuple[GpuInfo, ...] | None = None,
                     cpu: CpuInfo | None = None, memory_mb: int = UNKNOWN_MEMORY_MB
                     ) -> Discovery:
-    """The node type the matrix (and optional GPU list and lscpu) describe; ``memory_mb``
-    (RealMemory) is not in the matrix: without it, a warning asks to fill it in."""
+    """The node type the matrix (and optional GPU list and CPU map) describe. ``memory_mb``
+    (RealMemory) is not in the matrix, nor are cores and threads without ``cpu``: those are
+    written as placeholders validation refuses, with a warning asking to fill them in."""
     warnings: list[str] = [memory_warning(memory_mb)] if memory_mb < MIN_MEMORY_MB else []
     if gpus is not None and len(gpus) != m.gpus:
         raise ConfigError(f"the GPU list has {len(gpus)} GPUs but topo -m shows {m.gpus}",
@@ -144,29 +169,18 @@ def build_node_type(name: str, m: TopoMatrix, gpus: tuple[GpuInfo, ...] | None =
     socket_of: dict[int, int] = {}
     if cpu is not None:
         for g, cpus in enumerate(affinity):
-            if cpus is None:
-                raise ConfigError(f"GPU{g} has no CPU Affinity; cannot place it on a socket",
-                                  key="CPU Affinity", value=None)
-            socket_of[g] = cpu.core_of(cpus[0]) // cpu.cores_per_socket
+            socket_of[g] = _socket_of_gpu(g, cpus, m.cpu_affinity[g], cpu)
+        _check_sockets(m, socket_of, affinity, cpu)
         n_sockets, cps, threads = cpu.sockets, cpu.cores_per_socket, cpu.threads_per_core
     else:
-        warnings.append("no lscpu given: sockets guessed from the matrix, 1 thread per core "
-                        "assumed; pass lscpu output for exact cores")
+        warnings.append(NO_CPU_WARNING)
         clusters = _sockets_from_matrix(m)
-        clusters.sort(key=lambda c: min(affinity[c[0]] or [c[0]]))
-        sizes = set()
+        clusters.sort(key=lambda c: (min((min(a) for g in c if (a := affinity[g])),
+                                         default=MAX_CPU_ID + 1), c[0]))
         for si, members in enumerate(clusters):
-            cpus_here: set[int] = set()
             for g in members:
                 socket_of[g] = si
-                cpus_here.update(affinity[g] or [])
-            sizes.add(len(cpus_here))
-        if 0 in sizes:
-            raise ConfigError("no CPU Affinity in the matrix and no lscpu: cannot size sockets; "
-                              "pass lscpu output", key="CPU Affinity")
-        n_sockets, cps, threads = len(clusters), max(sizes), 1
-        if len(sizes) > 1:
-            warnings.append(f"sockets have different CPU counts {sorted(sizes)}; using {cps}")
+        n_sockets, cps, threads = len(clusters), UNKNOWN_CORES, UNKNOWN_CORES
     sockets: list[list[PcieSwitch]] = [[] for _ in range(n_sockets)]
     for group in _switch_groups(m):
         si = socket_of[group[0]]
@@ -174,10 +188,69 @@ def build_node_type(name: str, m: TopoMatrix, gpus: tuple[GpuInfo, ...] | None =
             raise ConfigError(f"GPUs {group} share a PCIe switch but not a socket",
                               key="topo -m", value=group)
         sockets[si].append(_switch(group, affinity, m, cpu, si, cps))
+    notes = [SIBLINGS_NOTE] if cpu is not None and not cpu.exact and any(
+        sw.cores is not None for s in sockets for sw in s) else []
     nt = NodeType(name=name, sockets=tuple(Socket(tuple(s)) for s in sockets),
                   cores_per_socket=cps, threads_per_core=threads, memory_mb=memory_mb,
                   gpu_model=gpu_model_name(gpus) if gpus else "", nvlink=_nvlink(m))
-    return Discovery(nt, _nics(m, socket_of), tuple(warnings))
+    return Discovery(nt, _nics(m, socket_of), tuple(warnings), tuple(notes))
+
+
+def _socket_of_gpu(g: int, cpus: list[int] | None, text: str | None, cpu: CpuInfo) -> int:
+    """The one socket holding every CPU of GPU ``g``'s ``CPU Affinity``, by the CPU map."""
+    if cpus is None:
+        raise ConfigError(f"GPU{g} has no CPU Affinity; cannot place it on a socket",
+                          key="CPU Affinity", value=None)
+    unknown = [c for c in cpus if c not in cpu.place]
+    if unknown:
+        raise ConfigError(
+            f"GPU{g}'s CPU Affinity {text} names CPU {unknown[0]}, which the CPU map "
+            f"({cpu.cpus} CPUs) does not have: is the lscpu output from this node?",
+            key="CPU Affinity", value=text)
+    where = sorted({cpu.socket_of(c) for c in cpus})
+    if len(where) > 1:
+        raise ConfigError(
+            f"GPU{g}'s CPU Affinity {text} spans sockets {where}: cannot place it on one "
+            "socket (NUMA off in the BIOS?); describe this node type by hand",
+            key="CPU Affinity", value=text)
+    return where[0]
+
+
+def _check_sockets(m: TopoMatrix, socket_of: dict[int, int],
+                   affinity: list[list[int] | None], cpu: CpuInfo) -> None:
+    """Refuse a placement the matrix contradicts, rather than write a wrong gres.conf.
+
+    NODE/PHB/PIX/PXB between two GPUs means one NUMA node, so one socket. SYS means the path
+    crosses the SMP interconnect between NUMA nodes: another socket, or another NUMA node of the
+    same socket (AMD NPS2/NPS4, Intel SNC; the DGX A100 sample shows SYS within a socket), so
+    SYS on one socket is refused unless the two GPUs' NUMA nodes are known and differ.
+    NV# says nothing about sockets (NVSwitch links every GPU pair, across sockets too)."""
+    def numa(g: int) -> int | None:
+        if m.numa_affinity[g] is not None:
+            return m.numa_affinity[g]
+        cpus = affinity[g]
+        return cpu.numa_of(cpus[0]) if cpus else None
+
+    for a in range(m.gpus):
+        for b in range(a + 1, m.gpus):
+            code, sa, sb = m.link(_gpu(a), _gpu(b)), socket_of[a], socket_of[b]
+            pair = (f"GPU{a} and GPU{b} are linked by {code} in topo -m ({{}}) but their CPU "
+                    f"Affinity ({m.cpu_affinity[a]}; {m.cpu_affinity[b]}) is on ")
+            if code in _SAME_SOCKET and sa != sb:
+                why = (pair.format("one NUMA node, so one socket")
+                       + f"sockets {sa} and {sb} of the CPU map")
+            elif code == "SYS" and sa == sb and cpu.sockets > 1:
+                na, nb = numa(a), numa(b)
+                if na is not None and nb is not None and na != nb:
+                    continue  # two NUMA nodes of one socket
+                why = (pair.format("across sockets or NUMA nodes") + f"socket {sa} of the CPU "
+                       "map, " + (f"NUMA node {na}" if na is not None and na == nb
+                                  else "and their NUMA nodes are unknown"))
+            else:
+                continue
+            raise ConfigError(why + ": refusing to write a wrong gres.conf; check that the "
+                              "lscpu output and topo -m come from the same node (or pass "
+                              f"`{PARSEABLE_HINT}`)", key="topo -m", value=f"GPU{a},GPU{b}")
 
 
 def memory_warning(memory_mb: int) -> str:
@@ -197,10 +270,9 @@ def _switch(group: list[int], affinity: list[list[int] | None], m: TopoMatrix,
     whole = set(range(socket * cps, (socket + 1) * cps))
     numa = {m.numa_affinity[g] for g in group} - {None}
     node = numa.pop() if len(numa) == 1 else None
-    if node is None and cpu is not None and cpu.numa_cpus and affinity[group[0]]:
-        first = affinity[group[0]][0]  # type: ignore[index]
-        node = next((n for n, lst in sorted(cpu.numa_cpus.items())
-                     if first in parse_cpu_list(lst)), None)
+    first = affinity[group[0]]
+    if node is None and cpu is not None and first:
+        node = cpu.numa_of(first[0])
     narrow = cpu is not None and cores and cores != whole
     return PcieSwitch(tuple(group), format_cores(cores) if narrow else None, node)
 

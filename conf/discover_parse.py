@@ -1,5 +1,6 @@
 """Parsers for the outputs discovery reads: ``nvidia-smi topo -m``, ``nvidia-smi -L``,
-``nvidia-smi --query-gpu=index,name,pci.bus_id,uuid --format=csv`` and ``lscpu``. Pure.
+``nvidia-smi --query-gpu=index,name,pci.bus_id,uuid --format=csv`` and ``lscpu`` (its summary,
+or ``lscpu -p=CPU,CORE,SOCKET,NODE``). Pure.
 
 Both layouts of ``topo -m`` are read: tab separated (newer drivers, ``NIC0``... columns plus a
 "NIC Legend") and space aligned (older drivers, NICs named ``mlx5_0``). Columns other than
@@ -207,22 +208,148 @@ def _check_indices(gpus: list[GpuInfo], source: str) -> tuple[GpuInfo, ...]:
 
 @dataclass(frozen=True)
 class CpuInfo:
-    """What ``lscpu`` says about sockets, cores and NUMA nodes."""
+    """Where each logical CPU is: its socket and core as Slurm counts them, and its NUMA node.
 
-    cpus: int
+    Slurm's core ids (gres.conf ``Cores=``) are abstract: sockets in order, each socket's cores in
+    order, so socket ``s`` core ``k`` is ``s * cores_per_socket + k``, whatever the OS numbers
+    the CPUs. gres.conf(5), Cores, NOTE: "a logical core index must be specified instead of the
+    physical core index ... Core 0 will be the first core on the first socket, while core 1 will
+    be the second core on the first socket" (https://slurm.schedmd.com/gres.conf.html; same text
+    in the 22.05 man page). Hence ``place`` maps each CPU to (socket rank, core rank in socket),
+    the ranks taken from the real CPU -> core -> socket map, never from CPU id arithmetic.
+    """
+
     sockets: int
     cores_per_socket: int
     threads_per_core: int
-    numa_cpus: dict[int, str]
+    place: dict[int, tuple[int, int]]
+    numa: dict[int, int]
+    exact: bool = True
+    """False when the cores of a socket were inferred from the ``lscpu`` summary (which does not
+    say which CPUs are SMT siblings), True from ``lscpu -p`` or /sys."""
+
+    @property
+    def cpus(self) -> int:
+        """Number of logical CPUs."""
+        return len(self.place)
+
+    def socket_of(self, cpu: int) -> int:
+        """Socket index (0, 1, ... in Slurm's order) of logical CPU ``cpu`` (KeyError if absent)."""
+        return self.place[cpu][0]
 
     def core_of(self, cpu: int) -> int:
-        """Slurm core id of logical CPU ``cpu`` (Linux x86 numbering: SMT siblings of core c are
-        c, c + cores, c + 2*cores...)."""
-        return cpu % (self.sockets * self.cores_per_socket)
+        """Slurm core id of logical CPU ``cpu`` (KeyError if absent)."""
+        socket, rank = self.place[cpu]
+        return socket * self.cores_per_socket + rank
+
+    def numa_of(self, cpu: int) -> int | None:
+        """NUMA node of logical CPU ``cpu``, if the source says."""
+        return self.numa.get(cpu)
+
+
+_MAX_ID_DIGITS = 9
+PARSEABLE_HINT = "lscpu -p=CPU,CORE,SOCKET,NODE"
+
+
+def cpu_info(rows: list[tuple[int, int, int, int | None]], source: str, exact: bool = True
+             ) -> CpuInfo:
+    """A :class:`CpuInfo` from ``(cpu, core id, socket id, NUMA node or None)`` rows. Ids may be
+    sparse or per socket (/sys core ids, POWER9 package ids 0 and 8): sockets are ranked by id,
+    cores by id within their socket. Every socket must have as many cores, and every core as many
+    threads (Slurm's node line has one CoresPerSocket and ThreadsPerCore)."""
+    if not rows:
+        raise ConfigError("no CPUs listed", source=source)
+    cores_of: dict[int, dict[int, list[int]]] = {}
+    numa: dict[int, int] = {}
+    seen: set[int] = set()
+    for cpu, core, socket, node in rows:
+        if cpu in seen:
+            raise ConfigError(f"CPU {cpu} is listed twice", source=source, key="CPU", value=cpu)
+        seen.add(cpu)
+        cores_of.setdefault(socket, {}).setdefault(core, []).append(cpu)
+        if node is not None:
+            numa[cpu] = node
+    counts = {s: len(c) for s, c in cores_of.items()}
+    if len(set(counts.values())) > 1:
+        raise ConfigError(f"sockets have different numbers of cores {dict(sorted(counts.items()))}"
+                          " (offline CPUs?); Slurm's node line takes one CoresPerSocket",
+                          source=source, key="CORE")
+    threads = {len(cpus) for c in cores_of.values() for cpus in c.values()}
+    if len(threads) > 1:
+        raise ConfigError(f"cores have different numbers of threads {sorted(threads)} (offline "
+                          "CPUs?); Slurm's node line takes one ThreadsPerCore", source=source,
+                          key="CPU")
+    place: dict[int, tuple[int, int]] = {}
+    for si, socket in enumerate(sorted(cores_of)):
+        for ci, core in enumerate(sorted(cores_of[socket])):
+            for cpu in cores_of[socket][core]:
+                place[cpu] = (si, ci)
+    return CpuInfo(sockets=len(cores_of), cores_per_socket=counts.popitem()[1],
+                   threads_per_core=threads.pop(), place=place, numa=numa, exact=exact)
+
+
+def _is_parseable(text: str) -> bool:
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return first.startswith("#") or re.match(r"[0-9]+,", first) is not None
 
 
 def parse_lscpu(text: str, source: str = "lscpu") -> CpuInfo:
-    """The human-readable ``lscpu`` output (run with ``LC_ALL=C``)."""
+    """``lscpu -p=CPU,CORE,SOCKET,NODE`` (exact; also what the live path builds from /sys) or
+    the human-readable ``lscpu`` summary (run with ``LC_ALL=C``), told apart by their first
+    line."""
+    if _is_parseable(text):
+        return _parse_lscpu_parseable(text, source)
+    return _parse_lscpu_summary(text, source)
+
+
+def _id(value: str, source: str, line: int, column: str) -> int:
+    if not (value.isascii() and value.isdigit() and len(value) <= _MAX_ID_DIGITS):
+        what = "is empty (an offline CPU?)" if value in ("", "-") else "is not a number"
+        raise _err(source, line, f"{column} {what}", value)
+    return int(value)
+
+
+def _parse_lscpu_parseable(text: str, source: str) -> CpuInfo:
+    """``lscpu -p=...``: comment lines start with '#', the last one before the data naming the
+    columns (``# CPU,Core,Socket,Node``); without it, CPU,CORE,SOCKET,NODE in that order."""
+    columns = ["CPU", "CORE", "SOCKET", "NODE"]
+    rows: list[tuple[int, int, int, int | None]] = []
+    for i, raw in enumerate(text.splitlines(), start=1):
+        ln = raw.strip()
+        if not ln:
+            continue
+        if ln.startswith("#"):
+            names = [c.strip().upper() for c in ln[1:].split(",")]
+            if not rows and "CPU" in names:
+                columns = names
+            continue
+        cells = [c.strip() for c in ln.split(",")]
+        need = [c for c in ("CPU", "CORE", "SOCKET") if c not in columns]
+        if need:
+            raise _err(source, i, f"no {'/'.join(need)} column: save `{PARSEABLE_HINT}`", ln)
+        if len(cells) != len(columns):
+            raise _err(source, i, f"{len(cells)} fields, the header names {len(columns)} "
+                       f"({','.join(columns)})", ln)
+        rec = dict(zip(columns, cells, strict=True))
+        cpu = _id(rec["CPU"], source, i, "CPU")
+        if cpu > MAX_CPU_ID:
+            raise _err(source, i, f"CPU ids go up to {MAX_CPU_ID}", cpu)
+        node = rec.get("NODE", "")
+        rows.append((cpu, _id(rec["CORE"], source, i, "CORE"),
+                     _id(rec["SOCKET"], source, i, "SOCKET"),
+                     _id(node, source, i, "NODE") if node else None))
+    if not rows:
+        raise ConfigError(f"no CPU lines: is this `{PARSEABLE_HINT}` output?", source=source)
+    return cpu_info(rows, source)
+
+
+def _parse_lscpu_summary(text: str, source: str) -> CpuInfo:
+    """The summary says how many sockets, cores and threads, and which CPUs each NUMA node has,
+    but not which CPUs are on which socket: sockets are read off the NUMA nodes (in node id
+    order, whole nodes adding up to one socket's CPUs each; interleaved lists such as 0,2,4...
+    included). Within a socket, its sorted CPUs are split into cores the Linux way: on x86/ARM
+    the first ``cores`` CPUs are each core's first thread, the next ``cores`` its second...;
+    on POWER (``Architecture: ppc...``) a core's threads are consecutive."""
     values: dict[str, tuple[int, str]] = {}
     for i, ln in enumerate(text.splitlines(), start=1):
         key, sep, value = ln.partition(":")
@@ -231,30 +358,79 @@ def parse_lscpu(text: str, source: str = "lscpu") -> CpuInfo:
 
     def num(key: str) -> int:
         if key not in values:
-            raise ConfigError(f"no {key!r} line: is this `LC_ALL=C lscpu` output?",
-                              source=source, key=key)
+            raise ConfigError(f"no {key!r} line: is this `LC_ALL=C lscpu` (or "
+                              f"`{PARSEABLE_HINT}`) output?", source=source, key=key)
         line, value = values[key]
-        if not (value.isascii() and value.isdigit()):
+        if not (value.isascii() and value.isdigit() and len(value) <= _MAX_ID_DIGITS):
             raise _err(source, line, f"{key} is not a number", value)
         return int(value)
 
-    numa = {int(m.group(1)): v for k, (_, v) in values.items()
-            if (m := re.fullmatch(r"NUMA node([0-9]+) CPU\(s\)", k))}
+    numa: dict[int, list[int]] = {}
     for k, (line, v) in values.items():
-        if re.fullmatch(r"NUMA node([0-9]+) CPU\(s\)", k) and v:
+        m = re.fullmatch(r"NUMA node([0-9]{1,9}) CPU\(s\)", k)
+        if m and v:
             try:
-                parse_cpu_list(v)
+                numa[int(m.group(1))] = parse_cpu_list(v)
             except ConfigError as err:
                 raise _err(source, line, f"{k}: " + str(err).split(": ", 1)[-1], v) from None
-    info = CpuInfo(cpus=num("CPU(s)"), sockets=num("Socket(s)"),
-                   cores_per_socket=num("Core(s) per socket"),
-                   threads_per_core=num("Thread(s) per core"), numa_cpus=numa)
-    if info.sockets * info.cores_per_socket * info.threads_per_core != info.cpus:
+    cpus, sockets = num("CPU(s)"), num("Socket(s)")
+    cores, threads = num("Core(s) per socket"), num("Thread(s) per core")
+    if sockets * cores * threads != cpus or cpus == 0:
         raise ConfigError(
-            f"{info.sockets} sockets x {info.cores_per_socket} cores x {info.threads_per_core} "
-            f"threads != {info.cpus} CPUs (offline CPUs?)", source=source, key="CPU(s)",
-            value=info.cpus)
-    return info
+            f"{sockets} sockets x {cores} cores x {threads} threads != {cpus} CPUs "
+            "(offline CPUs?)", source=source, key="CPU(s)", value=cpus)
+    if cpus > MAX_CPU_ID + 1:
+        raise ConfigError(f"{cpus} CPUs: discovery takes up to {MAX_CPU_ID + 1}", source=source,
+                          key="CPU(s)", value=cpus)
+    if "On-line CPU(s) list" in values:
+        line, online_text = values["On-line CPU(s) list"]
+        try:
+            online = parse_cpu_list(online_text)
+        except ConfigError as err:
+            raise _err(source, line, "On-line CPU(s) list: " + str(err).split(": ", 1)[-1],
+                       online_text) from None
+        if len(set(online)) != cpus:
+            raise _err(source, line, f"{len(set(online))} CPUs on line but CPU(s) says {cpus} "
+                       f"(offline CPUs?); save `{PARSEABLE_HINT}` instead", online_text)
+    else:
+        online = list(range(cpus))
+    per_socket = cores * threads
+    if sockets == 1:
+        groups = [sorted(set(online))]
+    else:
+        groups = _sockets_from_numa(numa, set(online), sockets, per_socket, source)
+    power = values.get("Architecture", (0, ""))[1].startswith("ppc")
+    rows: list[tuple[int, int, int, int | None]] = []
+    node_of = {c: n for n, lst in numa.items() for c in lst}
+    for si, members in enumerate(groups):
+        for i, c in enumerate(members):
+            rows.append((c, i // threads if power else i % cores, si, node_of.get(c)))
+    return cpu_info(rows, source, exact=threads == 1)
+
+
+def _sockets_from_numa(numa: dict[int, list[int]], online: set[int], sockets: int,
+                       per_socket: int, source: str) -> list[list[int]]:
+    """Whole NUMA nodes, in node id order, adding up to ``per_socket`` CPUs per socket."""
+    hint = f"which CPUs are on which socket is unknown; save `{PARSEABLE_HINT}` instead"
+    if not numa:
+        raise ConfigError(f"no \"NUMA nodeN CPU(s)\" lines for {sockets} sockets: {hint}",
+                          source=source, key="NUMA node0 CPU(s)")
+    listed = [c for lst in numa.values() for c in lst]
+    if len(listed) != len(set(listed)) or set(listed) != online:
+        raise ConfigError(f"the NUMA nodes' CPU lists do not cover each CPU once: {hint}",
+                          source=source, key="NUMA node0 CPU(s)")
+    groups: list[list[int]] = [[]]
+    for node in sorted(numa):
+        if len(groups[-1]) == per_socket:
+            groups.append([])
+        groups[-1].extend(numa[node])
+        if len(groups[-1]) > per_socket:
+            break
+    if len(groups) != sockets or any(len(g) != per_socket for g in groups):
+        raise ConfigError(f"the NUMA nodes do not split into {sockets} sockets of {per_socket} "
+                          f"CPUs (a NUMA node across sockets?): {hint}", source=source,
+                          key="NUMA node0 CPU(s)")
+    return [sorted(g) for g in groups]
 
 
 MAX_CPU_ID = 65535

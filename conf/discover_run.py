@@ -1,5 +1,5 @@
-"""The thin adapter of discovery: run ``nvidia-smi`` and ``lscpu`` on this node, or read their
-saved outputs from files, then hand the text to the pure parsers.
+"""The thin adapter of discovery: run ``nvidia-smi`` and read the CPU map from /sys on this node,
+or read saved outputs from files, then hand the text to the pure parsers.
 """
 
 from __future__ import annotations
@@ -53,12 +53,48 @@ def run_command(argv: list[str], timeout: float = TIMEOUT_S) -> str:
     return done.stdout
 
 
+SYS_CPU = "/sys/devices/system/cpu"
+
+
+def sysfs_cpu_map(root: str = SYS_CPU) -> str:
+    """This node's CPU map as ``lscpu -p=CPU,CORE,SOCKET,NODE`` text, read from
+    ``cpu*/topology/{physical_package_id,core_id}`` and the ``cpu*/node*`` links of ``root``
+    (offline CPUs, which have no topology, are left out; the parser refuses uneven sockets)."""
+    base = Path(root)
+    rows = []
+    try:
+        entries = sorted((int(d.name[3:]), d) for d in base.iterdir()
+                         if re.fullmatch(r"cpu[0-9]+", d.name))
+        for cpu, d in entries:
+            topo = d / "topology"
+            online = d / "online"
+            if not topo.is_dir() or (online.is_file()
+                                     and online.read_text(encoding="utf-8").strip() == "0"):
+                continue
+            package = (topo / "physical_package_id").read_text(encoding="utf-8").strip()
+            core = (topo / "core_id").read_text(encoding="utf-8").strip()
+            nodes = [n.name[4:] for n in d.iterdir() if re.fullmatch(r"node[0-9]+", n.name)]
+            if package.startswith("-"):
+                raise ConfigError(f"cpu{cpu}: the kernel does not know its socket "
+                                  f"(physical_package_id {package}); pass a saved lscpu",
+                                  source=root)
+            rows.append(f"{cpu},{core},{package},{nodes[0] if len(nodes) == 1 else ''}")
+    except OSError as err:
+        raise ConfigError(f"cannot read the CPU topology: {err.strerror or err}; run discovery "
+                          "on a Linux GPU node or pass saved outputs with --topo/--lscpu",
+                          source=root) from err
+    if not rows:
+        raise ConfigError("no CPU topology found; pass saved outputs with --topo/--lscpu",
+                          source=root)
+    return "# CPU,Core,Socket,Node\n" + "\n".join(rows) + "\n"
+
+
 def live_sources() -> Sources:
-    """Run the commands on this node."""
+    """Run nvidia-smi on this node and read its CPU map from /sys."""
     return Sources(topo=(run_command(["nvidia-smi", "topo", "-m"]), "nvidia-smi topo -m"),
                    gpus=(run_command(QUERY), " ".join(QUERY)),
                    mig_check=(run_command(["nvidia-smi", "-L"]), "nvidia-smi -L"),
-                   lscpu=(run_command(["lscpu"]), "lscpu"))
+                   lscpu=(sysfs_cpu_map(), SYS_CPU))
 
 
 def _read(path: str) -> tuple[str, str]:
@@ -70,7 +106,7 @@ def _read(path: str) -> tuple[str, str]:
 
 def file_sources(topo: str, gpus: str | None = None, lscpu: str | None = None) -> Sources:
     """Saved outputs: ``topo`` (``nvidia-smi topo -m``), ``gpus`` (``-L`` or the CSV query),
-    ``lscpu``."""
+    ``lscpu`` (``LC_ALL=C lscpu`` or ``lscpu -p=CPU,CORE,SOCKET,NODE``)."""
     return Sources(topo=_read(topo), gpus=_read(gpus) if gpus else None,
                    lscpu=_read(lscpu) if lscpu else None)
 

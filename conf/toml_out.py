@@ -13,6 +13,8 @@ from hai_slurm.conf.model import NodeType
 from hai_slurm.conf.validate import MIN_MEMORY_MB
 
 _MEMORY_TODO = "  # FILL IN: the node's memory in MiB (Slurm RealMemory)"
+_CORES_TODO = "  # FILL IN: `lscpu` Core(s) per socket (Slurm CoresPerSocket)"
+_THREADS_TODO = "  # FILL IN: `lscpu` Thread(s) per core (Slurm ThreadsPerCore)"
 
 
 def _s(text: str) -> str:
@@ -30,8 +32,10 @@ def render_node_type(nt: NodeType) -> str:
     lines = [f"[{p}]",
              f"gpu_model = {_s(nt.gpu_model)}",
              f"gpus = {nt.gpu_count}",
-             f"cores_per_socket = {nt.cores_per_socket}",
-             f"threads_per_core = {nt.threads_per_core}",
+             f"cores_per_socket = {nt.cores_per_socket}"
+             f"{_CORES_TODO if nt.cores_per_socket < 1 else ''}",
+             f"threads_per_core = {nt.threads_per_core}"
+             f"{_THREADS_TODO if nt.threads_per_core < 1 else ''}",
              f"memory_mb = {nt.memory_mb}{_MEMORY_TODO if nt.memory_mb < MIN_MEMORY_MB else ''}",
              f"device_pattern = {_s(nt.device_pattern)}"]
     if nt.nvlink:
@@ -50,10 +54,11 @@ def render_node_type(nt: NodeType) -> str:
 
 
 def render_discovery(d: Discovery, source_note: str) -> str:
-    """The node type plus comments: where it came from, NICs seen, warnings."""
+    """The node type plus comments: where it came from, warnings, notes, NICs seen."""
     head = [f"# Discovered by `hai-slurm conf discover` from {source_note}.",
             "# Review, then paste into the cluster description and add [[nodes]] for it."]
     head += [f"# WARNING: {w}" for w in d.warnings]
+    head += [f"# NOTE: {n}" for n in d.notes]
     for nic in d.nics:
         where = f"socket {nic.socket}" if nic.socket is not None else "no GPU's socket"
         near = f", same PCIe switch as GPUs {list(nic.near_gpus)}" if nic.near_gpus else ""

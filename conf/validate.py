@@ -166,10 +166,13 @@ def _check_node_type(nt: NodeType, src: str) -> None:
     if nt.gpu_model:
         _check_name(nt.gpu_model, _WORD, "gpu_model (the node's Slurm feature)", src,
                     f"{path}.gpu_model", feature_name(nt.gpu_model))
-    for key, value in (("cores_per_socket", nt.cores_per_socket),
-                       ("threads_per_core", nt.threads_per_core)):
+    for key, value, lscpu in (("cores_per_socket", nt.cores_per_socket, "Core(s) per socket"),
+                              ("threads_per_core", nt.threads_per_core, "Thread(s) per core")):
         if value < 1:
-            raise ConfigError("must be at least 1", source=src, key=f"{path}.{key}", value=value)
+            raise ConfigError(
+                f"must be at least 1: fill in the node's {key.replace('_', ' ')} (`lscpu` "
+                f"\"{lscpu}\"); discovery without lscpu output writes 0 here", source=src,
+                key=f"{path}.{key}", value=value)
     _check_memory(nt, src, f"{path}.memory_mb")
     if not nt.sockets:
         raise ConfigError("needs at least one [[...socket]]", source=src, key=f"{path}.socket")

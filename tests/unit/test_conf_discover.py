@@ -7,6 +7,7 @@ Expected values below were read off each matrix by hand (see tests/data/topo/SOU
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hai_slurm.conf.description import parse_description
-from hai_slurm.conf.discover import Discovery, build_node_type
+from hai_slurm.conf.discover import SIBLINGS_NOTE, Discovery, build_node_type
 from hai_slurm.conf.discover_parse import (
     GpuInfo,
     parse_gpu_list,
@@ -24,6 +25,7 @@ from hai_slurm.conf.discover_parse import (
 from hai_slurm.conf.discover_run import discover, file_sources, run_command
 from hai_slurm.conf.model import NodeType, NvlinkGroup, PcieSwitch, Socket, link_score
 from hai_slurm.conf.toml_out import render_discovery, render_node_type
+from hai_slurm.conf.validate import format_cores
 from hai_slurm.errors import ConfigError
 
 TOPO = Path(__file__).parents[1] / "data" / "topo"
@@ -59,14 +61,16 @@ def test_dgx_a100_with_lscpu() -> None:
     assert [(n.name, n.socket, n.near_gpus) for n in d.nics][8:] == [
         ("mlx5_8", None, ()), ("mlx5_9", None, ())]
     assert d.warnings == ()
+    assert d.notes == (SIBLINGS_NOTE,)  # the lscpu summary does not name SMT siblings
 
 
 def test_dgx_a100_without_lscpu_guesses_sockets_from_affinity() -> None:
-    """Without lscpu, each distinct CPU affinity (a NUMA node here) counts as a socket; warned."""
+    """Without lscpu, each distinct CPU affinity (a NUMA node here) counts as a socket, and cores
+    and threads are 0 placeholders; warned."""
     d = _discover("dgx-a100.txt")
     assert _groups(d.node_type) == [[(2, 3)], [(0, 1)], [(6, 7)], [(4, 5)]]
-    assert d.node_type.cores_per_socket == 32
-    assert any("lscpu" in w for w in d.warnings)
+    assert (d.node_type.cores_per_socket, d.node_type.threads_per_core) == (0, 0)
+    assert any("--lscpu" in w for w in d.warnings)
 
 
 def test_dgx1_hybrid_cube_mesh() -> None:
@@ -74,7 +78,7 @@ def test_dgx1_hybrid_cube_mesh() -> None:
     d = _discover("dgx1-class-v100-sxm2.txt")
     nt = d.node_type
     assert _groups(nt) == [[(0,), (1,), (2, 3)], [(4,), (5,), (6,), (7,)]]
-    assert (nt.cores_per_socket, nt.threads_per_core) == (24, 1)
+    assert (nt.cores_per_socket, nt.threads_per_core) == (0, 0)  # no lscpu: to fill in
     assert len(nt.nvlink) == 16  # one group per linked pair
     assert nt.nvlinks(0, 3) == 2 and nt.nvlinks(0, 1) == 1 and nt.nvlinks(0, 5) == 0
     assert _links(nt, 0) == [-1, 3, 3, 4, 4, 0, 0, 0]
@@ -89,7 +93,7 @@ def test_della_two_pcie_gpus() -> None:
     d = _discover("princeton-della-2xa100-pcie.txt")
     nt = d.node_type
     assert _groups(nt) == [[(0,)], [(1,)]]
-    assert nt.cores_per_socket == 64
+    assert nt.cores_per_socket == 0  # no lscpu: to fill in
     assert [sw.numa for s in nt.sockets for sw in s.pcie_switches] == [0, 1]
     assert nt.nvlink == ()
     assert _links(nt, 0) == [-1, 0]
@@ -112,20 +116,54 @@ def test_traverse_nvlink_pairs_and_sparse_numa() -> None:
 @pytest.mark.parametrize("sample", sorted(p.name for p in TOPO.glob("*.txt")
                                           if "lscpu" not in p.name))
 def test_discovered_toml_reads_back(sample: str) -> None:
-    """The printed TOML is a valid node type that parses back to the same value."""
+    """The printed TOML (without lscpu: once cores and threads are filled in) is a valid node
+    type that parses back to the same value."""
     d = discover("found", file_sources(str(TOPO / sample)), 16000)
     text = render_discovery(d, sample)
+    text = text.replace("cores_per_socket = 0", "cores_per_socket = 8").replace(
+        "threads_per_core = 0", "threads_per_core = 2")
     data = tomllib.loads(text + '[cluster]\nname = "c"\n[[nodes]]\nnames = "n1"\ntype = "found"\n')
     desc = parse_description(data, "discovered.toml")
-    assert desc.node_types == (d.node_type,)
+    assert desc.node_types == (replace(d.node_type, cores_per_socket=8, threads_per_core=2),)
 
 
 # ---- synthetic matrices ----------------------------------------------------------------------
-def _matrix(nt: NodeType, tabs: bool) -> tuple[str, str]:
-    """A topo -m matrix and lscpu text for ``nt`` (one NIC per PCIe switch, like DGX boxes)."""
+def cpu_id(layout: str, sockets: int, cores: int, threads: int, s: int, k: int, t: int) -> int:
+    """The OS id of socket ``s``, core ``k``, thread ``t`` in a CPU numbering seen on real
+    machines: ``x86`` (socket 0's cores, socket 1's..., then the second threads likewise),
+    ``interleaved`` (dual-socket Intel: socket 0 has 0,2,4..., socket 1 has 1,3,5...) and
+    ``power`` (a core's threads are consecutive)."""
+    if layout == "x86":
+        return s * cores + k + t * sockets * cores
+    if layout == "interleaved":
+        return k * sockets + s + t * sockets * cores
+    return (s * cores + k) * threads + t
+
+
+def lscpu_text(layout: str, sockets: int, cores: int, threads: int, parseable: bool) -> str:
+    """``lscpu`` (summary, one NUMA node per socket) or ``lscpu -p=CPU,CORE,SOCKET,NODE`` for a
+    machine numbered as ``layout`` says."""
+    ids = {(s, k, t): cpu_id(layout, sockets, cores, threads, s, k, t) for s in range(sockets)
+           for k in range(cores) for t in range(threads)}
+    if parseable:
+        rows = sorted((c, s * cores + k, s) for (s, k, _), c in ids.items())
+        return "# comment\n# CPU,Core,Socket,Node\n" + "".join(
+            f"{c},{core},{s},{s}\n" for c, core, s in rows)
+    arch = "ppc64le" if layout == "power" else "x86_64"
+    return (f"Architecture: {arch}\nCPU(s): {len(ids)}\nThread(s) per core: {threads}\n"
+            f"Core(s) per socket: {cores}\nSocket(s): {sockets}\n" + "".join(
+                f"NUMA node{s} CPU(s): "
+                f"{format_cores([c for (si, _, _), c in ids.items() if si == s])}\n"
+                for s in range(sockets)))
+
+
+def _matrix(nt: NodeType, tabs: bool, layout: str = "x86", parseable: bool = False
+            ) -> tuple[str, str]:
+    """A topo -m matrix and lscpu text for ``nt`` (one NIC per PCIe switch, like DGX boxes), its
+    CPUs numbered as ``layout`` says (see :func:`cpu_id`)."""
     n = nt.gpu_count
     sw = [(si, wi) for si, s in enumerate(nt.sockets) for wi, _ in enumerate(s.pcie_switches)]
-    ncores = len(nt.sockets) * nt.cores_per_socket
+    shape = (len(nt.sockets), nt.cores_per_socket, nt.threads_per_core)
 
     def code(a: int, b: int) -> str:
         if a == b:
@@ -144,8 +182,8 @@ def _matrix(nt: NodeType, tabs: bool) -> tuple[str, str]:
 
     def affinity(g: int) -> str:
         s = nt.socket_of(g)
-        lo, hi = s * nt.cores_per_socket, (s + 1) * nt.cores_per_socket - 1
-        return ",".join(f"{lo + t * ncores}-{hi + t * ncores}" for t in range(nt.threads_per_core))
+        return format_cores([cpu_id(layout, *shape, s, k, t) for k in range(shape[1])
+                             for t in range(shape[2])])
 
     sep = "\t" if tabs else "    "
     names = [f"GPU{i}" for i in range(n)] + [f"NIC{k}" for k in range(len(sw))]
@@ -158,10 +196,7 @@ def _matrix(nt: NodeType, tabs: bool) -> tuple[str, str]:
         rows.append(sep.join([f"NIC{k}", *cells]))
     rows += ["", "Legend:", "", "  X    = Self", "", "NIC Legend:", ""]
     rows += [f"  NIC{k}: mlx5_{k}" for k in range(len(sw))]
-    lscpu = (f"CPU(s): {ncores * nt.threads_per_core}\nThread(s) per core: "
-             f"{nt.threads_per_core}\nCore(s) per socket: {nt.cores_per_socket}\n"
-             f"Socket(s): {len(nt.sockets)}\n")
-    return "\n".join(rows) + "\n", lscpu
+    return "\n".join(rows) + "\n", lscpu_text(layout, *shape, parseable)
 
 
 @st.composite
@@ -198,11 +233,14 @@ def _nv_pairs(nt: NodeType) -> dict[tuple[int, int], int]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(_node_types(), st.booleans())
-def test_synthetic_matrix_round_trip(nt: NodeType, tabs: bool) -> None:
+@given(_node_types(), st.booleans(), st.sampled_from(["x86", "interleaved", "power"]),
+       st.booleans())
+def test_synthetic_matrix_round_trip(nt: NodeType, tabs: bool, layout: str,
+                                     parseable: bool) -> None:
     """Rendering a node type as topo -m + lscpu and discovering it gives the node type back
-    (1 to 16 GPUs, 1 to 4 sockets, either layout); gres Links agree too."""
-    topo, lscpu = _matrix(nt, tabs)
+    (1 to 16 GPUs, 1 to 4 sockets, either matrix layout, three CPU numberings, lscpu summary or
+    -p); gres Links agree too."""
+    topo, lscpu = _matrix(nt, tabs, layout, parseable)
     found = build_node_type("t", parse_topo_matrix(topo), None, parse_lscpu(lscpu),
                             nt.memory_mb).node_type
     assert _nv_pairs(found) == _nv_pairs(nt)
@@ -214,6 +252,8 @@ def test_synthetic_matrix_round_trip(nt: NodeType, tabs: bool) -> None:
 
 # ---- malformed input -------------------------------------------------------------------------
 _DELLA = (TOPO / "princeton-della-2xa100-pcie.txt").read_text()
+_DELLA_LSCPU = ("CPU(s): 128\nThread(s) per core: 1\nCore(s) per socket: 64\nSocket(s): 2\n"
+                "NUMA node0 CPU(s): 0-63\nNUMA node1 CPU(s): 64-127\n")
 
 
 @pytest.mark.parametrize(("text", "line", "fragment"), [
@@ -261,7 +301,7 @@ def test_gpu_model_is_a_feature_validation_accepts(name: str, feature: str) -> N
     """Spaces and characters Slurm cannot take in Features= become '-' (the feature the
     description's gpu_model check suggests, too)."""
     d = build_node_type("t", parse_topo_matrix(_DELLA), (GpuInfo(0, name), GpuInfo(1, name)),
-                        memory_mb=16000)
+                        parse_lscpu(_DELLA_LSCPU), memory_mb=16000)
     assert d.node_type.gpu_model == feature
     desc = parse_description({"cluster": {"name": "c"}, "nodes": [{"names": "n1", "type": "t"}],
                               "node_types": tomllib.loads(render_node_type(d.node_type))[
