@@ -7,6 +7,7 @@ Local mode (default) is :mod:`.local`; ``--docker`` hands over to :mod:`.docker_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import shlex
 import sys
@@ -60,21 +61,23 @@ def testbed() -> None:
               help="Native-mode GraceTime per class QOS (repeatable; bare SECONDS = all).")
 @click.option("--cred-expire", default=10, show_default=True,
               help="Seconds a requeued job waits before it may start again.")
-@click.option("--slurmctld-port", default=Ports.slurmctld, show_default=True)
-@click.option("--slurmdbd-port", default=Ports.slurmdbd, show_default=True)
-@click.option("--mariadb-port", default=Ports.mariadb, show_default=True)
-@click.option("--redis-port", default=Ports.redis, show_default=True)
-@click.option("--slurmd-port-base", default=Ports.slurmd_base, show_default=True,
-              help="slurmd of node i listens on BASE+i-1.")
+@click.option("--slurmctld-port", type=int, default=None,
+              help=f"Default: a testbed recorded in STATE_DIR's, else {Ports.slurmctld} (so "
+                   "for each port option).")
+@click.option("--slurmdbd-port", type=int, default=None, help=f"Else {Ports.slurmdbd}.")
+@click.option("--mariadb-port", type=int, default=None, help=f"Else {Ports.mariadb}.")
+@click.option("--redis-port", type=int, default=None, help=f"Else {Ports.redis}.")
+@click.option("--slurmd-port-base", type=int, default=None,
+              help=f"slurmd of node i listens on BASE+i-1 (else {Ports.slurmd_base}).")
 @_DOCKER
 @click.option("--slurm", "suite", default="bookworm", show_default=True, metavar="SUITE",
               help="Docker mode: Debian suite of the image, which picks the Slurm version "
                    "(bookworm 22.05, trixie 24.11, sid).")
 @_STATE_DIR
 def up(nodes: int, gpus_per_node: int, leaf_switches: int, accounting: bool, preemption: str,
-       grace_times: tuple[str, ...], cred_expire: int, slurmctld_port: int, slurmdbd_port: int,
-       mariadb_port: int, redis_port: int, slurmd_port_base: int, docker: bool, suite: str,
-       state_dir: Path) -> None:
+       grace_times: tuple[str, ...], cred_expire: int, slurmctld_port: int | None,
+       slurmdbd_port: int | None, mariadb_port: int | None, redis_port: int | None,
+       slurmd_port_base: int | None, docker: bool, suite: str, state_dir: Path) -> None:
     """Start the cluster; returns once every node is idle and a GPU job ran on all of them."""
     shape = ClusterShape(nodes=nodes, gpus_per_node=gpus_per_node,
                          leaf_switch_count=leaf_switches, accounting=accounting,
@@ -88,8 +91,14 @@ def up(nodes: int, gpus_per_node: int, leaf_switches: int, accounting: bool, pre
         if suite != "bookworm":
             raise click.UsageError("--slurm SUITE picks the Docker image; add --docker "
                                    "(the local mode uses the host's Slurm)")
-        ports = Ports(slurmctld=slurmctld_port, slurmdbd=slurmdbd_port, mariadb=mariadb_port,
-                      redis=redis_port, slurmd_base=slurmd_port_base)
+        given = {key: value for key, value in (
+            ("slurmctld", slurmctld_port), ("slurmdbd", slurmdbd_port),
+            ("mariadb", mariadb_port), ("redis", redis_port),
+            ("slurmd_base", slurmd_port_base)) if value is not None}
+        recorded = local.load_state(state_dir.resolve())
+        # a testbed restarted in its state dir keeps the ports its clients know
+        ports = dataclasses.replace(recorded.ports if recorded is not None else Ports(),
+                                    **given)
         started = local.up(shape, state_dir=state_dir, ports=ports, echo=click.echo)
     if started:
         click.echo(f"testbed up in {time.monotonic() - t0:.1f} s")
@@ -106,11 +115,12 @@ def up(nodes: int, gpus_per_node: int, leaf_switches: int, accounting: bool, pre
 @_DOCKER
 @_STATE_DIR
 def status(docker: bool, state_dir: Path) -> None:
-    """Each component running or not, the nodes, and the QOS. Exit 1 if anything is down."""
+    """Each component running or not, the nodes, and the QOS. Exit 1 if anything is down or
+    the testbed cannot take jobs (a node drained, slurmctld not answering)."""
     st = _docker_mode().status(state_dir) if docker else local_status(state_dir)
     for line in st.lines():
         click.echo(line)
-    if not st.all_running:
+    if not st.usable:
         sys.exit(1)
 
 

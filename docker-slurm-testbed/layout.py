@@ -120,6 +120,9 @@ class Ports:
             out.append((self.slurmd_base + i, f"slurmd {name}", self.OPTIONS["slurmd_base"]))
         seen: dict[int, str] = {}
         for port, component, option in out:
+            if not 1 <= port <= 65535:
+                raise ConfigError(f"{component} would listen on port {port}, outside 1-65535",
+                                  key=option, value=port)
             if port in seen:
                 raise ConfigError(f"port {port} is given to both {seen[port]} and {component}",
                                   key=option, value=port)

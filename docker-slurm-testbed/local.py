@@ -9,17 +9,21 @@ directory is written.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from hai_slurm.errors import TestbedError
+from hai_slurm.errors import HaiSlurmError, TestbedError
 
 from . import health, procs, services
 from .layout import Ports, local_layout
@@ -69,8 +73,9 @@ def find_programs(shape: ClusterShape) -> dict[str, str]:
 def require_root() -> None:
     """The local testbed runs munged, slurmctld and slurmd as root."""
     if os.geteuid() != 0:
-        raise TestbedError("the local testbed starts munged, slurmctld and slurmd as root; run "
-                           "the same command as root: sudo $(command -v hai-slurm) testbed up")
+        raise TestbedError("the local testbed starts (and stops) munged, slurmctld and slurmd "
+                           "as root; run the same command as root (log in as root, or "
+                           "sudo $(command -v hai-slurm) ... where sudo is installed)")
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,30 @@ def load_state(state_dir: Path) -> TestbedState | None:
     except (OSError, ValueError) as err:
         raise TestbedError(f"{path} is unreadable ({err}); stop leftover daemons by hand and "
                            "remove it") from None
-    return TestbedState(shape=ClusterShape.from_json(data["shape"]), ports=Ports(**data["ports"]),
-                        slurm_conf=str(data["slurm_conf"]), ready=bool(data.get("ready")),
-                        processes=tuple(procs.ProcRecord.from_json(p) for p in data["processes"]))
+    try:
+        return TestbedState(
+            shape=ClusterShape.from_json(data["shape"]), ports=Ports(**data["ports"]),
+            slurm_conf=str(data["slurm_conf"]), ready=bool(data.get("ready")),
+            processes=_records(data))
+    except (KeyError, TypeError, ValueError, AttributeError, HaiSlurmError) as err:
+        raise TestbedError(f"{path} is not a testbed record this hai-slurm reads ({err!r}): "
+                           f"written by another version, or damaged; `hai-slurm testbed down "
+                           f"--state-dir {state_dir}` stops the processes it lists") from None
+
+
+def _records(data: object) -> tuple[procs.ProcRecord, ...]:
+    """The processes a ``testbed.json`` document lists (KeyError/TypeError when it has none)."""
+    assert isinstance(data, dict), "not a JSON object"
+    return tuple(procs.ProcRecord.from_json(p) for p in data["processes"])
+
+
+def _recorded_processes(state_dir: Path) -> tuple[procs.ProcRecord, ...]:
+    """Only the processes of a record :func:`load_state` cannot read (for :func:`down`)."""
+    try:
+        return _records(json.loads((state_dir / STATE_FILE).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AssertionError, AttributeError) as err:
+        raise TestbedError(f"{state_dir / STATE_FILE} lists no processes it can read ({err!r}); "
+                           "stop leftover daemons by hand and remove it") from None
 
 
 def _save(state_dir: Path, state: TestbedState) -> None:
@@ -147,6 +173,11 @@ def _broken(state: TestbedState) -> bool:
 
 
 def _prepare(state_dir: Path, shape: ClusterShape, ctx: services.Ctx) -> None:
+    # the last start's logs stay one start longer (log.prev/): a testbed replaced because a
+    # daemon died keeps the evidence of why
+    shutil.rmtree(state_dir / "log.prev", ignore_errors=True)
+    if (state_dir / "log").is_dir():
+        (state_dir / "log").rename(state_dir / "log.prev")
     for sub in ("run", "spool", "ctld", "log", "etc"):
         shutil.rmtree(state_dir / sub, ignore_errors=True)
     for sub in ("run", "spool", "ctld", "log", "etc", "dev"):
@@ -189,8 +220,64 @@ def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports
     """
     require_root()
     bins = find_programs(shape)
+    state_dir = _usable_dir(state_dir)
+    with _locked(state_dir), _signals_interrupt():
+        return _up(shape, state_dir, ports, bins, echo)
+
+
+def _usable_dir(state_dir: Path) -> Path:
+    """``state_dir`` resolved and made; a path Slurm's files cannot name, or one that cannot
+    be made, is a :class:`TestbedError` naming ``--state-dir``."""
     state_dir = state_dir.resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
+    if any(c.isspace() or c in "#=," for c in str(state_dir)):
+        raise TestbedError(f"--state-dir {str(state_dir)!r}: slurm.conf names files under it, "
+                           "so it may hold no spaces, '#', '=' or ','; choose another")
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TestbedError(f"--state-dir {state_dir}: cannot make it ({err.strerror or err}); "
+                           "choose a writable directory") from None
+    return state_dir
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """One ``up`` or ``down`` at a time per state dir (a second one meanwhile took the first's
+    half-started daemons for a broken testbed and stopped them)."""
+    fd = os.open(state_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TestbedError(f"another `hai-slurm testbed up` or `down` is working on "
+                               f"{state_dir}; wait for it to end") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a CI job's timeout) raise :class:`TestbedError` while ``up`` runs
+    (in the main thread), so its clean-up stops what it started, as it does on Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise TestbedError(f"interrupted by {signal.Signals(signum).name}; stopped what was "
+                           "started")
+
+    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[str, str],
+        echo: Echo) -> bool:
     old = load_state(state_dir)
     if old is not None:
         why = problem(old)
@@ -206,8 +293,9 @@ def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports
                 f"the testbed in {state_dir} is running but cannot take jobs: {why}. Look at "
                 f"it with `hai-slurm testbed status --state-dir {state_dir}`, or start it "
                 f"afresh (its jobs are lost): hai-slurm testbed down --state-dir {state_dir}")
-        echo(f"a previous testbed there is incomplete ({why}); stopping what is left of it")
-        down(state_dir)
+        echo(f"a previous testbed there is incomplete ({why}); stopping what is left of it "
+             "(its logs move to log.prev/)")
+        _down(state_dir, old.processes, old, echo=lambda _m: None)
     ports = ports or (old.ports if old is not None else Ports())
     procs.check_ports(ports.wanted(shape))
     layout = local_layout(shape, ports, state_dir, socket.gethostname(),
@@ -321,15 +409,30 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, *, echo: Echo = lambda _msg: None)
     SIGKILL. Keeps the munge key, the MariaDB datadir, etc/ and log/ (for post-mortems).
     """
     state_dir = state_dir.resolve()
-    state = load_state(state_dir)
-    if state is None:
+    if not (state_dir / STATE_FILE).exists():
         return []
-    alive = [p for p in state.processes if procs.is_alive(p)]
+    require_root()
+    with _locked(state_dir):
+        try:
+            state = load_state(state_dir)
+        except TestbedError:   # another version's record: its processes are enough to stop
+            state = None
+            records = _recorded_processes(state_dir)
+        else:
+            if state is None:
+                return []
+            records = state.processes
+        return _down(state_dir, records, state, echo)
+
+
+def _down(state_dir: Path, records: tuple[procs.ProcRecord, ...], state: TestbedState | None,
+          echo: Echo) -> list[str]:
+    alive = [p for p in records if procs.is_alive(p)]
     ctld = next((p for p in alive if p.name == "slurmctld"), None)
-    if ctld is not None:
+    if ctld is not None and state is not None:
         LocalRunner(state.slurm_conf)(["scancel", "--full", f"--partition={state.shape.partition}"],
                                       timeout=10)
-    survivors = _stop_records(state.processes)
+    survivors = _stop_records(records)
     if survivors:
         raise TestbedError(f"processes still alive after SIGKILL: {survivors}")
     for sub in ("run", "spool", "ctld"):

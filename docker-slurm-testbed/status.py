@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import procs
-from .local import load_state
+from .local import load_state, problem
 from .waiting import LocalRunner
 
 
@@ -27,11 +27,19 @@ class Status:
     up: bool
     components: tuple[ComponentStatus, ...] = ()
     details: tuple[str, ...] = ()
+    problem: str | None = None
+    """Why the testbed cannot take jobs although its components run (a node drained or down,
+    slurmctld not answering, start-up unfinished); None when it can."""
 
     @property
     def all_running(self) -> bool:
         """Every recorded component runs."""
         return self.up and all(c.running for c in self.components)
+
+    @property
+    def usable(self) -> bool:
+        """Every component runs and the testbed can take jobs (``status`` exits 0)."""
+        return self.all_running and self.problem is None
 
     def lines(self) -> list[str]:
         """Human-readable report."""
@@ -41,6 +49,8 @@ class Status:
         out += [f"  {c.name:<12} {'running' if c.running else 'NOT running':<12} pid {c.pid}"
                 for c in self.components]
         out += list(self.details)
+        if self.problem is not None:
+            out.append(f"  cannot take jobs: {self.problem}")
         return out
 
 
@@ -73,4 +83,5 @@ def local_status(state_dir: Path) -> Status:
                    "format=name,priority,preempt,preemptmode,gracetime"], timeout=10)
         details.append("  QOS (name|priority|preempt|mode|grace):")
         details += ["    " + ln for ln in (res.stdout or res.stderr).splitlines()]
-    return Status(state_dir, up=True, components=comps, details=tuple(details))
+    return Status(state_dir, up=True, components=comps, details=tuple(details),
+                  problem=problem(state))

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from conftest import Submitter, claim_slot
 
+from hai_slurm.cli import cli
 from hai_slurm.errors import TestbedError
 from hai_slurm.testbed import local, procs
 from hai_slurm.testbed.shape import ClusterShape
@@ -85,16 +93,84 @@ def small(slot):
         local.down(state_dir)
 
 
+SMALL_ARGS = ["--nodes", "2", "--gpus-per-node", "1", "--no-accounting"]
+
+
+def _cli(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["testbed", *args])
+
+
 def test_up_replaces_a_testbed_with_a_dead_component(small):
-    """If a recorded daemon died, `up` stops the rest and starts a fresh, working testbed."""
+    """If a recorded daemon died, `testbed up` (no port options) stops the rest and starts a
+    fresh, working testbed on the recorded ports (the defaults would strand clients that know
+    the old ones); the dead testbed's logs stay in log.prev/."""
     state_dir, ports, state = small
     munged = next(p for p in state.processes if p.name == "munged")
     procs.stop({munged.pid: munged.start_ticks})
+    with open(state_dir / "log" / "slurmctld.log", "a") as log:
+        log.write("MARKER before the restart\n")
     assert not local.healthy(state)
-    assert local.up(SMALL, state_dir=state_dir, ports=ports) is True
+    assert _cli("status", "--state-dir", str(state_dir)).exit_code == 1
+    res = _cli("up", *SMALL_ARGS, "--state-dir", str(state_dir))
+    assert res.exit_code == 0 and "log.prev" in res.output, res.output
     assert [p for p in state.processes if procs.is_alive(p)] == []
     fresh = local.load_state(state_dir.resolve())
-    assert fresh is not None and local.healthy(fresh)
+    assert fresh is not None and local.healthy(fresh) and fresh.ports == ports
+    assert "MARKER" in (state_dir / "log.prev" / "slurmctld.log").read_text()
+
+
+def test_down_stops_a_record_another_version_wrote(small):
+    """A testbed.json this version cannot read (a key it does not know) still lists the
+    processes: `down` stops them; `status` says what is wrong, not a traceback."""
+    state_dir, _ports, state = small
+    record = json.loads((state_dir / "testbed.json").read_text())
+    record["ports"]["future"] = 1
+    (state_dir / "testbed.json").write_text(json.dumps(record))
+    res = _cli("status", "--state-dir", str(state_dir))
+    assert res.exit_code == 1 and "not a testbed record this hai-slurm reads" in res.output
+    assert sorted(local.down(state_dir)) == sorted(p.name for p in state.processes)
+    assert [p for p in state.processes if procs.is_alive(p)] == []
+
+
+def test_sigterm_during_up_stops_what_it_started(slot):
+    """A CI job's timeout sends SIGTERM: `up` stops every daemon it had started (it did on
+    Ctrl-C only, and left them running on SIGTERM) and removes its record."""
+    state_dir, ports = slot
+    argv = [str(Path(sys.executable).parent / "hai-slurm"), "testbed", "up", *SMALL_ARGS,
+            "--state-dir", str(state_dir), "--slurmctld-port", str(ports.slurmctld),
+            "--redis-port", str(ports.redis), "--slurmd-port-base", str(ports.slurmd_base)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        started = wait_for(lambda: (s := local.load_state(state_dir.resolve())) is not None
+                           and len(s.processes) >= 3 and s, timeout=60,
+                           describe=lambda: "up never recorded three daemons")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        local.down(state_dir)
+    assert proc.returncode == 1 and "interrupted by SIGTERM" in out, out
+    assert [p.name for p in started.processes if procs.is_alive(p)] == []
+    assert local.load_state(state_dir.resolve()) is None
+
+
+def test_a_second_up_or_down_on_a_busy_state_dir_waits_its_turn(slot, tmp_path):
+    """While one `up` or `down` works on a state dir, another is refused at once (it took the
+    first's half-started daemons for a broken testbed and stopped them); a state dir Slurm's
+    files cannot name is refused before anything starts."""
+    state_dir, ports = slot
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(TestbedError, match="another `hai-slurm testbed up` or `down`"):
+            local.up(SMALL, state_dir=state_dir, ports=ports)
+    finally:
+        os.close(fd)
+    with pytest.raises(TestbedError, match=r"--state-dir .*no spaces"):
+        local.up(SMALL, state_dir=tmp_path / "my testbed", ports=ports)
+    assert local.load_state(state_dir.resolve()) is None
 
 
 def test_up_keeps_a_running_testbed_that_cannot_take_jobs(small):
@@ -105,9 +181,12 @@ def test_up_keeps_a_running_testbed_that_cannot_take_jobs(small):
     check(run, ["scontrol", "create", "reservation", "ReservationName=hold", "Users=root",
                 "StartTime=now", "Duration=10", "Nodes=n1", "Flags=IGNORE_JOBS"])
     assert local.up(SMALL, state_dir=state_dir) is False
+    assert _cli("status", "--state-dir", str(state_dir)).exit_code == 0
     check(run, ["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=by-test"])
     with pytest.raises(TestbedError, match=r"node n2 is drain.*testbed down"):
         local.up(SMALL, state_dir=state_dir)
+    res = _cli("status", "--state-dir", str(state_dir))   # every daemon runs, yet: exit 1
+    assert res.exit_code == 1 and "cannot take jobs: node n2 is drain (by-test)" in res.output
     assert all(procs.is_alive(p) for p in state.processes)
     assert local.load_state(state_dir.resolve()) == state
     check(run, ["scontrol", "update", "NodeName=n2", "State=RESUME"])

@@ -74,7 +74,7 @@ def test_missing_programs_name_the_apt_get_command(monkeypatch):
 def test_not_root_says_to_run_as_root(monkeypatch):
     """A non-root user is told to run the command as root."""
     monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
-    with pytest.raises(TestbedError, match="run the same command as root: sudo"):
+    with pytest.raises(TestbedError, match=r"run the same command as root \(log in as root"):
         local.require_root()
 
 
