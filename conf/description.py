@@ -278,9 +278,11 @@ def parse_deployment(data: Mapping[str, Any], source: str = "<description>",
 
 
 def decode_utf8(raw: bytes, source: str, *, kind: str = "TOML files") -> str:
-    """``raw`` as UTF-8 text (what ``kind`` must be), or a ConfigError naming the line and byte."""
+    """``raw`` as UTF-8 text (what ``kind`` must be), or a ConfigError naming the line and byte.
+    A leading byte-order mark (Excel's "CSV UTF-8", Windows editors) is dropped: it would
+    otherwise stick to the first column's name or key."""
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
         raise ConfigError(

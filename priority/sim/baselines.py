@@ -126,7 +126,7 @@ def pick_victims(index: _NodeIndex, job: SimJob) -> tuple[tuple[int, ...], tuple
         cands = sorted(
             ((RANK[v.trace.cls], -(v.run_start or 0), -jid, g)
              for g, jid, v in index.on.get(node, ()) if RANK[v.trace.cls] < rank
-             and jid not in index.claimed),
+             and jid not in index.claimed and v.trace.preemptible),
             key=lambda c: c[:3])
         have, chosen, worst = free, [], 0
         for vrank, _, negid, g in cands:

@@ -11,11 +11,12 @@ import click
 from hai_slurm.conf.description import load_description
 from hai_slurm.conf.gen_entitlements import entitlements_of
 from hai_slurm.conf.topology import Topology
+from hai_slurm.errors import ConfigError
 from hai_slurm.priority.config.loader import DaemonConfig, load_config
 from hai_slurm.priority.sim.cluster import load_topology
 from hai_slurm.priority.sim.progress import ProgressBar
 from hai_slurm.priority.sim.report import table, write_json
-from hai_slurm.priority.sim.runner import POLICIES, Setup, apply_param, run_policy
+from hai_slurm.priority.sim.runner import POLICIES, Setup, apply_param, run_notes, run_policy
 from hai_slurm.priority.sim.sacct import read_sacct
 from hai_slurm.priority.sim.sweep import front_table, grid, objectives, pareto, parse_axes
 from hai_slurm.priority.sim.synthetic import generate, parse_spec
@@ -115,7 +116,11 @@ def simulate(trace_path: str | None, sacct_path: str | None, synthetic: str | No
             raise click.UsageError(f"--set expects PARAM=VALUE, got {item!r}")
         setup = apply_param(setup, key.strip(), value.strip())
     names = POLICIES if "all" in policies else tuple(dict.fromkeys(policies))
-    out = Path(outdir)
+    out = _writable(Path(outdir))
+    for note in (*trace.notes, *run_notes(trace, topology)):
+        click.echo(f"trace: {note}", err=True)
+    for reason, count in sorted(trace.skipped.items()):
+        click.echo(f"trace: {count} rows left out: {reason}", err=True)
     if sweeps:
         _sweep(trace, topology, setup, names, sweeps, seed, out, quiet)
         return
@@ -136,6 +141,20 @@ def simulate(trace_path: str | None, sacct_path: str | None, synthetic: str | No
         from hai_slurm.priority.sim.plots import write_plots
         for path in write_plots(results, out):
             click.echo(f"wrote {path}", err=True)
+
+
+def _writable(out: Path) -> Path:
+    """The output directory, made and checked before any run (a run takes minutes; failing
+    to write its result afterwards lost it)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".hai-sim-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"cannot write results there ({err.strerror or err}); give a "
+                          "writable directory", key="-o/--outdir", value=str(out)) from None
+    return out
 
 
 def objectives_of(row: dict[str, Any]) -> tuple[float, float, float]:
@@ -162,9 +181,10 @@ def _sweep(trace: Trace, topology: Topology, setup: Setup, names: tuple[str, ...
             bar.close()
             rows.append({"policy": name, "params": dict(combo),
                          "objectives": list(objectives(result))})
-    front = pareto([objectives_of(r) for r in rows])
-    for row, on in zip(rows, front, strict=True):
-        row["pareto"] = on
+    for name in names:   # each policy's own front: the baselines ignore planner.* settings
+        mine = [r for r in rows if r["policy"] == name]
+        for row, on in zip(mine, pareto([objectives_of(r) for r in mine]), strict=True):
+            row["pareto"] = on
     write_json({"axes": [[k, list(v)] for k, v in axes], "objectives": [
         "top-class p95 queue delay (s)", "GPU-hours lost", "1 - Jain's index"], "rows": rows,
         "seed": seed}, out / "sweep.json")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Protocol
@@ -340,6 +340,14 @@ class Engine:
         if following > job.remaining:
             return math.inf   # progress stops at remaining: no further save
         return job.run_start + job.overhead + following
+
+
+def rounded_up(jobs: Iterable[TraceJob], max_node: int) -> int:
+    """How many ``jobs`` run with more GPUs than they asked: spread over several nodes, a job
+    gets the same count on each (``nodes x ceil(gpus / nodes)``, as the planner and SimSlurm
+    place jobs), so 9 GPUs on 2 nodes run as 2 x 5."""
+    return sum(1 for j in jobs if (s := _shape(j.gpus, j.nodes, max_node))[0]
+               and s[0] * s[1] != j.gpus)
 
 
 def _shape(gpus: int, nodes: int, max_node: int) -> tuple[int, int]:

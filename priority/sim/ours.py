@@ -158,7 +158,8 @@ class HaiSlurm:
                 self._urgent.setdefault(at, []).append(job)
                 self.eng.wake(at)
         info = HaiJobInfo(priority=cls.value, job_class=cls.value, team=job.trace.team,
-                          preemptible=True, grace=self.eng.costs.checkpoint_time(job.gpus),
+                          preemptible=job.trace.preemptible,
+                          grace=self.eng.costs.checkpoint_time(job.gpus),
                           source=ClassOrigin.DIRECTIVE)
         return {"qos": cls.qos, "priority": 1, "admin_comment": format_admin_comment(info)}
 

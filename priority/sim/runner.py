@@ -9,6 +9,7 @@ the allocator's backfill flag. :func:`apply_param` changes one of them by a dott
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,7 @@ from hai_slurm.priority.policy.ladder import parse_class
 from hai_slurm.priority.policy.units import parse_duration
 from hai_slurm.priority.sim.baselines import Fifo, HaiPlatform, MultifactorConfig, SlurmMultifactor
 from hai_slurm.priority.sim.costs import CostModel
-from hai_slurm.priority.sim.engine import Engine, Policy
+from hai_slurm.priority.sim.engine import Engine, Policy, rounded_up
 from hai_slurm.priority.sim.metrics import summarize
 from hai_slurm.priority.sim.ours import HaiSlurm
 from hai_slurm.priority.sim.trace import Trace
@@ -94,14 +95,29 @@ def _convert(old: object, text: str, key: str, *, optional: type | None = None) 
             return text.lower() in ("true", "yes", "1")
         if isinstance(old, PriorityClass):
             return parse_class(text, key=key)
-        if isinstance(old, int):
-            return int(parse_duration(text))
-        if isinstance(old, float):
-            return float(parse_duration(text)) if any(c.isalpha() for c in text) else float(text)
+        if isinstance(old, int | float):
+            number = (float(parse_duration(text)) if any(c.isalpha() for c in text)
+                      and text.strip().lower() not in ("nan", "inf", "infinity")
+                      else float(text))
+            _check_number(number, key)
+            return int(number) if isinstance(old, int) else number
     except ValueError as err:
         raise ConfigError(f"bad value: {err}", key=key, value=text) from None
     raise ConfigError("this setting cannot be swept (not a number, flag or class)", key=key,
                       value=text)
+
+
+_POSITIVE = ("max_wait", "cycle", "lock_ttl", "backoff_max")
+"""Settings the daemon's file requires above 0 (``priority.config.loader``)."""
+
+
+def _check_number(value: float, key: str) -> None:
+    """As the daemon's file reads them: every numeric setting here (a duration, count, weight
+    or share) is finite and not negative, and a bound or an interval is above 0."""
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("must be a finite number >= 0")
+    if value == 0 and key.rsplit(".", 1)[-1] in _POSITIVE:
+        raise ValueError("must be longer than 0")
 
 
 def _set(obj: Any, path: list[str], text: str, key: str) -> Any:
@@ -154,6 +170,14 @@ def apply_param(setup: Setup, key: str, text: str) -> Setup:
                       "aging.max_step, classes.HIGH.max_wait)", key=key, value=text)
 
 
+def run_notes(trace: Trace, topology: Topology) -> list[str]:
+    """What the run changes about the trace's jobs (said in the result and on screen)."""
+    most = max((len(c.gpus) for c in topology.cells_at(Level.NODE)), default=0)
+    rounded = rounded_up(trace.jobs, most)
+    return [f"{rounded} jobs spread over several nodes run with the same GPU count on each, "
+            "rounded up (9 GPUs on 2 nodes: 2 x 5)"] if rounded else []
+
+
 def run_policy(name: str, trace: Trace, topology: Topology, setup: Setup, *, seed: int,
                progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any],
                                                                             Engine]:
@@ -169,7 +193,8 @@ def run_policy(name: str, trace: Trace, topology: Topology, setup: Setup, *, see
     result: dict[str, Any] = {
         "format": FORMAT, "policy": name, "seed": seed,
         "trace": {"source": trace.source, "jobs": len(trace.jobs),
-                  "skipped_rows": dict(sorted(trace.skipped.items())), "notes": list(trace.notes)},
+                  "skipped_rows": dict(sorted(trace.skipped.items())),
+                  "notes": [*trace.notes, *run_notes(trace, topology)]},
         "cluster": {"gpus": total, "nodes": len(topology.cells_at(Level.NODE)),
                     "leaf_switches": len(topology.cells_at(Level.LEAF_SWITCH))},
         "costs": dataclasses.asdict(setup.costs),

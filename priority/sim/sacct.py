@@ -68,6 +68,8 @@ from hai_slurm.slurm_plugins.parse import number, text, time_or_none
 REQUIRED_COLUMNS = ("JobIDRaw", "Account", "QOS", "Submit", "Start", "End", "NNodes")
 """Columns a ``sacct -P`` export must have (and ``AllocTRES`` or ``ReqTRES``)."""
 OPTIONAL_COLUMNS = ("JobID", "JobName", "User", "State", "AdminComment")
+"""``State`` is accepted (the docs' command lists it) but not read: every job that ran is
+replayed, whatever it ended with."""
 """Columns read when present (JobID tells step rows; the rest name, user and the record)."""
 TRES_COLUMNS = ("AllocTRES", "ReqTRES")
 SACCT_FORMAT = ("JobIDRaw,JobName,User,Account,QOS,Submit,Start,End,State,NNodes,ReqTRES,"
@@ -102,6 +104,12 @@ class _Run:
     nodes: int
     gpus: int
     step: bool = False
+
+    def __post_init__(self) -> None:
+        if self.start is not None and self.end is not None and self.end < self.start:
+            raise _BadJobError("End", self.end, f"ends {self.start - self.end} s before it "
+                               "starts (sacct prints local times: export with TZ=UTC, or a run "
+                               "across a clock change reads backwards)")
 
 
 def _class_of_qos(table: Entitlements | None, qos: str) -> PriorityClass | None:
@@ -216,7 +224,8 @@ def _parsable_run(row: Mapping[str, str], where: str) -> _Run:
 def _tres_gpus(spec: str, field: str) -> int:
     for item in spec.split(","):
         key, eq, value = item.strip().partition("=")
-        if key.startswith("gres/gpu") and eq and not (value.isascii() and value.isdigit()):
+        gpu_key = key == "gres/gpu" or key.startswith("gres/gpu:")   # not gres/gpumem
+        if gpu_key and eq and not (value.isascii() and value.isdigit()):
             raise _BadJobError(field, spec, f"{key}={value}: expected a whole number of GPUs")
     return tres_gpu_count(spec)
 
@@ -431,7 +440,7 @@ def _trace(merged: Mapping[int, list[_Run]], source: str, kind: str, skipped: di
     first = min((s for _, s in picked), default=0)
     jobs: list[TraceJob] = []
     unknown_qos: dict[str, int] = {}
-    recorded = clamped = savers = 0
+    recorded = clamped = savers = kept = 0
     for run, submit in picked:
         info = parse_admin_comment(run.admin_comment or None)
         team = run.account or FALLBACK_TEAM
@@ -452,8 +461,10 @@ def _trace(merged: Mapping[int, list[_Run]], source: str, kind: str, skipped: di
         # directory (#HAI --checkpoint-dir), as ``save_estimates`` reads it (an empty one: no)
         saves = info is not None and bool(info.checkpoint_dir)
         savers += saves
+        keep = info is not None and info.preemptible is False   # #HAI --preemptible=no
+        kept += keep
         jobs.append(TraceJob(run.job_id, submit - first, max(1, end - start), run.gpus, team,
-                             cls, nodes, run.user or team, run.name, saves))
+                             cls, nodes, run.user or team, run.name, saves, not keep))
     notes = [f"{kind}: {len(jobs)} GPU jobs replayed; trace starts at "
              + datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
     if recorded:
@@ -470,6 +481,8 @@ def _trace(merged: Mapping[int, list[_Run]], source: str, kind: str, skipped: di
         notes.append(f"jobs whose QOS is no class's ({listed}) replayed at the default class "
                      f"{default_class.value}; map a QOS with [classes.X] qos in the cluster "
                      "description")
+    if kept:
+        notes.append(f"{kept} jobs said #HAI --preemptible=no: no policy takes them")
     if requeued:
         notes.append(f"{requeued} requeued jobs replayed once: first submission, last run")
     if clamped:

@@ -54,11 +54,14 @@ def pareto(points: Sequence[Objectives]) -> list[bool]:
 
 
 def front_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The sweep's rows, front first, as text."""
-    lines = [f"{'front':<6}{'top p95 delay':>14}{'lost GPU-h':>12}{'Jain':>8}  settings"]
-    for row in sorted(rows, key=lambda r: (not r["pareto"], r["objectives"])):
+    """The sweep's rows by policy, each policy's front first, as text (``pareto``: on the front
+    of the rows of its own policy)."""
+    width = max((len(r["policy"]) for r in rows), default=6)
+    lines = [f"{'policy':<{width}}  {'front':<6}{'top p95 delay':>14}{'lost GPU-h':>12}"
+             f"{'Jain':>8}  settings"]
+    for row in sorted(rows, key=lambda r: (r["policy"], not r["pareto"], r["objectives"])):
         o = row["objectives"]
         setting = " ".join(f"{k}={v}" for k, v in row["params"].items())
-        lines.append(f"{'*' if row['pareto'] else '':<6}{o[0]:>13.0f}s{o[1]:>12.1f}"
-                     f"{1 - o[2]:>8.4f}  {setting}")
+        lines.append(f"{row['policy']:<{width}}  {'*' if row['pareto'] else '':<6}"
+                     f"{o[0]:>13.0f}s{o[1]:>12.1f}{1 - o[2]:>8.4f}  {setting}")
     return "\n".join(lines)

@@ -54,6 +54,8 @@ class TraceJob:
     """The job saves when asked (``#HAI --checkpoint-dir``: it acknowledges a request). False:
     asked to give way, it is requeued without a save, losing the work since its last periodic
     checkpoint (:class:`~hai_slurm.priority.sim.costs.CostModel`'s ``no_save_stop``)."""
+    preemptible: bool = True
+    """False: the job said ``#HAI --preemptible=no`` (its record): no policy takes it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,56 @@ def test_sweep_prints_the_pareto_front(tmp_path: Path) -> None:
     assert "*" in out and "planner.benefit_threshold=" in out
 
 
+def test_a_sweep_over_several_policies_names_each_and_finds_each_front(tmp_path: Path) -> None:
+    """With --policy all, each row names its policy, and each policy gets a front of its
+    own (the baselines ignore planner.* settings: their rows tie, and mixing them into one
+    front compared unlike things)."""
+    code, out, err = simulate("--synthetic", SPEC, "--seed", "1", "-o", str(tmp_path),
+                              "--policy", "hai-platform", "--policy", "hai-slurm",
+                              "--sweep", "planner.benefit_threshold=0.5,4")
+    assert code == 0, err
+    rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
+    for policy in ("hai-platform", "hai-slurm"):
+        assert any(r["pareto"] for r in rows if r["policy"] == policy), rows
+        assert sum(line.startswith(policy) for line in out.splitlines()) == 2, out
+
+
+def test_an_output_directory_that_cannot_be_written_fails_before_any_run(
+        tmp_path: Path) -> None:
+    """-o under a file: a clear error at once (it came as a traceback after the runs)."""
+    (tmp_path / "afile").write_text("")
+    code, out, err = simulate("--synthetic", SPEC, "-o", str(tmp_path / "afile" / "sub"))
+    assert code == 1 and "-o/--outdir" in err and "cannot write results there" in err, err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("intervals.cycle=-30", "must be a finite number >= 0"),
+    ("classes.HIGH.max_wait=0", "must be longer than 0"),
+    ("planner.benefit_threshold=nan", "must be a finite number >= 0"),
+])
+def test_set_checks_values_as_the_config_file_does(tmp_path: Path, setting: str,
+                                                   message: str) -> None:
+    """A value the daemon's file refuses is refused by --set too (it ran with it silently)."""
+    code, _, err = simulate("--synthetic", SPEC, "-o", str(tmp_path), "--set", setting)
+    assert code == 1 and message in err, err
+
+
+def test_what_the_replay_changes_about_the_trace_is_said_before_the_runs(
+        tmp_path: Path) -> None:
+    """Rows left out and jobs whose GPUs are rounded up (9 on 2 nodes run as 2 x 5) are
+    printed on stderr (they were in the JSON only), and kept in the result's notes."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit,duration,gpus,nodes,team,class\n0,600,9,2,a,NORMAL\n"
+                     "10,600,4,0,a,NORMAL\n")
+    code, _, err = simulate("--trace", str(trace), "--no-plots", "-o", str(tmp_path / "o"),
+                            "--policy", "fifo", cluster=CLUSTER)
+    assert code == 0, err
+    assert "trace: 1 jobs spread over several nodes run with the same GPU count" in err, err
+    notes = json.loads((tmp_path / "o" / "result-fifo.json").read_text())["trace"]["notes"]
+    assert any("rounded up" in n for n in notes)
+
+
 def test_bad_sweep_parameter_is_a_clear_error(tmp_path: Path) -> None:
     """An unknown setting fails before any run, naming it and the known ones."""
     code, _, err = simulate("--synthetic", SPEC, "-o", str(tmp_path),

@@ -16,7 +16,9 @@ from hai_slurm.classes import PriorityClass
 from hai_slurm.cli import cli
 from hai_slurm.conf.description import load_description
 from hai_slurm.conf.gen_entitlements import entitlements_of
+from hai_slurm.conf.topology import Topology
 from hai_slurm.errors import ConfigError
+from hai_slurm.priority.sim.runner import Setup, run_policy
 from hai_slurm.priority.sim.sacct import SACCT_FORMAT, read_sacct
 from hai_slurm.priority.sim.trace import Trace, TraceJob
 
@@ -251,6 +253,8 @@ def test_bar_in_a_column_that_is_not_last_is_an_error(tmp_path: Path) -> None:
      '"start": "soon", "end": 3}}]}',
      r"jobs\[0\] \(job 4\), field 'time.start': expected a number"),
     ('{"jobs": [[1]]}', r"jobs\[0\]: expected a job object"),
+    (f"{HEADER}\n{ROW.replace('2026-11-01T11:05:00', '2026-11-01T09:05:00')}\n",
+     r"line 2, field 'End': ends 3600 s before it starts \(sacct prints local times"),
 ])
 def test_bad_files_name_the_line_or_job_and_the_field(tmp_path: Path, content: str | bytes,
                                                       message: str) -> None:
@@ -283,3 +287,28 @@ def test_recorded_files_are_unedited_copies() -> None:
         meta = json.loads((SACCT / version / "sacct.json").read_text())["meta"]
         slurm = meta.get("Slurm") or meta["slurm"]
         assert slurm["release"].startswith(version + ".")
+
+
+def test_a_job_that_said_preemptible_no_is_kept_by_every_policy(tmp_path: Path) -> None:
+    """A LOW job whose #HAI record says preemptible=no holds all 8 GPUs; a HIGH job comes 10
+    min later. The daemon never takes such a job, so neither may its replay (it was
+    submitted preemptible): no policy preempts it, and the notes count it."""
+    record = "hai:v1:priority=LOW;class=LOW;team=nlp;preemptible=no;grace=60;" \
+             "checkpoint_dir=/ckpt;source=directive"
+    low = ROW.replace("|high|", "|low|").replace("gres/gpu=4", "gres/gpu=8") + record
+    high = ROW.replace("7|", "8|", 1).replace("10:00:00", "10:10:00").replace(
+        "10:05:00", "10:15:00").replace("11:05:00", "11:15:00")
+    trace = read_sacct(write(tmp_path, f"{HEADER}\n{low}\n{high}\n"))
+    assert [(j.job_id, j.preemptible) for j in trace.jobs] == [(7, False), (8, True)]
+    assert "1 jobs said #HAI --preemptible=no: no policy takes them" in trace.notes
+    topology = Topology.from_description(load_description(DATA / "sim_one_node.toml"))
+    for policy in ("hai-slurm", "hai-platform", "slurm-multifactor"):
+        result, _ = run_policy(policy, trace, topology, Setup(), seed=0)
+        assert result["totals"]["preemptions"] == 0, policy
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> None:
+    """Excel's "CSV UTF-8" (and some editors) start the file with a BOM: the header still
+    names JobIDRaw (it named "\\ufeffJobIDRaw", so the column looked missing)."""
+    trace = read_sacct(write(tmp_path, ("\ufeff" + f"{HEADER}\n{ROW}\n").encode("utf-8")))
+    assert [j.job_id for j in trace.jobs] == [7]
