@@ -29,7 +29,7 @@ from hai_slurm.priority.daemon.planning import SnapshotPlanner, foreign_reservat
 from hai_slurm.priority.daemon.save_times import SaveTimes
 from hai_slurm.priority.executor.preemption import PreemptionExecutor
 from hai_slurm.priority.hooks import Claims, CycleView
-from hai_slurm.priority.planner.search import plan_preemptions, victim_status
+from hai_slurm.priority.planner.search import victim_status
 from hai_slurm.priority.policy.explain import explain, explain_running
 from hai_slurm.priority.policy.settings import PolicyConfig
 from hai_slurm.priority.policy.state import PendingJob, PolicyResult, RunningJob
@@ -89,8 +89,7 @@ def planner_verdict(job_id: int, view: CycleView, config: DaemonConfig) -> str:
     # cycle and keeps them)
     planner = SnapshotPlanner(topology_source(config, switches), config.preempt.planner,
                               save_times=SaveTimes(reads_per_pass=max(1, len(view.running))))
-    snapshot = planner.snapshot(view)
-    result = plan_preemptions(snapshot, config=planner.config, now=view.now)
+    snapshot, result = planner.planning_pass(view)
     decision = result.decisions.get(job_id)
     if decision is not None:
         lines = [f"Planner: {decision.outcome.name}: {decision.reason}"]

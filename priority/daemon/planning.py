@@ -305,14 +305,19 @@ class SnapshotPlanner:
         ``focus`` (an urgent look) plans for those jobs only; it is not kept as :attr:`last`
         nor counted in the verdicts by class, which describe a cycle's whole queue."""
         self.worth_in = self.ripe_in = {}
-        snapshot = self.snapshot(view)
-        result = plan_preemptions(snapshot, config=self.config, now=view.now)
-        snapshot, result = self._with_room(snapshot, result, view.now)
+        snapshot, result = self.planning_pass(view)
         self._report(snapshot, result, whole=view.focus is None)
         self.worth_in, self.ripe_in = result.worth_in, result.ripe_in
         if view.focus is None:
             self.last = result
         return result if result.plans else None
+
+    def planning_pass(self, view: CycleView) -> tuple[PlanSnapshot, PlanningResult]:
+        """One pass as a cycle makes it (:meth:`snapshot`, the planner, :meth:`_with_room`),
+        nothing logged or kept: what :meth:`plan` and ``priority explain`` share."""
+        snapshot = self.snapshot(view)
+        result = plan_preemptions(snapshot, config=self.config, now=view.now)
+        return self._with_room(snapshot, result, view.now)
 
     def _with_room(self, snapshot: PlanSnapshot, result: PlanningResult, now: float
                    ) -> tuple[PlanSnapshot, PlanningResult]:

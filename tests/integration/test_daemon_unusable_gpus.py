@@ -116,9 +116,9 @@ def test_victims_that_free_gpus_but_not_the_cpus_asked_are_not_taken(bed: Bed,
                                                                      tmp_path: Path) -> None:
     """One node runs LOW jobs "light" (4 GPUs, 1 CPU) and "heavy" (4 GPUs, 14 CPUs), the other
     three an 8-GPU LOW job each. For a HIGH job of 4 GPUs and 8 CPUs the planner, counting
-    GPUs, took "light" (the cheapest 4 GPUs), which leaves 2 CPUs: Slurm kept the job pending
-    and "light" gave way for nothing. Now the plan frees one of the full nodes and the job
-    runs there; "light" runs on."""
+    GPUs, could take "light" (as cheap as "heavy"), which leaves 2 CPUs: Slurm kept the job
+    pending and "light" gave way for nothing. Now the plan takes "heavy" (its CPUs come free
+    with its GPUs) or frees a full node, the job runs, and "light" runs on."""
     light = bed.toy("light", sbatch=["-N1", "--gres=gpu:4", "--cpus-per-task=1"])
     bed.wait(light, "RUNNING", timeout=60)
     (node,) = bed.nodes_of(light)
@@ -127,10 +127,13 @@ def test_victims_that_free_gpus_but_not_the_cpus_asked_are_not_taken(bed: Bed,
     bed.wait(heavy, "RUNNING", timeout=60)
     fill = bed.fill(3)
     with planned_high(bed, tmp_path, "--gres=gpu:4 --cpus-per-task=8") as (high, plan):
-        assert {v.job_id for v in plan.victims} <= {f.job_id for f in fill}, plan
+        victims = {v.job_id for v in plan.victims}
+        assert light.job_id not in victims, plan
+        assert victims == {heavy.job_id} or victims <= {f.job_id for f in fill}, plan
         bed.wait(high, "RUNNING", timeout=120)
         running = bed.slurm.snapshot().job(high)
-        assert running is not None and node not in running.nodes, running
+        assert running is not None and (node not in running.nodes) == (heavy.job_id
+                                                                       not in victims), running
         bed.wait(high, "COMPLETED", timeout=60)
     job = bed.slurm.snapshot().job(light.job_id)
     assert job is not None and job.restart_count == 0, job
