@@ -329,10 +329,11 @@ class SnapshotPlanner:
         if self._narrowing is None:
             return snapshot, result
         snap, waiting, how = self._narrowing
+        by_name = {n.name: n for n in snap.nodes}
         for attempt in range(ROOM_PASSES):
             short = {p.beneficiary: nodes for p in result.plans
                      if (asked := how.asked.get(p.beneficiary)) is not None
-                     and (nodes := plan_short(snap, p, asked))}
+                     and (nodes := plan_short(snap, p, asked, by_name))}
             if not short:
                 return snapshot, result
             after = dict(how.after_victims)

@@ -48,7 +48,7 @@ from hai_slurm.priority.policy.ladder import LADDER, RANK
 from hai_slurm.priority.policy.units import format_duration
 from hai_slurm.slurm_formats import INFINITE
 from hai_slurm.slurm_plugins.hostlist import compress_hostlist
-from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, Reservation
+from hai_slurm.slurm_plugins.types import ClusterSnapshot, Job, Node, Reservation
 
 Ahead = tuple[tuple[int, str, frozenset[str]], ...]
 """(start, name, nodes) of the reservations that keep jobs off their nodes (:func:`reserved`)."""
@@ -276,17 +276,19 @@ def narrow_allowed(snap: ClusterSnapshot, waiting: Sequence[Waiting], how: Narro
     return out
 
 
-def plan_short(snap: ClusterSnapshot, plan: PreemptionPlan, request: tuple[int, int]
-               ) -> frozenset[str]:
+def plan_short(snap: ClusterSnapshot, plan: PreemptionPlan, request: tuple[int, int],
+               nodes: Mapping[str, Node]) -> frozenset[str]:
     """The nodes of ``plan`` where its beneficiary, asking ``request`` (CPUs, MiB per node:
     :func:`asks`), would still lack room once the plan's victims ended: the planner counts
     GPUs, so the set it picks may free GPUs beside a job that keeps the CPUs (Slurm would not
-    start the beneficiary there, and the victims would give way for nothing)."""
+    start the beneficiary there, and the victims would give way for nothing). ``nodes``: the
+    snapshot's nodes by name (made once for a pass's plans)."""
     cpus, mb = request
     victims = [j for v in plan.victims if (j := snap.job(v.job_id)) is not None]
     short = []
-    for node in snap.nodes:
-        if node.name not in plan.nodes:
+    for name in plan.nodes:
+        node = nodes.get(name)
+        if node is None:
             continue
         gained = [per_node_request(j) for j in victims if node.name in j.nodes]
         room = _Room(node.name, 0,

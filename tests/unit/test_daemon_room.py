@@ -165,16 +165,18 @@ def test_plan_short_names_nodes_a_plans_victims_leave_without_room() -> None:
     fake.schedule()
     snap = fake.snapshot()
 
+    nodes = {n.name: n for n in snap.nodes}
+
     def plan(*victims: int) -> PreemptionPlan:
         return PreemptionPlan(bene, HIGH, "t", tuple(
             Victim(v, "t", LOW, 4, False, 60.0, 240.0, "") for v in victims),
             (), ("n1",), 4, 240.0, 1000.0, "")
 
-    assert plan_short(snap, plan(light), (8, 0)) == {"n1"}
-    assert plan_short(snap, plan(heavy), (8, 0)) == frozenset()
-    assert plan_short(snap, plan(light), (0, 0)) == frozenset()
-    assert plan_short(snap, plan(light, heavy), (16, 0)) == frozenset()
-    assert plan_short(snap, plan(heavy), (8, 2000)) == {"n1"}   # light keeps the memory
+    assert plan_short(snap, plan(light), (8, 0), nodes) == {"n1"}
+    assert plan_short(snap, plan(heavy), (8, 0), nodes) == frozenset()
+    assert plan_short(snap, plan(light), (0, 0), nodes) == frozenset()
+    assert plan_short(snap, plan(light, heavy), (16, 0), nodes) == frozenset()
+    assert plan_short(snap, plan(heavy), (8, 2000), nodes) == {"n1"}   # light keeps the memory
     waiting = [Waiting(bene, "t", HIGH, 4)]
     how = Narrowing([_holder(fake, light, LOW), _holder(fake, heavy, LOW)],
                     frozenset({"n1", "n2"}), 8, (), asks(snap, waiting),
