@@ -51,6 +51,7 @@ from hai_slurm.priority.planner.types import (
     PlannerConfig,
     PlanningResult,
     PlanSnapshot,
+    PreemptionPlan,
     Waiting,
 )
 from hai_slurm.priority.policy.state import PendingJob
@@ -322,34 +323,42 @@ class SnapshotPlanner:
     def _with_room(self, snapshot: PlanSnapshot, result: PlanningResult, now: float
                    ) -> tuple[PlanSnapshot, PlanningResult]:
         """The pass again while a plan's victims would free its beneficiary's GPUs but not the
-        CPUs or memory it asks (:func:`~hai_slurm.priority.daemon.room.plan_short`): those
-        nodes are left out of that job's plans (``narrowing.after_victims``; ``explain`` names
-        them) and the pass is made again, at most :data:`ROOM_PASSES` times in all. A plan still
-        short after the last is dropped: its victims would give way for nothing."""
+        CPUs or memory it asks (:func:`~hai_slurm.priority.daemon.room.plan_short`), at most
+        :data:`ROOM_PASSES` passes in all. Before each new pass, the victims such plans took on
+        those nodes give way to nobody (another set there, or elsewhere, is found: the job
+        holding the node's CPUs, say); before the last, those nodes are also left out of the
+        job's plans (``narrowing.after_victims``; ``explain`` names them). A plan still short
+        after the last pass is dropped: its victims would give way for nothing."""
         if self._narrowing is None:
             return snapshot, result
         snap, waiting, how = self._narrowing
         by_name = {n.name: n for n in snap.nodes}
+        avoid: set[int] = set()
         for attempt in range(ROOM_PASSES):
-            short = {p.beneficiary: nodes for p in result.plans
+            short = {p.beneficiary: (p, nodes) for p in result.plans
                      if (asked := how.asked.get(p.beneficiary)) is not None
                      and (nodes := plan_short(snap, p, asked, by_name))}
-            if not short:
-                return snapshot, result
-            after = dict(how.after_victims)
-            for jid, nodes in short.items():
-                after[jid] = after.get(jid, frozenset()) | nodes
-            how = how._replace(after_victims=MappingProxyType(after))
-            self._narrowing = (snap, waiting, how)
-            if attempt == ROOM_PASSES - 1:
+            if not short or attempt == ROOM_PASSES - 1:
                 break
+            avoid |= {jid for p, nodes in short.values()
+                      for jid, on in _victim_nodes(snap, p) if on & nodes}
+            if attempt == ROOM_PASSES - 2:   # the last pass: those nodes too
+                after = dict(how.after_victims)
+                for jid, (_, nodes) in short.items():
+                    after[jid] = after.get(jid, frozenset()) | nodes
+                how = how._replace(after_victims=MappingProxyType(after))
+                self._narrowing = (snap, waiting, how)
             log.info("planner: the victims of job(s) %s would not free the CPUs or memory "
-                     "asked on %s; planning again without those nodes", sorted(short),
-                     sorted(set().union(*short.values())))
-            snapshot = replace(snapshot, pending=_narrowed(snap, waiting, how))
+                     "asked on %s; planning again without victims %s there", sorted(short),
+                     sorted(set().union(*(n for _, n in short.values()))), sorted(avoid))
+            snapshot = replace(snapshot, pending=_narrowed(snap, waiting, how), running=tuple(
+                replace(h, preemptible=False) if h.job_id in avoid else h
+                for h in snapshot.running))
             result = plan_preemptions(snapshot, config=self.config, now=now)
+        if not short:
+            return snapshot, result
         decisions = dict(result.decisions)
-        for jid, nodes in short.items():
+        for jid, (_, nodes) in short.items():
             decisions[jid] = Decision(jid, Outcome.NO_VICTIMS, (
                 f"the victims that free its GPUs on {compress_hostlist(sorted(nodes))} would "
                 "not free the CPUs or memory it asks there; no plan this pass"))
@@ -388,6 +397,13 @@ class SnapshotPlanner:
 ROOM_PASSES = 3
 """Planning passes a cycle makes at most while plans' victims would not free their
 beneficiaries' CPUs or memory (:meth:`SnapshotPlanner._with_room`)."""
+
+
+def _victim_nodes(snap: ClusterSnapshot, plan: PreemptionPlan
+                  ) -> list[tuple[int, frozenset[str]]]:
+    """(job id, its nodes) of each victim of ``plan`` Slurm still lists."""
+    return [(v.job_id, frozenset(j.nodes)) for v in plan.victims
+            if (j := snap.job(v.job_id)) is not None]
 
 
 def _narrowed(snap: ClusterSnapshot, waiting: tuple[Waiting, ...], how: Narrowing

@@ -19,7 +19,8 @@ nodes; :func:`left_out_texts` says which and why (``priority explain``).
   what is free. Otherwise it stays, and the planner, which counts GPUs, may pick victims there
   that free GPUs but not the room (a job of its class, a protected one or a cheaper-to-keep one
   holds the rest): :func:`plan_short` finds such plans after a pass, and the daemon plans again
-  without those nodes for that job (``Narrowing.after_victims``), dropping a plan still short.
+  with those victims giving way to nobody, then also without those nodes for that job
+  (``Narrowing.after_victims``), dropping a plan still short.
 * **Reservations** (any not ended other than a plan's guard, ``hai-plan-*``): Slurm starts a
   job on a reservation's nodes only when its run, from now, ends before the reservation
   starts (no time limit: never), unless it is linked to it. (A planned job starts only once

@@ -294,31 +294,34 @@ def test_an_exclusive_job_gets_no_node_a_reservation_ahead_keeps_it_off(tmp_path
 def test_victims_that_free_gpus_but_not_the_cpus_asked_are_not_taken(tmp_path: Path) -> None:
     """n1: LOW jobs "light" (4 GPUs, 1 CPU) and "heavy" (4 GPUs, 14 CPUs), 1 of 16 CPUs free;
     n2-n4: an 8-GPU LOW job each. A HIGH job of 4 GPUs and 8 CPUs: the planner, counting
-    GPUs, took "light" (the cheapest 4 GPUs), which leaves 2 CPUs on n1, so Slurm would not
-    start the job there and "light" gave way for nothing. Now that pass is made again without
-    n1 for the job: the plan frees n2's GPUs and CPUs, the job starts there, and explain
-    names n1 and why."""
+    GPUs, took "light" (as cheap as "heavy", first by job id), which leaves 2 CPUs on n1, so
+    Slurm would not start the job there and "light" gave way for nothing. Now the pass is
+    made again with "light" giving way to nobody: the plan takes "heavy", whose CPUs come
+    free with its GPUs, and the job starts on n1."""
     world = make_world(tmp_path)
     light = world.victim("light", Behaviour(ack_after=0.5), gpus=4, cpus=1)
-    world.victim("heavy", Behaviour(ack_after=0.5), gpus=4, cpus=14)
+    heavy = world.victim("heavy", Behaviour(ack_after=0.5), gpus=4, cpus=14)
     for i in range(2, 5):
         world.victim(f"v{i}", Behaviour(ack_after=0.5))
     last, bene = plan_for_high_job(world, tmp_path, gpus=4, cpus=8)
     (plan,) = last.plans
-    assert plan.beneficiary == bene and plan.nodes != ("n1",) and light not in plan.victim_ids
+    assert plan.beneficiary == bene and plan.victim_ids == (heavy,) and plan.nodes == ("n1",)
     assert last.decisions[bene].outcome is Outcome.PREEMPT
+    assert started_on(world, bene) == ("n1",)
     assert world.fake.jobs[light].state is JobState.RUNNING
-    assert started_on(world, bene) == plan.nodes
 
 
 def test_a_plan_still_short_of_cpus_after_the_last_pass_is_dropped(tmp_path: Path) -> None:
-    """Every node as n1 above: each pass takes a "light" job on a node the next leaves out;
-    after three passes the last plan is dropped, no job gives way, and the verdict says why."""
+    """Each of 3 nodes: a "light" LOW job (4 GPUs, 1 CPU) beside one of 14 CPUs that cannot
+    save on request (its hour of work makes it dear). Each pass takes the next light job,
+    which frees too few CPUs; after three passes the last plan is dropped (a fourth would
+    have been needed), no job gives way, and the verdict says why."""
     world = make_world(tmp_path, nodes=3)
     light = []
     for i in range(1, 4):   # node i gets light i, then heavy i
         light.append(world.victim(f"light{i}", Behaviour(ack_after=0.5), gpus=4, cpus=1))
-        world.victim(f"heavy{i}", Behaviour(ack_after=0.5), gpus=4, cpus=14)
+        world.victim(f"heavy{i}", Behaviour(ack_after=0.5), gpus=4, cpus=14,
+                     checkpoint=False)
     last, bene = plan_for_high_job(world, tmp_path, gpus=4, cpus=8)
     assert not last.plans and not world.fake.signals
     decision = last.decisions[bene]
