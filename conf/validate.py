@@ -274,17 +274,21 @@ def _check_switches(desc: ClusterDescription, owner: dict[str, str]) -> None:
 
 
 def _check_one_tree(roots: list[str], src: str) -> None:
-    """Switches without a parent; more than one means separate trees, which Slurm's
-    topology/tree never spans with one job (and the planner must not either)."""
+    """Switches without a parent; more than one means separate trees. Slurm's topology/tree
+    never runs a job across them (sites use that for fabrics that are not connected), but
+    hai-slurm's topology model and planner take the switches as one tree and would plan
+    placements across them, so such a description is refused until they model fabrics."""
     if len(roots) <= 1:
         return
     top = "spine" if "spine" not in roots else "top"
     listed = ", ".join(f'"{r}"' for r in roots)
     raise ConfigError(
-        f"the switches form {len(roots)} separate trees (roots: {', '.join(roots)}) and Slurm's "
-        "topology/tree never runs a job across them: add a spine listing them, e.g. "
-        f'[[switch]] name = "{top}" switches = [{listed}]', source=src, key="switch",
-        value=roots)
+        f"the switches form {len(roots)} separate trees (roots: {', '.join(roots)}); hai-slurm "
+        "plans as if one tree held every node, and Slurm never runs a job across separate "
+        "trees. If the fabrics are connected, list the switch that joins them, e.g. "
+        f'[[switch]] name = "{top}" switches = [{listed}]; if they are not, hai-slurm does not '
+        "support that layout yet (describe one fabric per cluster description)", source=src,
+        key="switch", value=roots)
 
 
 def _check_partition(part: Partition, src: str, path: str) -> None:

@@ -393,9 +393,15 @@ def status(state_dir: Path) -> Status:
                f"{state_dir / 'redis' / 'password'}, mode 0600)"]
     if not state.ready:
         details.append("  up did not finish: run `hai-slurm testbed down --docker` and up again")
-    res = DockerRunner(client, state.controller)(["sinfo", "-N", "-o", "%N %T %G"], timeout=10)
+    run = DockerRunner(client, state.controller)
+    res = run(["sinfo", "-N", "-o", "%N %T %G"], timeout=10)
     details += [f"  {ln}" for ln in (res.stdout or res.stderr).strip().splitlines()]
-    return Status(state_dir, up=True, components=tuple(comps), details=tuple(details))
+    nodes = run(health.SINFO_NODES, timeout=10)
+    problem = ("it did not finish starting" if not state.ready else
+               f"slurmctld does not answer sinfo ({(nodes.stderr or nodes.stdout).strip()})"
+               if nodes.returncode != 0 else health.node_problem(nodes.stdout, shape.node_names))
+    return Status(state_dir, up=True, components=tuple(comps), details=tuple(details),
+                  problem=problem)
 
 
 CLIENTS = ("sinfo", "squeue", "sbatch", "srun", "salloc", "scancel", "scontrol", "sacct",

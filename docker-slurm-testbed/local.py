@@ -268,7 +268,9 @@ def _signals_interrupt() -> Iterator[None]:
         raise TestbedError(f"interrupted by {signal.Signals(signum).name}; stopped what was "
                            "started")
 
-    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # a signal set to be ignored stays ignored (``nohup hai-slurm testbed up &``)
+    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)
+              if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:

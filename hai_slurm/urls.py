@@ -17,11 +17,13 @@ def mask_password(url: str) -> str:
     """``url`` with the password of its user part (``scheme://user:PASS@host``) and any
     ``password=`` query parameter replaced by ``***``; other URLs come back unchanged.
 
-    The user part ends at the last ``@`` of the URL, so a password holding an unescaped ``@``,
-    ``?``, ``#`` or ``/`` (SQLAlchemy and redis-py take them raw) is masked whole; a query that
-    holds an ``@`` makes it mask more than the password, never less. A path right after
+    A ``password=`` parameter is masked first; then the user part ends at the last ``@`` left,
+    so a password holding an unescaped ``@``, ``?``, ``#`` or ``/`` (SQLAlchemy takes them
+    raw) is masked whole; another query parameter holding an ``@`` makes it mask more than the
+    password, never less. A path right after
     ``://`` (``sqlite:///x@y.db``) has no user part.
     """
+    url = _QUERY_PASSWORD.sub(lambda m: m.group(1) + MASK, url)   # first: it may hold "@"
     scheme, sep, rest = url.partition("//")  # "//", not "://": a typo'd scheme is masked too
     if sep:
         at = rest.rfind("@")
@@ -29,7 +31,7 @@ def mask_password(url: str) -> str:
         if not userinfo.startswith("/") and ":" in userinfo:
             user = userinfo.partition(":")[0]
             url = f"{scheme}//{user}:{MASK}@{rest[at + 1:]}"
-    return _QUERY_PASSWORD.sub(lambda m: m.group(1) + MASK, url)
+    return url
 
 
 def has_password(url: str) -> bool:

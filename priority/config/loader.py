@@ -377,8 +377,8 @@ def _host_port(text: str, form: str) -> None:
         hostport, "", "")
     if not colon:
         host, port = hostport, ""
-    if not host:
-        raise ValueError(f"no host ({form})")
+    if not host and "unix_socket=" not in text:   # PyMySQL: USER:PASS@/DB?unix_socket=PATH
+        raise ValueError(f"no host ({form}, or USER:PASS@/DB?unix_socket=PATH)")
     if colon and not port.isdigit():
         raise ValueError(f"the port is not a number ({form})")
 
@@ -390,9 +390,6 @@ def _redis_url(value: object) -> str:
     if not text.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError("unsupported Redis URL scheme (redis://, rediss:// or unix://)")
     url = urlsplit(text)
-    if "@" in text.partition("//")[2] and "@" not in url.netloc:
-        raise ValueError("the password holds '?', '#' or '/', which redis-py reads as the end "
-                         "of the host: percent-encode them (%3F, %23, %2F)")
     if url.scheme == "unix":
         if not url.path:
             raise ValueError("a unix:// URL needs the socket's path (unix:///run/redis.sock)")
@@ -400,6 +397,9 @@ def _redis_url(value: object) -> str:
     try:
         url.port   # noqa: B018 (read to check it: a port that is no number raises)
     except ValueError:
+        if "@" not in url.netloc and "@" in text.partition("//")[2]:
+            raise ValueError("the password holds '?', '#' or '/', which redis-py reads as the "
+                             "end of the host: percent-encode them (%3F, %23, %2F)") from None
         raise ValueError("the port is not a number (redis://HOST:PORT/DB)") from None
     if not url.hostname:
         raise ValueError("no host (redis://HOST:PORT/DB)")

@@ -177,7 +177,7 @@ def _signal_name(value: object) -> str:
     name = string(value).strip().upper().removeprefix("SIG")
     if name == "USR1":
         raise ValueError("USR1 is taken by NCCL")
-    if name in ("KILL", "STOP", "CONT"):
+    if name in ("KILL", "STOP"):
         raise ValueError(f"SIG{name} cannot be caught or ignored, so no job could save on it; "
                          "use USR2 (the job library's default)")
     if name not in signal.Signals.__members__ and f"SIG{name}" not in signal.Signals.__members__:

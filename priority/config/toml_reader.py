@@ -132,7 +132,11 @@ def number(minimum: float, maximum: float | None = None) -> Callable[[object], f
     def convert(value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(f"expected a number, got {type(value).__name__}")
-        if not math.isfinite(value):   # TOML's nan passes both range tests below
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:   # an int of hundreds of digits
+            finite = False
+        if not finite:   # TOML's nan passes both range tests below
             raise ValueError("must be a finite number (TOML nan and inf are not)")
         if value < minimum or (maximum is not None and value > maximum):
             raise ValueError("out of range")

@@ -156,7 +156,8 @@ class DaemonMetrics:
                                         ["priority_class", "team"], registry=r)
 
     def restore(self, totals: Totals) -> None:
-        """Raise the counters to persisted totals (after start, or on taking the lease back)."""
+        """Raise the counters to persisted totals (once per process, at its first look at the
+        lease: see ``Daemon._take_lead``)."""
         pairs = [("hai_priority_cycles_total", {"outcome": "ok"}, "cycles",
                   self.cycles.labels("ok")),
                  ("hai_priority_cycles_total", {"outcome": "skipped"}, "cycles_skipped",

@@ -25,7 +25,11 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("not a duration")
     if isinstance(value, int | float):
-        if not math.isfinite(value):   # TOML's nan and inf: a wait of nan s spins a loop
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:   # an int of hundreds of digits
+            finite = False
+        if not finite:   # TOML's nan and inf: a wait of nan s spins a loop
             raise ValueError("a duration must be a finite number of seconds")
         if value < 0:
             raise ValueError("a duration cannot be negative")

@@ -19,7 +19,7 @@ from typing import Any
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import Level, Topology
 from hai_slurm.errors import ConfigError
-from hai_slurm.priority.config.loader import DaemonConfig
+from hai_slurm.priority.config.loader import DaemonConfig, check_cycle
 from hai_slurm.priority.planner.types import PlannerConfig
 from hai_slurm.priority.policy.ladder import parse_class
 from hai_slurm.priority.policy.units import parse_duration
@@ -118,6 +118,8 @@ def _check_number(value: float, key: str) -> None:
         raise ValueError("must be a finite number >= 0")
     if value == 0 and key.rsplit(".", 1)[-1] in _POSITIVE:
         raise ValueError("must be longer than 0")
+    if key == "intervals.cycle":
+        check_cycle(value)
 
 
 def _set(obj: Any, path: list[str], text: str, key: str) -> Any:

@@ -140,6 +140,26 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         load_config(tmp_path / "absent.toml")
 
 
+@pytest.mark.parametrize("text", [
+    'database_url = "mysql+pymysql://hai:pw@/hai?unix_socket=/run/mysqld/mysqld.sock"\n',
+    'redis_url = "redis://h:6379/0?password=p@ss"\n',
+    'redis_url = "unix:///run/redis.sock?password=se@cret"\n',
+    '[executor]\nsignal = "CONT"\n',
+])
+def test_forms_users_have_are_read(text: str) -> None:
+    """A socket-only MySQL URL, a password with '@' in the query and SIGCONT (catchable) are
+    read, not refused by the stricter checks."""
+    parse_config(text)
+
+
+def test_a_number_of_hundreds_of_digits_is_a_clear_error() -> None:
+    """It overflowed to a traceback (OverflowError), past the nan/inf checks."""
+    with pytest.raises(ConfigError, match="intervals.cycle"):
+        parse_config(f"[intervals]\ncycle = {'9' * 400}\n")
+    with pytest.raises(ConfigError, match="fair_share.quantum"):
+        parse_config(f"[fair_share]\nquantum = {'9' * 400}\n")
+
+
 def test_a_config_everyone_may_write_is_refused(tmp_path: Path) -> None:
     """The daemon file, and the cluster description it names, decide whose jobs are
     preempted: writable by every local user, they are refused with the chmod that fixes it;

@@ -30,6 +30,8 @@ from hai_slurm.urls import has_password, mask_password
     ("mysql+pymysql://hai:s3cr?t@db.example/hai", "mysql+pymysql://hai:***@db.example/hai"),
     ("redis://:s3cr?t@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
     ("redis://:a#b/c@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+    ("redis://localhost:6379/0?password=p@ss", "redis://localhost:6379/0?password=***"),
+    ("unix:///run/redis.sock?password=se@cret&db=0", "unix:///run/redis.sock?password=***&db=0"),
 ])
 def test_mask_password(url: str, shown: str) -> None:
     """Passwords in the user part or the query are hidden; URLs without one are unchanged."""

@@ -134,3 +134,23 @@ def test_wait_fails_at_once_when_job_ends_otherwise():
     with pytest.raises(TimeoutError, match="job 7 ended now FAILED, reason NonZeroExitCode, "
                                            "exit code 1:0"):
         wait_job_state(run, "7", "COMPLETED", timeout=30)
+
+
+def test_up_turns_sigterm_into_a_clean_stop_but_leaves_an_ignored_sighup_ignored():
+    """While `up` runs, SIGTERM (a CI timeout) raises, so its clean-up runs; a SIGHUP that
+    nohup set to be ignored stays ignored (`nohup hai-slurm testbed up &` survives a logout);
+    the handlers are put back afterwards."""
+    import os
+    import signal
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    term = signal.getsignal(signal.SIGTERM)
+    try:
+        with local._signals_interrupt():
+            os.kill(os.getpid(), signal.SIGHUP)   # ignored: nothing raised
+            with pytest.raises(TestbedError, match="interrupted by SIGTERM"):
+                os.kill(os.getpid(), signal.SIGTERM)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is term
+    finally:
+        signal.signal(signal.SIGHUP, before)
