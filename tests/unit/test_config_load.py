@@ -154,9 +154,9 @@ def test_forms_users_have_are_read(text: str) -> None:
 
 def test_a_number_of_hundreds_of_digits_is_a_clear_error() -> None:
     """It overflowed to a traceback (OverflowError), past the nan/inf checks."""
-    with pytest.raises(ConfigError, match="intervals.cycle"):
+    with pytest.raises(ConfigError, match=r"intervals\.cycle"):
         parse_config(f"[intervals]\ncycle = {'9' * 400}\n")
-    with pytest.raises(ConfigError, match="fair_share.quantum"):
+    with pytest.raises(ConfigError, match=r"fair_share\.quantum"):
         parse_config(f"[fair_share]\nquantum = {'9' * 400}\n")
 
 
