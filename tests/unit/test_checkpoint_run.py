@@ -28,8 +28,9 @@ signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))
 signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
 if mode in ("ignore", "term-late"):
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-with open(ready, "w") as f:
+with open(ready + ".tmp", "w") as f:   # renamed into place: never read half written
     f.write(str(os.getpid()))
+os.rename(ready + ".tmp", ready)
 step = saves = 0
 deadline = time.monotonic() + float(sys.argv[3])
 while time.monotonic() < deadline:
