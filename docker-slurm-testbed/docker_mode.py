@@ -216,8 +216,8 @@ def healthy(client: Any, state: DockerState) -> bool:
                 return False
         except docker.errors.NotFound:
             return False
-    res = DockerRunner(client, state.controller)(health.SINFO_NODES, timeout=10)
-    return res.returncode == 0 and health.node_problem(res.stdout, state.shape.node_names) is None
+    return health.nodes_problem(DockerRunner(client, state.controller),
+                                state.shape.node_names) is None
 
 
 def up(shape: ClusterShape, *, state_dir: Path, suite: str = "bookworm", build: bool = True,
@@ -396,10 +396,8 @@ def status(state_dir: Path) -> Status:
     run = DockerRunner(client, state.controller)
     res = run(["sinfo", "-N", "-o", "%N %T %G"], timeout=10)
     details += [f"  {ln}" for ln in (res.stdout or res.stderr).strip().splitlines()]
-    nodes = run(health.SINFO_NODES, timeout=10)
     problem = ("it did not finish starting" if not state.ready else
-               f"slurmctld does not answer sinfo ({(nodes.stderr or nodes.stdout).strip()})"
-               if nodes.returncode != 0 else health.node_problem(nodes.stdout, shape.node_names))
+               health.nodes_problem(run, shape.node_names))
     return Status(state_dir, up=True, components=tuple(comps), details=tuple(details),
                   problem=problem)
 

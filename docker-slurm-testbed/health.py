@@ -25,6 +25,17 @@ SINFO_NODES = ["sinfo", "-h", "-N", "-o", "%N %t %E"]
 """The node listing :func:`node_problem` reads (name, compact state, Slurm's reason)."""
 
 
+def nodes_problem(run: Runner, expected: tuple[str, ...]) -> str | None:
+    """Why the nodes cannot run jobs (:func:`node_problem` of one ``sinfo`` through ``run``,
+    or that slurmctld did not answer it), or None: the check of ``up``, ``status`` and the
+    health of both modes."""
+    res = run(SINFO_NODES, timeout=10)
+    if res.returncode != 0:
+        last = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"slurmctld does not answer sinfo ({last[0]})"
+    return node_problem(res.stdout, expected)
+
+
 def node_problem(sinfo_out: str, expected: tuple[str, ...]) -> str | None:
     """Why the nodes in ``sinfo -h -N -o "%N %t %E"`` output cannot run jobs, or None if
     they can.

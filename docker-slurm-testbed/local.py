@@ -155,11 +155,7 @@ def problem(state: TestbedState) -> str | None:
     dead = [p.name for p in state.processes if not procs.is_alive(p)]
     if dead:
         return f"{', '.join(dead)} no longer run(s)"
-    res = LocalRunner(state.slurm_conf)(health.SINFO_NODES, timeout=10)
-    if res.returncode != 0:
-        last = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"slurmctld does not answer sinfo ({last[0]})"
-    return health.node_problem(res.stdout, state.shape.node_names)
+    return health.nodes_problem(LocalRunner(state.slurm_conf), state.shape.node_names)
 
 
 def healthy(state: TestbedState) -> bool:

@@ -274,3 +274,23 @@ def test_explain_during_an_open_plan_reads_the_plans_claims(tmp_path: Path) -> N
     text = explain_live(second, world.fake, world.repo, cfg, now=world.clock.now)
     assert "Planner: PREEMPT" in text
     assert not any(f"job {v}," in text or f"jobs {v}," in text for v in victims), text
+
+
+def test_explain_makes_the_room_re_pass_the_daemon_makes(tmp_path: Path) -> None:
+    """n1: LOW "light" (4 GPUs, 1 CPU) and "heavy" (4 GPUs, 14 CPUs); n2-n4 full. A HIGH job
+    of 4 GPUs and 8 CPUs: explain shows the plan the daemon would carry out, taking "heavy"
+    (the pass without the room check took "light", which frees too few CPUs)."""
+    r = rig(tmp_path)
+    r.daemon().run_once()
+    light = r.submit(LOW, "team-a", gpus=4, cpus_per_node=1, nodelist="n1")
+    heavy = r.submit(LOW, "team-a", gpus=4, cpus_per_node=14, nodelist="n1")
+    for node in ("n2", "n3", "n4"):
+        r.submit(LOW, "team-a", gpus=8, nodelist=node)
+    r.slurm.schedule()
+    r.tick(3600)
+    r.daemon().run_once()
+    high = r.submit(HIGH, gpus=4, cpus_per_node=8)
+    r.tick(30)
+    text = _explain(r, high)
+    assert "Planner: PREEMPT: job" in text and f"borrowed): job {heavy} on n1" in text, text
+    assert f"job {light} on" not in text, text

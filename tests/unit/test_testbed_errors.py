@@ -154,3 +154,28 @@ def test_up_turns_sigterm_into_a_clean_stop_but_leaves_an_ignored_sighup_ignored
         assert signal.getsignal(signal.SIGTERM) is term
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_a_slurmd_port_range_past_65535_is_named_before_anything_starts():
+    """The base is checked alone; node 3 of 4 would listen on 65536 (an OverflowError
+    traceback when the port was tried)."""
+    from hai_slurm.errors import ConfigError
+    from hai_slurm.testbed.layout import Ports
+    from hai_slurm.testbed.shape import ClusterShape
+
+    with pytest.raises(ConfigError, match=r"--slurmd-port-base.*slurmd n3 would listen on "
+                                          r"port 65536, outside 1-65535"):
+        Ports(slurmd_base=65534).wanted(ClusterShape(nodes=4))
+
+
+def test_down_as_another_user_and_an_unusable_state_dir_are_clear_errors(tmp_path, monkeypatch):
+    """A non-root `down` of a recorded testbed says to run it as root (it was a
+    PermissionError traceback from os.kill); a state dir that cannot be made names
+    --state-dir (a NotADirectoryError traceback)."""
+    (tmp_path / "testbed.json").write_text("{}")
+    monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
+    with pytest.raises(TestbedError, match="run the same command as root"):
+        local.down(tmp_path)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(TestbedError, match=r"--state-dir .*afile/tb: cannot make it"):
+        local._usable_dir(tmp_path / "afile" / "tb")

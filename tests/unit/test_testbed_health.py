@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
-from hai_slurm.testbed.health import node_problem
+from hai_slurm.testbed.health import SINFO_NODES, node_problem, nodes_problem
+from hai_slurm.testbed.waiting import Result, Runner
 
 NODES = ("node1", "node2")
 
@@ -29,3 +32,20 @@ def test_slurms_reason_is_named() -> None:
 def test_a_node_sinfo_does_not_list_is_named() -> None:
     assert node_problem("node1 idle\n", NODES) == "sinfo does not list node2"
     assert node_problem("", NODES) == "sinfo does not list node1, node2"
+
+
+def test_a_controller_that_does_not_answer_is_the_problem() -> None:
+    """``nodes_problem`` runs one sinfo (local and Docker mode alike): a failed one names
+    slurmctld and sinfo's last line; an answer is read as above."""
+    def answering(out: str, rc: int = 0, err: str = "") -> Runner:
+        def run(argv: Sequence[str], *, timeout: float = 30.0) -> Result:
+            assert list(argv) == SINFO_NODES
+            return Result(rc, out, err)
+        return run
+
+    down = answering("", 1, "sinfo: error: x\nUnable to contact slurm controller\n")
+    assert nodes_problem(down, NODES) == ("slurmctld does not answer sinfo (Unable to contact "
+                                          "slurm controller)")
+    assert nodes_problem(answering("node1 idle none\nnode2 mix none\n"), NODES) is None
+    assert nodes_problem(answering("node1 down* Not responding\n"), NODES) == (
+        "node node1 is down* (Not responding); sinfo does not list node2")
