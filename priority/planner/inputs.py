@@ -230,14 +230,13 @@ def whole_node_request(usable: frozenset[str], gpus_of: Mapping[str, int],
 def overrides_protection(decision: PendingDecision) -> bool:
     """Whether a protected team's jobs give way to this pending job too
     (:attr:`Waiting.overrides_protection`): it is urgent (a class of
-    :data:`~hai_slurm.priority.policy.ladder.URGENT_FROM` or above), or it has waited its
-    class's bound; either in the class it asked for (after demotion and decay), not one aging
-    lifted it to (aging is the remedy of the jobs it lifts; they preempt as the class they
-    asked for)."""
+    :data:`~hai_slurm.priority.policy.ladder.URGENT_FROM` or above), or it has waited past the
+    bound of the class it asked for (after demotion and decay), aged or not: a bounded wait is
+    a guarantee, and the middle classes' default weight 0 leaves it the only way such a job
+    preempts (aging lifts its place in Slurm's queue; it still preempts as the class it asked
+    for, :func:`preempt_class`)."""
     r = decision.reason
-    if r.aging_steps:
-        return False
-    return RANK[decision.effective] >= RANK[URGENT_FROM] or 0 < r.bound <= r.wait
+    return RANK[r.base] >= RANK[URGENT_FROM] or 0 < r.bound <= r.wait
 
 
 def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, PendingDecision],

@@ -695,7 +695,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
                     f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"
-                    + _urgent_text(urgent_wait, seen[4]))))
+                    + _urgent_text(urgent_wait, seen[4])
+                    + _unweighted(weight, cls, waive_protection))))
                 continue
         if limited:
             text = skipped[limit]
@@ -750,7 +751,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"
-                + _urgent_text(urgent_wait, saves))))
+                + _urgent_text(urgent_wait, saves)
+                + _unweighted(weight, cls, waive_protection))))
             continue
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
@@ -819,6 +821,16 @@ def _urgent_text(wait: float, saves: bool) -> str:
                 f"urgent_benefit_wait {_dur(wait)}")
     return (f"; as urgent work it preempts once it waited urgent_no_save_wait {_dur(wait)} "
             "(a victim cannot save on request)")
+
+
+def _unweighted(weight: float, cls: PriorityClass, past_bound: bool) -> str:
+    """What a not-worth verdict adds for a job whose class weighs 0 (the middle classes'
+    default) and that has not waited past its bound (``past_bound``: it overrides protection):
+    its wait never makes a benefit, only its class bound lets it preempt."""
+    if weight > 0 or past_bound:
+        return ""
+    return (f"; {_NAME[cls]} weighs 0 ([planner.class_weights]): it preempts only once it has "
+            "waited past its class bound (max_wait)")
 
 
 def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:

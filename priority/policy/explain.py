@@ -134,9 +134,10 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
                      "jobs yield within their class).")
         asked = job.requested
         if isinstance(asked, PriorityClass) and RANK[asked] < RANK[eff]:
-            lines.append(f"Aging orders the queue only: while it waits, it may preempt only what "
-                         f"{_name(asked)}, the class it asked for, may (unless [planner] "
-                         "aged_preempt = true).")
+            lines.append(f"Aging orders the queue: it may preempt only jobs below "
+                         f"{_name(asked)}, the class it asked for (unless [planner] "
+                         "aged_preempt = true), but, past that class's bound, as urgent work "
+                         "does: protected teams' jobs too, whatever its class's weight.")
     elif RANK[eff] >= RANK[config.aging.max_class]:
         lines.append(f"Aging: it has waited {dur(r.wait)}; {_name(eff)} is at or above the aging "
                      f"ceiling {_name(config.aging.max_class)}, so waiting does not promote it.")
@@ -197,7 +198,10 @@ def explain_running(job: RunningJob, decision: RunningDecision, team: TeamState 
                      f"jobs above its class, only urgent ones ({_name(URGENT_FROM)} and above) "
                      "and ones past their class bound may preempt it.")
     else:
-        lines.append(f"Jobs of a class above {_name(decision.effective)} may preempt it.")
+        lines.append(f"Jobs of a class above {_name(decision.effective)} may preempt it: "
+                     f"urgent ones ({_name(URGENT_FROM)} and above), and the others once they "
+                     "have waited past their class bound (or sooner, by the benefit test, when "
+                     "[planner.class_weights] weighs their class).")
     asked = job.requested
     eff = decision.effective
     if isinstance(asked, PriorityClass) and RANK[asked] < RANK[eff] and decision.preemptible:

@@ -68,13 +68,15 @@ def test_each_verdict_kind_reads_in_plain_words(tmp_path: Path) -> None:
     assert "Planner: PREEMPT: job" in text and "ran 1m30s" in text, text
     r.slurm.cancel(urgent)
 
-    r.tick(3600)  # the LOW jobs are old enough now; the HIGH job waited an hour more
+    r.tick(3600)  # the LOW jobs are old enough now; the ABOVE_NORMAL job is past its bound
     r.daemon().run_once()
     text = _explain(r, young)
     assert "Planner: PREEMPT: job" in text and "preempts 1 job(s)" in text
     assert "  victim job" in text and "loses" in text
 
-    strict = replace(r.cfg, preempt=PreemptConfig(planner=PlannerConfig(benefit_threshold=1e9)))
+    # the benefit test alone (its victims cannot save, and urgent_no_save_wait is off)
+    strict = replace(r.cfg, preempt=PreemptConfig(planner=PlannerConfig(
+        benefit_threshold=1e9, urgent_no_save_wait=None)))
     text = explain_live(young, r.slurm, open_repository(strict), strict, now=r.clock.now)
     assert "Planner: NOT_WORTH:" in text and "is not more than 1e+09 x that" in text
     assert "benefit" in text and "would lose" in text

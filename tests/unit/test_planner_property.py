@@ -11,13 +11,22 @@ from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
 from hai_slurm.priority.planner.search import lost_seconds, plan_preemptions, shape
 from hai_slurm.priority.planner.testing import NOW, gpu_cluster, snapshot
-from hai_slurm.priority.planner.types import Holder, Outcome, PlannerConfig, Waiting
+from hai_slurm.priority.planner.types import (
+    DEFAULT_WEIGHTS,
+    Holder,
+    Outcome,
+    PlannerConfig,
+    Waiting,
+)
 from hai_slurm.priority.policy.ladder import RANK
 
 TOPO = gpu_cluster(2, 2)  # n1, n2 under leaf1; n3, n4 under leaf2; 8 GPUs each
-CFG = PlannerConfig()
-classes = st.sampled_from(list(PriorityClass))
 P = PriorityClass
+# the middle classes weighted (their default is 0: they preempt only past their bound), so that
+# their benefit test is drawn too
+CFG = PlannerConfig(class_weights={**DEFAULT_WEIGHTS, P.ABOVE_NORMAL: 5.0, P.NORMAL: 2.0,
+                                   P.UNDER_NORMAL: 1.5, P.BELOW_NORMAL: 1.0})
+classes = st.sampled_from(list(PriorityClass))
 # Running jobs lean low and beneficiaries high, so that most examples have something to plan.
 low_classes = st.sampled_from((P.LOW, P.BELOW_NORMAL, P.UNDER_NORMAL, P.NORMAL, P.NORMAL,
                                P.ABOVE_NORMAL, P.HIGH, P.EXTREME_HIGH))

@@ -110,7 +110,8 @@ def test_urgent_work_cuts_the_minimum_run_time_short() -> None:
 
 
 def test_overrides_protection_for_urgent_classes_and_past_the_bound() -> None:
-    """HIGH and above asked for (not reached by aging), or any class past its bound."""
+    """HIGH and above asked for (not reached by aging), or any class past its bound, aged or
+    not (a bounded wait is a guarantee)."""
     def decision(cls: PriorityClass, wait: float, bound: float, aged: int = 0) -> PendingDecision:
         reason = PendingReason(cls, ClassOrigin.DIRECTIVE, cls, None, False, False, wait, bound,
                                aged, None, 1, Rule.FCFS, None, None, 0, 0.0)
@@ -120,7 +121,8 @@ def test_overrides_protection_for_urgent_classes_and_past_the_bound() -> None:
     assert overrides_protection(decision(PriorityClass.EXTREME_HIGH, 0.0, 120.0))
     assert not overrides_protection(decision(NORMAL, 10.0, 7200.0))
     assert overrides_protection(decision(NORMAL, 7200.0, 7200.0))
-    assert not overrides_protection(decision(PriorityClass.ABOVE_NORMAL, 1900.0, 1800.0, 1))
+    assert overrides_protection(decision(PriorityClass.ABOVE_NORMAL, 1900.0, 1800.0, 1))
+    assert not overrides_protection(decision(PriorityClass.ABOVE_NORMAL, 1700.0, 1800.0))
 
 
 def test_borrowed_jobs_give_way_first_within_the_discount() -> None:

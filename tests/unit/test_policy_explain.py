@@ -33,6 +33,7 @@ def test_explain_names_class_origin_aging_order_compensation_quota_and_wait() ->
     assert "Job 42 (user ana, team vision) is pending at priority" in text
     assert "requested LOW with #HAI --priority" in text
     assert "promoted 1 class to BELOW_NORMAL" in text
+    assert "jobs below LOW" in text and "past that class's bound, as urgent work" in text
     assert "round robin between teams" in text
     assert "requeued by the daemon) 2 times" in text and "age restored" in text
     assert "Requeued 1 time not by the daemon" in text
@@ -89,6 +90,7 @@ def test_explain_running_counts_the_run_time_until_now() -> None:
     assert result.running[5].decayed
     text = explain_running(job, result.running[5], config=CONFIG, now=NOW)
     assert "it has run 35m" in text
+    assert "once they have waited past their class bound" in text
 
 
 def test_explain_says_how_much_a_borrowed_jobs_loss_counts() -> None:

@@ -105,20 +105,25 @@ def test_hai_slurm_minimum_run_time_and_urgent_work() -> None:
     """B arrives at 100 while A has run 100 s (< the default 2 min). A HIGH B is urgent work,
     which cuts the minimum run time short (urgent_min_run_time 1 min): the look after its benefit
     30 x wait x 8 beats A's (30 + 40 + 70) x 8 = 1,120 GPU-s (4.67 s), at 105, preempts A;
-    B runs 175-275. An ABOVE_NORMAL B waits for A to be 2 min old and for 5 x wait x 8 to beat
+    B runs 175-275. An ABOVE_NORMAL B weighs 0 by default: it preempts only once past its
+    class bound (30 min after 100), at the cycle of 1920, and runs 1990-2090, whatever the
+    minimum run time. Weighted 5, it waits for A to be 2 min old and for 5 x wait x 8 to beat
     1,120 (28 s): the cycle of 150 preempts, B runs 220-320. With min_run_time 10 min the
-    ABOVE_NORMAL plan waits for 600 (B runs 670-770), the HIGH one only when
+    weighted ABOVE_NORMAL plan waits for 600 (B runs 670-770), the HIGH one only when
     urgent_min_run_time is 10 min too."""
     def pair(cls: P) -> list[TraceJob]:
         return [job(1, 0, 5000, 8, "t1", P.LOW), job(2, 100, 100, 8, "t2", cls)]
 
     ten = "[planner]\nmin_run_time = '10m'\n"
+    weighted = "[planner.class_weights]\nABOVE_NORMAL = 5\n"
     for cls, extra, at, b in ((P.HIGH, "", 105, (175, 275, 0)),
                               (P.HIGH, ten, 105, (175, 275, 0)),
                               (P.HIGH, ten + "urgent_min_run_time = '10m'\n", 600,
                                (670, 770, 0)),
-                              (P.ABOVE_NORMAL, "", 150, (220, 320, 0)),
-                              (P.ABOVE_NORMAL, ten, 600, (670, 770, 0))):
+                              (P.ABOVE_NORMAL, "", 1920, (1990, 2090, 0)),
+                              (P.ABOVE_NORMAL, ten, 1920, (1990, 2090, 0)),
+                              (P.ABOVE_NORMAL, weighted, 150, (220, 320, 0)),
+                              (P.ABOVE_NORMAL, ten + weighted, 600, (670, 770, 0))):
         engine = run("hai-slurm", pair(cls), extra)
         assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(at, 1)], (cls, extra)
         assert runs(engine)[2] == b, (cls, extra)
@@ -148,10 +153,12 @@ DECAY = [job(1, 0, 10000, 8, "t1", P.ABOVE_NORMAL), job(2, 100, 100, 8, "t2", P.
 
 
 def test_hai_slurm_decay_makes_a_long_running_job_a_victim() -> None:
-    """Job 1 is ABOVE_NORMAL like job 2 (no victim) until it has run 30 min; at 1800 it counts
-    as NORMAL and job 2 preempts it: job 2 runs 1870-1970, job 1 ends 1970 + 70 + 8200."""
+    """Job 1 is ABOVE_NORMAL like job 2 (no victim) until it has run 30 min; from 1800 it counts
+    as NORMAL, a lower class. Job 2 (ABOVE_NORMAL weighs 0) preempts it once past its own bound
+    (30 min after 100), at the cycle of 1920: job 2 runs 1990-2090, job 1 ends 10240."""
     engine = run("hai-slurm", DECAY)
-    assert runs(engine) == {1: (0, 10240, 1), 2: (1870, 1970, 0)}
+    assert runs(engine) == {1: (0, 10240, 1), 2: (1990, 2090, 0)}
+    assert [(p.time - T0, p.victim) for p in engine.preemptions] == [(1920, 1)]
     assert engine.policy.counts["decays"] >= 1
 
 
@@ -185,25 +192,36 @@ def test_hai_slurm_preempts_the_same_team_again_when_unprotected() -> None:
 
 PROTECT_ORDINARY = [*PROTECT[:2], job(3, 2000, 100, 8, "t2", P.ABOVE_NORMAL)]
 PROTECTED = "[fairness]\nprotect_after = 0\nprotect_for = '1h'\n"
+WEIGHTED = "[planner.class_weights]\nABOVE_NORMAL = 5\n"
 
 
 def test_hai_slurm_protection_shields_a_team_preempted_too_often() -> None:
-    """protect_after = 0: team t1 is protected for 1 h after losing job 1 at 1005 (job 2's
-    urgent look after its wait passed 4.67 s), so job 3, ABOVE_NORMAL (not urgent), waits until
-    the first cycle after 4605, 4620, then preempts: job 3 runs 4690-4790; job 1 kept its
-    progress (1005 s, then 3375 s of this run, 620 s left) and ends 4790 + 70 + 620.
+    """protect_after = 0: team t1 is protected after losing job 1 at 1005 (job 2's urgent look
+    after its wait passed 4.67 s). Job 3, ABOVE_NORMAL (not urgent), weighted 5 so that its
+    benefit test would pass after 28 s, waits out a 20-min protection, until the first cycle
+    after 2205, 2220, then preempts: job 3 runs 2290-2390; job 1 kept its progress and ends
+    5480.
+
+    A protection of 1 h outlasts job 3's bound (30 min after 2000): past it, job 3 preempts
+    anyway (a bounded wait is a guarantee), at the cycle of 3810, weighted or not.
 
     Job 1 holds all 8 GPUs, so 4 of them are borrowed (quota 4 per team): protection covers it
-    only with protect_borrowed; by default (second run) the borrowed job is reclaimed at the
+    only with protect_borrowed; by default (last run) the borrowed job is reclaimed at the
     first cycle after job 3's benefit outweighs the loss, exactly as when unprotected: job 1
-    loses (30 + 5 x 8 + 70) x 8 = 1,120 GPU-s, ABOVE_NORMAL weighs 5, so 5 x wait x 8 GPUs
-    passes it after 28 s, at the cycle of 2040."""
-    engine = run("hai-slurm", PROTECT_ORDINARY, PROTECTED + "protect_borrowed = true\n")
+    loses (30 + 5 x 8 + 70) x 8 = 1,120 GPU-s, so 5 x wait x 8 GPUs passes it after 28 s, at
+    the cycle of 2040."""
+    short = "[fairness]\nprotect_after = 0\nprotect_for = '20m'\nprotect_borrowed = true\n"
+    engine = run("hai-slurm", PROTECT_ORDINARY, short + WEIGHTED)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
-        (1005, 1, 2), (4620, 1, 3)]
-    assert runs(engine) == {1: (0, 5480, 2), 2: (1075, 1175, 0), 3: (4690, 4790, 0)}
+        (1005, 1, 2), (2220, 1, 3)]
+    assert runs(engine) == {1: (0, 5480, 2), 2: (1075, 1175, 0), 3: (2290, 2390, 0)}
     assert engine.policy.counts["protections"] >= 1
-    default = run("hai-slurm", PROTECT_ORDINARY, PROTECTED)
+    for extra in ("", WEIGHTED):
+        engine = run("hai-slurm", PROTECT_ORDINARY, PROTECTED + "protect_borrowed = true\n"
+                     + extra)
+        assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+            (1005, 1, 2), (3810, 1, 3)], extra
+    default = run("hai-slurm", PROTECT_ORDINARY, PROTECTED + WEIGHTED)
     assert [(p.time - T0, p.victim, p.beneficiary) for p in default.preemptions] == [
         (1005, 1, 2), (2040, 1, 3)]
     assert default.policy.counts["protections"] >= 1
