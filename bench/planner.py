@@ -6,7 +6,8 @@ searches a cycle, growing with the queue by ``plans_per_pending``: 500 plans and
 at 10,000 pending; each line prints the limits it ran with), with the limits lifted (at least 64
 plans, unlimited searches), and with the
 default limits and the pending jobs of HIGH and above marked as overriding protection (as the
-daemon marks them: ``Waiting.overrides_protection``, a second victim index), what the passes
+daemon marks them, ``Waiting.overrides_protection``, a second victim index; it also marks jobs
+past their class bound, which this snapshot leaves unmarked), what the passes
 decided, and the peak memory of one pass. Wall and CPU times are both printed: on a
 shared machine the wall time includes waiting for a CPU; the calibration line at the end is a
 fixed loop timed the same way, to compare runs made under different loads.

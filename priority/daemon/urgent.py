@@ -52,7 +52,8 @@ standing by or failing to read Slurm, and the next cycle plans it with the rest.
 def may_preempt(requested: Requested, weights: Mapping[PriorityClass, float]) -> bool:
     """Whether a new job that asked for ``requested`` gets looks: a class of
     :data:`URGENT_FROM` or above whose planner class weight is above 0 (the planner's benefit is
-    weight x wait x GPUs, so a class weighted 0 never preempts). ``AUTO`` does too: the look's
+    weight x wait x GPUs, so a class weighted 0 passes the benefit test only as urgent work,
+    after ``urgent_benefit_wait``, which the cycle sees as soon). ``AUTO`` does too: the look's
     policy pass resolves it to a class, and the planner decides."""
     if requested == AUTO:
         return True

@@ -15,9 +15,11 @@ it overtook still may not. Without it, on an overloaded cluster every node fills
 into HIGH and a job that asked for HIGH waits for them to end (issue 16).
 
 **Aging buys queue order, not preemption** (:func:`preempt_class`, unless
-``PlannerConfig.aged_preempt``): a waiting job that reached its class by aging is planned as the
-class it asked for, so it may preempt only what that class may. Slurm still starts it before
-the jobs it overtook (its priority is the aged one). On the scenario matrix nine in ten plans,
+``PlannerConfig.aged_preempt``): a waiting job that reached its class by aging is planned as its
+class before aging (the one it asked for, after AUTO, demotion and decay), so it may preempt
+only what that class may; being past its bound, it does so as urgent work does
+(:func:`overrides_protection`). Slurm still starts it before the jobs it overtook (its
+priority is the aged one). On the scenario matrix nine in ten plans,
 and most of the lost work, were aged NORMAL and BELOW_NORMAL jobs preempting the classes just
 below their aged class, which the jobs they preempted then did in turn (issue 16).
 """
@@ -81,16 +83,15 @@ def victim_class(job: RunningJob, decision: RunningDecision) -> PriorityClass:
     return eff
 
 
-def preempt_class(job: PendingJob, decision: PendingDecision, *,
-                  aged_preempt: bool = False) -> PriorityClass:
-    """The class ``job`` is planned as: its effective class, or (unless ``aged_preempt``) the
-    class it asked for when it aged above it (see the module doc). A demoted job keeps its
-    lower effective class either way."""
-    eff = decision.effective
-    asked = job.requested
-    if not aged_preempt and isinstance(asked, PriorityClass) and RANK[asked] < RANK[eff]:
-        return asked
-    return eff
+def preempt_class(decision: PendingDecision, *, aged_preempt: bool = False) -> PriorityClass:
+    """The class a pending job with ``decision`` is planned as: its effective class, or (unless
+    ``aged_preempt``) the class it had before aging lifted it (see the module doc): the class
+    it asked for after AUTO, demotion and decay (``PendingReason.base``). So an aged AUTO job
+    preempts as the class AUTO gave it, and a demoted job that aged back keeps its demoted
+    class."""
+    if aged_preempt or not decision.reason.aging_steps:
+        return decision.effective
+    return decision.reason.base
 
 
 @dataclass
@@ -231,10 +232,12 @@ def overrides_protection(decision: PendingDecision) -> bool:
     """Whether a protected team's jobs give way to this pending job too
     (:attr:`Waiting.overrides_protection`): it is urgent (a class of
     :data:`~hai_slurm.priority.policy.ladder.URGENT_FROM` or above), or it has waited past the
-    bound of the class it asked for (after demotion and decay), aged or not: a bounded wait is
-    a guarantee, and the middle classes' default weight 0 leaves it the only way such a job
-    preempts (aging lifts its place in Slurm's queue; it still preempts as the class it asked
-    for, :func:`preempt_class`)."""
+    bound of its class before aging (the class it asked for after AUTO, demotion and decay),
+    aged or not: a bounded wait is a guarantee, and the middle classes' default weight 0 leaves
+    it the only way such a job preempts (aging lifts its place in Slurm's queue; it still
+    preempts as that class, :func:`preempt_class`, unless ``aged_preempt``). The wait counts
+    the waits before earlier requeues (age restored), so a victim requeued past its bound may
+    preempt lower classes at once: down the ladder only, each step to a lower class."""
     r = decision.reason
     return RANK[r.base] >= RANK[URGENT_FROM] or 0 < r.bound <= r.wait
 
@@ -261,7 +264,7 @@ def waiting_from_policy(pending: Sequence[PendingJob], decisions: Mapping[int, P
     rows.sort(key=lambda r: (-r[0].priority, r[1].job_id))
     return tuple(Waiting(
         job_id=j.job_id, team=j.team,
-        effective=preempt_class(j, d, aged_preempt=aged_preempt),
+        effective=preempt_class(d, aged_preempt=aged_preempt),
         gpus=j.resources.gpus if (w := whole.get(j.job_id)) is None else w[0] * w[1],
         nodes=wanted.get(j.job_id) if w is None else w[1], wait=d.reason.wait, user=j.user,
         max_leaves=max_leaves(*asked.get(j.job_id, (0, 0.0)), d.reason.wait),

@@ -24,7 +24,7 @@ from hai_slurm.errors import ConfigError
 
 #: Default class weights for the benefit: hai-platform's values for the top classes
 #: (EXTREME_HIGH 50, VERY_HIGH 40, HIGH 30), 0 for the others: a middle-class job preempts only
-#: once it has waited past its class's bound (``max_wait``, in the class it asked for), as a
+#: once it has waited past its class's bound (``max_wait`` of its class before aging), as a
 #: guarantee, and then as urgent work does (:attr:`Waiting.overrides_protection`). Preempting for
 #: the middle classes' short waits (weights 5, 2, 1.5, 1 before) made most of the lost work and
 #: served no urgent work: on the scenario matrix the bound rule lost 0.43 x hai-platform's work
@@ -177,8 +177,10 @@ class PlannerConfig:
       for it: 1-GPU HIGH jobs waited over an hour on ``full-large-1leaf``); see
       ``priority/sim/README.md``, "Tuning on the matrix, second pass".
     * ``aged_preempt``: whether a waiting job that aged into a higher class may preempt as that
-      class (off: it is planned as the class it asked for; aging still orders the queue; see
-      :func:`hai_slurm.priority.planner.inputs.preempt_class`).
+      class (off: it is planned as its class before aging, the one it asked for after AUTO,
+      demotion and decay; aging still orders the queue; see
+      :func:`hai_slurm.priority.planner.inputs.preempt_class`). Either way an aged job is past
+      its bound, so it preempts as urgent work does (:attr:`Waiting.overrides_protection`).
     """
 
     min_run_time: float = 120.0

@@ -132,12 +132,13 @@ def explain(job: PendingJob, decision: PendingDecision, team: TeamState | None =
                      f"overtook, but counts one class lower against jobs that asked for "
                      f"{_name(eff)}: they may preempt it after the minimum run time (aged-in "
                      "jobs yield within their class).")
-        asked = job.requested
-        if isinstance(asked, PriorityClass) and RANK[asked] < RANK[eff]:
-            lines.append(f"Aging orders the queue: it may preempt only jobs below "
-                         f"{_name(asked)}, the class it asked for (unless [planner] "
-                         "aged_preempt = true), but, past that class's bound, as urgent work "
-                         "does: protected teams' jobs too, whatever its class's weight.")
+        if RANK[r.base] == 0:
+            lines.append(f"Aging orders the queue only: {_name(r.base)} preempts nothing.")
+        else:
+            lines.append(f"Aging orders the queue; past the bound of {_name(r.base)} it preempts "
+                         f"jobs below {_name(r.base)} (unless [planner] aged_preempt = true: "
+                         f"below {_name(eff)}) as urgent work does, protected teams' jobs too, "
+                         "whatever its class's weight.")
     elif RANK[eff] >= RANK[config.aging.max_class]:
         lines.append(f"Aging: it has waited {dur(r.wait)}; {_name(eff)} is at or above the aging "
                      f"ceiling {_name(config.aging.max_class)}, so waiting does not promote it.")
@@ -198,10 +199,13 @@ def explain_running(job: RunningJob, decision: RunningDecision, team: TeamState 
                      f"jobs above its class, only urgent ones ({_name(URGENT_FROM)} and above) "
                      "and ones past their class bound may preempt it.")
     else:
-        lines.append(f"Jobs of a class above {_name(decision.effective)} may preempt it: "
-                     f"urgent ones ({_name(URGENT_FROM)} and above), and the others once they "
-                     "have waited past their class bound (or sooner, by the benefit test, when "
-                     "[planner.class_weights] weighs their class).")
+        above = f"Jobs of a class above {_name(decision.effective)} may preempt it"
+        if RANK[decision.effective] + 1 >= RANK[URGENT_FROM]:
+            lines.append(above + ".")
+        else:
+            lines.append(above + f": urgent ones ({_name(URGENT_FROM)} and above), and the "
+                         "others once they have waited past their class bound (or sooner, by "
+                         "the benefit test, when [planner.class_weights] weighs their class).")
     asked = job.requested
     eff = decision.effective
     if isinstance(asked, PriorityClass) and RANK[asked] < RANK[eff] and decision.preemptible:

@@ -78,12 +78,14 @@ def _eligible(h: Holder, cls: PriorityClass) -> bool:
 
 
 @settings(max_examples=300, deadline=None)
-@given(running(), waitings)
-def test_every_plan_keeps_the_rules(jobs: list[Holder], pending: list[Waiting]) -> None:
+@given(running(), waitings, st.sampled_from((CFG, PlannerConfig())))
+def test_every_plan_keeps_the_rules(jobs: list[Holder], pending: list[Waiting],
+                                    config: PlannerConfig) -> None:
     """Victims are eligible and strictly lower, sets and placements are disjoint, the placement
     has the beneficiary's shape within its --switches limit on GPUs that are free or freed, and
-    benefit exceeds loss."""
-    result = plan_preemptions(snapshot(TOPO, jobs, pending), config=CFG, now=NOW)
+    benefit exceeds loss (so, with the default weights, no middle-class job preempts: none of
+    these is past its bound)."""
+    result = plan_preemptions(snapshot(TOPO, jobs, pending), config=config, now=NOW)
     assert result.refused is None
     by_id = {h.job_id: h for h in jobs}
     held = {g: h.job_id for h in jobs for g in h.gpus}
@@ -113,6 +115,7 @@ def test_every_plan_keeps_the_rules(jobs: list[Holder], pending: list[Waiting]) 
                    for v in plan.victim_ids)
         assert abs(plan.lost_work - loss) < 1e-6 * max(1.0, loss)
         assert plan.benefit > CFG.benefit_threshold * plan.lost_work
+        assert config.class_weights.get(ben.effective, 0.0) > 0
 
 
 def _brute_best(topo: Topology, jobs: list[Holder], ben: Waiting) -> tuple[float, float] | None:

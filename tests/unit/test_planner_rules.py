@@ -125,6 +125,28 @@ def test_overrides_protection_for_urgent_classes_and_past_the_bound() -> None:
     assert not overrides_protection(decision(PriorityClass.ABOVE_NORMAL, 1700.0, 1800.0))
 
 
+def test_a_middle_class_job_preempts_only_past_its_bound_by_default() -> None:
+    """By default the middle classes weigh 0: a NORMAL job that waited a day (not marked past
+    its bound) gets NOT_WORTH, saying why; marked past its bound it takes the LOW job as urgent
+    work does; weighted 2, the benefit test lets it preempt."""
+    topo = gpu_cluster(1, 1)
+    low = holder(1, LOW, gpus("n1", *ALL8), can_ack=True)
+    result = _plan(snapshot(topo, [low], [waiting(9, NORMAL, 8, wait=86400)]))
+    decision = result.decisions[9]
+    assert result.plans == () and decision.outcome is Outcome.NOT_WORTH
+    assert "NORMAL weighs 0 ([planner.class_weights]): it preempts only once it has waited " \
+        "past its class bound" in decision.reason, decision.reason
+    past = _plan(snapshot(topo, [low], [waiting(9, NORMAL, 8, wait=86400,
+                                                overrides_protection=True)]))
+    plan = past.plan_for(9)
+    assert plan is not None and plan.victim_ids == (1,)
+    assert "urgent work" in plan.reason and "weighs 0" not in plan.reason
+    weighted = PlannerConfig(class_weights={**CFG.class_weights, NORMAL: 2.0})
+    plan = _plan(snapshot(topo, [low], [waiting(9, NORMAL, 8, wait=86400)]),
+                 weighted).plan_for(9)
+    assert plan is not None and plan.victim_ids == (1,)
+
+
 def test_borrowed_jobs_give_way_first_within_the_discount() -> None:
     """A borrowed job gives way before a within-quota one that would lose less, as long as its
     loss x ``borrowed_discount`` (default 0.5) is the smaller: 2x the within-quota loss minus a

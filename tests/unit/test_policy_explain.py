@@ -33,13 +33,23 @@ def test_explain_names_class_origin_aging_order_compensation_quota_and_wait() ->
     assert "Job 42 (user ana, team vision) is pending at priority" in text
     assert "requested LOW with #HAI --priority" in text
     assert "promoted 1 class to BELOW_NORMAL" in text
-    assert "jobs below LOW" in text and "past that class's bound, as urgent work" in text
+    assert "Aging orders the queue only: LOW preempts nothing." in text
     assert "round robin between teams" in text
     assert "requeued by the daemon) 2 times" in text and "age restored" in text
     assert "Requeued 1 time not by the daemon" in text
     assert "runs 10 of its 8 GPU quota (2 GPUs borrowed" in text
     assert "was preempted 1 time and preempted others 0 times" in text
     assert "Waiting for: Resources; 3 pending jobs ahead of it." in text
+
+
+def test_explain_says_an_aged_job_preempts_as_its_own_class_past_its_bound() -> None:
+    """A NORMAL job that waited past its 2-h bound is aged; it preempts below NORMAL."""
+    job = pending_job(43, P.NORMAL, team="vision", submit=NOW - 8000)
+    result = compute_priorities([job], [], config=CONFIG, cluster=CLUSTER, now=NOW)
+    assert result.pending[43].reason.aging_steps
+    text = explain(job, result.pending[43], config=CONFIG)
+    assert "past the bound of NORMAL it preempts jobs below NORMAL" in text, text
+    assert "as urgent work does, protected teams' jobs too" in text
 
 
 def test_explain_default_and_auto_classes_and_fair_share() -> None:

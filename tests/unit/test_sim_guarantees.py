@@ -23,6 +23,7 @@ from hai_slurm.priority.policy import fairness
 from hai_slurm.priority.policy.ladder import RANK
 from hai_slurm.priority.policy.settings import FairnessConfig
 from hai_slurm.priority.policy.state import (
+    AUTO,
     EventKind,
     FairnessEvent,
     PendingDecision,
@@ -245,20 +246,31 @@ def _waiting_decision(job_id: int, asked: P, effective: P, *, base: P | None = N
 def test_a_job_aged_into_a_class_preempts_as_the_class_it_asked_for() -> None:
     """A NORMAL job waiting as HIGH by aging is planned as NORMAL (it may preempt only what
     NORMAL may); a job that asked for HIGH is planned as HIGH; a HIGH job demoted to
-    ABOVE_NORMAL stays ABOVE_NORMAL; aged_preempt=True keeps the effective class."""
+    ABOVE_NORMAL stays ABOVE_NORMAL, also once aging lifted it back to HIGH; an AUTO job that
+    AUTO made NORMAL, aged to HIGH, is planned as NORMAL; aged_preempt=True keeps the effective
+    class."""
     aged = pending_job(1, P.NORMAL)
     asked = pending_job(2, P.HIGH)
     demoted = pending_job(3, P.HIGH)
+    back = pending_job(4, P.HIGH)
+    auto = pending_job(5, AUTO)
     d = {1: _waiting_decision(1, P.NORMAL, P.HIGH), 2: _waiting_decision(2, P.HIGH, P.HIGH),
-         3: _waiting_decision(3, P.HIGH, P.ABOVE_NORMAL, base=P.ABOVE_NORMAL, demoted=True)}
-    assert preempt_class(aged, d[1]) is P.NORMAL
-    assert preempt_class(asked, d[2]) is P.HIGH
-    assert preempt_class(demoted, d[3]) is P.ABOVE_NORMAL
-    ws = waiting_from_policy([aged, asked, demoted], d)
+         3: _waiting_decision(3, P.HIGH, P.ABOVE_NORMAL, base=P.ABOVE_NORMAL, demoted=True),
+         4: _waiting_decision(4, P.HIGH, P.HIGH, base=P.ABOVE_NORMAL, demoted=True),
+         5: _waiting_decision(5, P.NORMAL, P.HIGH)}
+    d[5] = d[5]._replace(reason=d[5].reason._replace(requested=AUTO, auto_class=P.NORMAL))
+    assert preempt_class(d[1]) is P.NORMAL
+    assert preempt_class(d[2]) is P.HIGH
+    assert preempt_class(d[3]) is P.ABOVE_NORMAL
+    assert preempt_class(d[4]) is P.ABOVE_NORMAL
+    assert preempt_class(d[5]) is P.NORMAL
+    jobs = [aged, asked, demoted, back, auto]
+    ws = waiting_from_policy(jobs, d)
     assert [(w.job_id, w.effective) for w in ws] == [(1, P.NORMAL), (2, P.HIGH),
-                                                     (3, P.ABOVE_NORMAL)]
-    ws = waiting_from_policy([aged, asked, demoted], d, aged_preempt=True)
-    assert [w.effective for w in ws] == [P.HIGH, P.HIGH, P.ABOVE_NORMAL]
+                                                     (3, P.ABOVE_NORMAL), (4, P.ABOVE_NORMAL),
+                                                     (5, P.NORMAL)]
+    ws = waiting_from_policy(jobs, d, aged_preempt=True)
+    assert [w.effective for w in ws] == [P.HIGH, P.HIGH, P.ABOVE_NORMAL, P.HIGH, P.HIGH]
 
 
 def test_an_aged_job_does_not_preempt_the_class_it_overtook() -> None:
