@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from hai_slurm.errors import ConfigError, HaiSlurmError
-from hai_slurm.priority.config.loader import MIN_CYCLE, DaemonConfig, check_cycle, load_config
+from hai_slurm.priority.config.loader import DaemonConfig, check_cycle, load_config
 from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption, tune_gc
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.daemon.metrics import DaemonMetrics
@@ -33,14 +33,12 @@ def daemon_config(config_path: str | None, state_dir: str | None,
     if interval is not None:
         try:
             check_cycle(interval)
-            if interval >= cfg.intervals.lock_ttl:
-                raise ValueError(f"shorter than intervals.lock_ttl ({cfg.intervals.lock_ttl:g} "
-                                 "s), or the leader lease expires between two cycles")
         except ValueError as err:
-            raise ConfigError(f"must be at least {MIN_CYCLE:g} s (each cycle reads every job "
-                              f"from slurmctld) and shorter than intervals.lock_ttl "
-                              f"({cfg.intervals.lock_ttl:g} s): {err}", key="--interval",
-                              value=interval) from None
+            raise ConfigError(str(err), key="--interval", value=interval) from None
+        if interval >= cfg.intervals.lock_ttl:
+            raise ConfigError(f"must be shorter than intervals.lock_ttl "
+                              f"({cfg.intervals.lock_ttl:g} s), or the leader lease expires "
+                              "between two cycles", key="--interval", value=interval)
         cfg = dataclasses.replace(cfg, intervals=dataclasses.replace(cfg.intervals,
                                                                      cycle=interval))
     return cfg

@@ -68,9 +68,9 @@ from hai_slurm.slurm_plugins.parse import number, text, time_or_none
 REQUIRED_COLUMNS = ("JobIDRaw", "Account", "QOS", "Submit", "Start", "End", "NNodes")
 """Columns a ``sacct -P`` export must have (and ``AllocTRES`` or ``ReqTRES``)."""
 OPTIONAL_COLUMNS = ("JobID", "JobName", "User", "State", "AdminComment")
-"""``State`` is accepted (the docs' command lists it) but not read: every job that ran is
+"""Columns taken when present (JobID tells step rows; the rest name, user and the record).
+``State`` is accepted (the docs' command lists it) but not read: every job that ran is
 replayed, whatever it ended with."""
-"""Columns read when present (JobID tells step rows; the rest name, user and the record)."""
 TRES_COLUMNS = ("AllocTRES", "ReqTRES")
 SACCT_FORMAT = ("JobIDRaw,JobName,User,Account,QOS,Submit,Start,End,State,NNodes,ReqTRES,"
                 "AllocTRES,AdminComment")
