@@ -130,6 +130,8 @@ def test_explain_tells_aged_in_yield_and_relative_protection() -> None:
     text = explain_running(job, result.running[6], config=CONFIG, now=NOW)
     assert "running in class HIGH" in text
     assert "reached HIGH by aging" in text and "counts as ABOVE_NORMAL" in text
+    # above HIGH every class is urgent: no word about bounds
+    assert "Jobs of a class above HIGH may preempt it." in text
     events = [FairnessEvent(EventKind.PREEMPTED, "vision", "ana", NOW - 60 * i)
               for i in range(1, 6)]
     result = compute_priorities([], [job], config=CONFIG, cluster=CLUSTER, events=events,
