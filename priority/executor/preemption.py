@@ -179,10 +179,14 @@ class PreemptionExecutor:
         self.hook = hook or (lambda _point, _plan: None)
         self._last_beat = time.monotonic()
         self._next_states: dict[int, float] = {}
+        """Plan -> monotonic time of its next Slurm state query (:meth:`_look`)."""
         self._verified: dict[int, float] = {}
+        """Plan -> monotonic time its reservation was last looked up (:meth:`step`)."""
         self._resent: dict[int, set[int]] = {}
         """Plan -> victims asked a second time (:meth:`_resend_if_unheard`)."""
-        """Plan -> when its reservation was last looked up (:meth:`step`)."""
+        self._anchors: dict[tuple[int, str], tuple[float, float]] = {}
+        """(plan, what) -> (a wall time stored in its context, the monotonic time it stands
+        for in this process) (:meth:`_elapsed`)."""
         self._swept = False
         self._open = True  # unknown until the first reconcile: look once
 
@@ -281,6 +285,31 @@ class PreemptionExecutor:
     # ---------------------------------------------------------------------------- helpers
     def _now(self) -> float:
         return self.clock.time()
+
+    def _elapsed(self, plan_id: int, what: str, at: float) -> float:
+        """Seconds since ``at``, a wall time stored for plan ``plan_id`` (``what``: its
+        request, a victim seen ended, its requeue, ...), measured on the monotonic clock: a
+        step of the wall clock (NTP) neither shortens a victim's deadline, which would requeue
+        a victim still saving without its acknowledgement, nor lengthens any wait.
+
+        The stored wall times are what a restarted daemon or a new leader finishes a plan
+        from; the elapsed time of one stored by another process can only come from the wall
+        clock. So each is anchored once, when this process first looks at it
+        (:meth:`_anchor`; at once for the times it stores itself), and from then on only the
+        monotonic clock counts."""
+        anchor = self._anchors.get((plan_id, what))
+        if anchor is None or anchor[0] != at:
+            anchor = self._anchor(plan_id, what, at)
+        return self.clock.monotonic() - anchor[1]
+
+    def _anchor(self, plan_id: int, what: str, at: float) -> tuple[float, float]:
+        """Anchor the stored wall time ``at`` (see :meth:`_elapsed`) at the monotonic time
+        now less what the wall clock says has passed since ``at``: nothing for a time stored
+        just now, and never less than nothing (a time ahead of the wall clock, which stepped
+        back since, counts from now)."""
+        anchor = (at, self.clock.monotonic() - max(0.0, self._now() - at))
+        self._anchors[(plan_id, what)] = anchor
+        return anchor
 
     def _sleep(self, seconds: float) -> None:
         self.clock.wait(self.stop, seconds)
@@ -553,7 +582,9 @@ class PreemptionExecutor:
             return self._without_context(plan)
         guard = Guard(self.slurm, self.repo, ctx)
         now = self._now()
-        verify = snap is not None or now >= self._verified.get(plan.plan_id, 0.0) + 5.0
+        mono = self.clock.monotonic()
+        last = self._verified.get(plan.plan_id)
+        verify = snap is not None or last is None or mono >= last + 5.0
         if snap is not None and ctx.pinned_from is not None and not ctx.released:
             self._unpin_if_down(guard, plan.plan_id, snap, now)
             ctx = guard.context or ctx   # unpinned (and its reservation ended): check that
@@ -565,7 +596,7 @@ class PreemptionExecutor:
             guard.context = Guard(view, self.repo, ctx).check(now, snap, others,
                                                               verify=verify) or ctx
             if verify:
-                self._verified[plan.plan_id] = now
+                self._verified[plan.plan_id] = mono
         except SlurmError as err:  # slurmctld restarting: the acks are still read
             log.warning("plan %d: cannot check the guard (%s)", plan.plan_id, err)
         if ctx.undo is not None:
@@ -661,6 +692,7 @@ class PreemptionExecutor:
         assert guard.context is not None
         now = self._now()
         ctx = guard.save(replace(guard.context, asked_at=now), now)
+        self._anchor(plan_id, "asked", now)
         self.repo.update_victims(plan_id, job_ids, VictimState.ASKED, at=now)
         result = self.slurm.signal(job_ids, ctx.signal, target=SignalTarget.WORKLOAD)
         for v in ctx.victims:
@@ -718,6 +750,7 @@ class PreemptionExecutor:
         plan_id = plan.plan_id
         asked_at = ctx.asked_at or plan.created_at
         now = self._now()
+        waited = self._elapsed(plan_id, "asked", asked_at)
         for jid in sorted(waiting):
             report = self._report(ctx, asked_at, jid)
             if report is not None and report.ack is not None:
@@ -725,16 +758,16 @@ class PreemptionExecutor:
                 waiting.discard(jid)
                 continue
             if jid in ctx.seen_end:
-                if now - ctx.seen_end[jid] >= _ACK_SETTLE:
+                if self._elapsed(plan_id, f"seen-end {jid}", ctx.seen_end[jid]) >= _ACK_SETTLE:
                     raw = ctx.end_states.get(jid, "")
                     self._ended(guard, plan_id, jid, JobState(raw) if raw else None, now)
                     waiting.discard(jid)
                 continue
             v = ctx.victim(jid)
-            self._resend_if_unheard(plan_id, ctx, v, report, asked_at, now)
-            due = asked_at + v.deadline
+            self._resend_if_unheard(plan_id, ctx, v, report, asked_at, waited)
             saving = report is not None and report.saving
-            if now >= due and not (saving and now < due + self.settings.saving_extension):
+            if waited >= v.deadline and not (
+                    saving and waited < v.deadline + self.settings.saving_extension):
                 self.repo.update_victims(plan_id, [jid], VictimState.MISSED, at=now)
                 ctx = guard.save(replace(guard.context, missed=(*guard.context.missed, jid)),
                                  now)
@@ -746,9 +779,11 @@ class PreemptionExecutor:
                            if report and report.problems else ""))
                 self._audit(plan_id, f"plan {plan_id}: victim {jid} missed its deadline "
                             f"of {v.deadline:g} s: {why}", job_id=jid)
-        if now < self._next_states.get(plan_id, 0.0):
+        mono = self.clock.monotonic()
+        next_states = self._next_states.get(plan_id)
+        if next_states is not None and mono < next_states:
             return None
-        self._next_states[plan_id] = now + self.settings.state_poll
+        self._next_states[plan_id] = mono + self.settings.state_poll
         query = sorted(j for j in waiting if j not in ctx.seen_end)
         try:
             facts = self.slurm.job_facts([*query, ctx.beneficiary])
@@ -766,17 +801,20 @@ class PreemptionExecutor:
             guard.save(replace(guard.context,
                                seen_end={**guard.context.seen_end, **dict.fromkeys(seen, now)},
                                end_states={**guard.context.end_states, **seen}), now)
+            for jid in seen:
+                self._anchor(plan_id, f"seen-end {jid}", now)
         return facts.get(ctx.beneficiary)
 
     def _resend_if_unheard(self, plan_id: int, ctx: PlanContext, v: VictimContext,
-                           report: JobReport | None, asked_at: float, now: float) -> None:
+                           report: JobReport | None, asked_at: float, waited: float) -> None:
         """Ask victim ``v`` once more when it can acknowledge but, ``resend_after`` s (or half
-        its deadline) after the request, nothing it wrote shows the request: a request sent
-        while its step was listed but its task not started reached no process
-        (:attr:`~.types.ExecutorSettings.resend_after`). Once per victim and daemon."""
+        its deadline) after the request (``waited`` s ago, :meth:`_elapsed`), nothing it wrote
+        shows the request: a request sent while its step was listed but its task not started
+        reached no process (:attr:`~.types.ExecutorSettings.resend_after`). Once per victim
+        and daemon."""
         after = min(self.settings.resend_after, v.deadline / 2)
         resent = self._resent.setdefault(plan_id, set())
-        if (v.control_dir is None or after <= 0 or now < asked_at + after
+        if (v.control_dir is None or after <= 0 or waited < after
                 or v.job_id in resent or _heard(report, asked_at - self.settings.clock_skew)):
             return
         resent.add(v.job_id)
@@ -786,7 +824,7 @@ class PreemptionExecutor:
             log.warning("plan %d: asking victim %d again failed: %s", plan_id, v.job_id, err)
             return
         self._audit(plan_id, f"plan {plan_id}: victim {v.job_id} showed no sign of the "
-                    f"request after {now - asked_at:.1f} s; asked again with SIG{ctx.signal}",
+                    f"request after {waited:.1f} s; asked again with SIG{ctx.signal}",
                     job_id=v.job_id)
 
     # -------------------------------------------------------------------------- phase 2
@@ -816,6 +854,7 @@ class PreemptionExecutor:
         now = self._now()
         if guard.context.requeue_from is None:
             guard.save(replace(guard.context, requeue_from=now), now)
+            self._anchor(plan_id, "requeue", now)
         assert guard.context.requeue_from is not None
         done = set(self.slurm.requeue_any(todo, hold=hold)) if todo else set()
         if done:
@@ -825,7 +864,8 @@ class PreemptionExecutor:
         if not left:
             return _NotRequeued()
         known = self.slurm.job_facts(left)
-        if any(j in known for j in left) and now < guard.context.requeue_from + _REQUEUE_RETRY:
+        if any(j in known for j in left) and self._elapsed(
+                plan_id, "requeue", guard.context.requeue_from) < _REQUEUE_RETRY:
             return None
         return _NotRequeued(refused=tuple(j for j in left if j in known),
                             forgotten=tuple(j for j in left if j not in known))
@@ -854,6 +894,7 @@ class PreemptionExecutor:
                                   note=f"requeued (held) {done}")
         assert guard.context is not None
         guard.save(replace(guard.context, requeued_at=now), now)
+        self._anchor(plan.plan_id, "requeued", now)
         self.hook("requeued", plan.plan_id)
         return self.repo.get_plan(plan.plan_id)
 
@@ -865,11 +906,12 @@ class PreemptionExecutor:
         if ctx.requeued_at is None:  # a plan requeued by an older daemon
             ctx = guard.save(replace(ctx, requeued_at=now), now)
         assert ctx.requeued_at is not None
+        waited = self._elapsed(plan.plan_id, "requeued", ctx.requeued_at)
         try:
             f = self.slurm.job_facts([ctx.beneficiary]).get(ctx.beneficiary)
         except SlurmError as err:  # slurmctld restarting: ask again until the timeout
             log.warning("cannot read beneficiary %d's state (%s)", ctx.beneficiary, err)
-            if now < ctx.requeued_at + self.settings.start_timeout:
+            if waited < self.settings.start_timeout:
                 return None
             raise
         # Held: Slurm requeues a job whose launch failed held ("launch failed requeued held"),
@@ -880,7 +922,7 @@ class PreemptionExecutor:
             log.warning("plan %d: beneficiary %d is held (by Slurm after a failed launch, its "
                         "owner or an admin); it cannot start: guard released", plan.plan_id,
                         ctx.beneficiary)
-        elif f is not None and f.pending and now < ctx.requeued_at + self.settings.start_timeout:
+        elif f is not None and f.pending and waited < self.settings.start_timeout:
             return None
         started = f is not None and (f.running or f.finished)
         guard.release(self._now())
@@ -936,6 +978,7 @@ class PreemptionExecutor:
         if not isinstance(settled, int | float):
             settled = now
             guard.save(replace(guard.context, undo={**undo, "settled_at": now}), now)
+            self._anchor(plan_id, "settled", now)
         acked = [v.job_id for v in plan.victims if v.state is VictimState.ACKED]
         ended = [v.job_id for v in plan.victims if v.state is VictimState.ENDED]
         try:
@@ -944,7 +987,7 @@ class PreemptionExecutor:
             log.warning("plan %d: cannot read the victims' states (%s)", plan_id, err)
             facts = {}
         exited = [j for j in acked if j in facts and not facts[j].running]
-        if len(exited) < len(acked) and now < settled + _EXIT_WAIT:
+        if len(exited) < len(acked) and self._elapsed(plan_id, "settled", settled) < _EXIT_WAIT:
             return None
         todo = [*exited, *ended]
         not_requeued = self._requeue_some(guard, plan_id, todo, hold=False)
@@ -1003,6 +1046,7 @@ class PreemptionExecutor:
         self._next_states.pop(plan_id, None)
         self._verified.pop(plan_id, None)
         self._resent.pop(plan_id, None)
+        self._anchors = {k: a for k, a in self._anchors.items() if k[0] != plan_id}
 
     def _result(self, plan_id: int, note: str, started: bool,
                 ctx: PlanContext | None = None) -> ExecutionResult:
