@@ -45,6 +45,9 @@ _NO_BOUND: _Bound = (-1.0, -1.0)
 is a cached answer). Most reads there are misses (a node is bounded again after each
 touch), and a raised ``KeyError`` costs about twenty times a ``get``."""
 _Pre = tuple[float, int, int, int]
+_Leaf = tuple[_Bound, int, str, int]
+"""A leaf switch's entry in a multi-node search: (its bound, index, name, its version when
+bounded)."""
 _Entry = tuple[float, float, tuple[float, ...], str, int, int, Option | None]
 """A ranking's heap entry: (key[0], key[1], key[2:], node, token, node version or -1, option
 or None); a key flattened so that heap comparisons mostly compare two floats, in the order
@@ -55,16 +58,16 @@ before any longer key with the same first two items, as the 2-tuple did."""
 _INF = float("inf")
 
 
-def _ratio(part: tuple[float, int] | _Pre) -> float:
+def _ratio(part: _Pre) -> float:
     return part[0] / part[1] if part[1] else float("inf")
 
 
-def _cover(need: int, parts: list[tuple[float, int]]) -> float:
-    """The least cost of ``need`` GPUs when parts (cost, GPUs) may be taken in fractions: a
-    lower bound of any whole set's cost (kept a hair low so rounding never lifts it above).
-    ``parts`` sorted by cost per GPU (stable: as ``sorted(parts, key=_ratio)``)."""
+def _cover(need: int, parts: list[_Pre]) -> float:
+    """The least cost of ``need`` GPUs when parts (cost, GPUs, class, job id) may be taken in
+    fractions: a lower bound of any whole set's cost (kept a hair low so rounding never lifts
+    it above). ``parts`` sorted by cost per GPU (stable: as ``sorted(parts, key=_ratio)``)."""
     total = 0.0
-    for cost, gpus in parts:
+    for cost, gpus, _, _ in parts:
         if gpus <= 0:
             continue
         take = gpus if gpus <= need else need   # min(gpus, need), without the call
@@ -91,8 +94,9 @@ class _Node:
         self.best: dict[int, _Best] = {}
         self.low: dict[int, _Bound | None] = {}
         # per class bucket (+ 16: losses spread, see _share): the parts of the lower bounds,
-        # (discounted loss, GPUs) and (loss, GPUs) of each candidate, by cost per GPU
-        self.parts: dict[int, tuple[list[tuple[float, int]], list[tuple[float, int]]]] = {}
+        # (discounted loss, GPUs, class, job id) and (loss, GPUs, class, job id) of each
+        # candidate, by cost per GPU
+        self.parts: dict[int, tuple[list[_Pre], list[_Pre]]] = {}
         # the parts of every candidate the node had, (cost, GPUs, class, job id), by cost per
         # GPU: made once a pass (see VictimIndex.lower)
         self.pre: tuple[list[_Pre], list[_Pre]] | None = None
@@ -169,10 +173,10 @@ class VictimIndex:
         self.reaches: dict[tuple[str | None, int, int], _Reach] = {}   # see _reach
         self.position = {n: lay.order for n, lay in view.nodes.items()}
         # per (leaf, GPUs per node, class): the leaf's version and the share bound of each of
-        # its nodes that can reach the GPUs; per (leaf, nodes, GPUs per node, class): the
-        # leaf's version and its bound (see _group_bound)
+        # its nodes that can reach the GPUs; per (nodes, GPUs per node, class): each leaf's
+        # bound (see _group_bound) and the leaf's version then (see _leaves)
         self.shares: dict[tuple[str, int, int], tuple[int, dict[str, _Bound]]] = {}
-        self.bounds: dict[tuple[str, int, int, int], tuple[int, _Bound | None]] = {}
+        self.leaves: dict[tuple[int, int, int], list[_Leaf]] = {}
 
     def touch(self, node: str) -> None:
         """The node's busy GPUs or candidates changed."""
@@ -189,14 +193,19 @@ class VictimIndex:
     def claim(self, jids: Sequence[int]) -> None:
         """``jids`` give way to a plan: no later search counts them. Each of their nodes is
         touched once (in the order of the jobs, then of their nodes)."""
-        gone = self.gone
-        gone.update(jids)
+        self.gone.update(jids)
+        cands, nodes = self.cands, self.nodes
         touched: dict[str, None] = {}
         for jid in jids:
-            touched.update(dict.fromkeys(self.cands[jid].masks))
+            c = cands[jid]
+            for node in c.masks:
+                # removed in place (a C-level scan by identity, not a new list per node);
+                # absent when this index never held it (a protected or young job)
+                held = nodes[node].cands
+                if c in held:
+                    held.remove(c)
+                touched[node] = None
         for node in touched:
-            n = self.nodes[node]
-            n.cands = [c for c in n.cands if c.job_id not in gone]
             self.touch(node)
 
     def eligible(self, node: str, rank: int) -> _Elig:
@@ -243,26 +252,66 @@ class VictimIndex:
             return self._single(per, rank, keep)
         # leaf switches by a lower bound of their option; stop once ``keep`` distinct sets
         # beat every bound left
-        order: list[tuple[_Bound, int, str]] = []
-        for gi, group in enumerate(self.view.groups):
-            bound = self._group_bound(group, nodes, per, rank)
-            if bound is not None:
-                order.append((bound, gi, group))
-        order.sort()
-        found: list[Option] = []
-        for bound, _, group in order:
-            if len(found) >= keep:
-                top = _distinct(found, keep)
-                if len(top) >= keep and bound > top[-1].key:
-                    break
-            option = self._group(group, nodes, per, rank)
-            if option is not None:
-                found.append(option)
+        found = self._leaves(nodes, per, rank, keep)
         if not found and cross_leaf:
             option = self._group(None, nodes, per, rank)
             if option is not None:
                 found.append(option)
         return _distinct(found, keep)
+
+    def _leaves(self, nodes: int, per: int, rank: int, keep: int) -> list[Option]:
+        """The greedy's options of the leaf switches whose lower bound (:meth:`_group_bound`)
+        is not above the ``keep``-th distinct option found, cheapest bound first.
+
+        A leaf's bound only grows within a pass (its nodes only get worse), so the bounds of
+        the last search of the shape stay lower bounds: a leaf touched since is bounded again
+        only when its old bound comes first (most leaves never do: a multi-node search looks
+        at three or four leaves, and by then most of the 25 have had a touch or two). The
+        leaves searched are those a fresh bound of every leaf gives: a leaf's greedy runs
+        when its bound is fresh and the least of all left."""
+        key = (nodes, per, rank)
+        logs = self.group_changes
+        heap = self.leaves.get(key)
+        if heap is None:
+            donor = next((d for k in range(rank + 1, rank + 17)
+                          if (d := self.leaves.get((nodes, per, k))) is not None), None)
+            if donor is not None:
+                # a higher class's bounds, as bounds made at no version (each is bounded
+                # again when it comes first): it sees more candidates, so they are lower,
+                # and a leaf without one has none for this class either (as _ranking)
+                heap = [(bound, gi, group, -1) for bound, gi, group, _ in donor]
+            else:
+                heap = []
+                for gi, group in enumerate(self.view.groups):
+                    bound = self._group_bound(group, nodes, per, rank)
+                    if bound is not None:   # none now: none later in the pass either
+                        heap.append((bound, gi, group, len(logs[group])))
+        heap.sort()   # a sorted list is a heap
+        found: list[Option] = []
+        done: list[_Leaf] = []   # fresh entries taken, in order
+        last: tuple[float, ...] | None = None   # the ``keep``-th distinct option's key
+        while heap:
+            bound, gi, group, ver = heap[0]
+            if last is not None and bound > last:
+                break
+            if ver != len(logs[group]):   # touched since: its bound now, or gone
+                fresh = self._group_bound(group, nodes, per, rank)
+                if fresh is None:
+                    heapq.heappop(heap)
+                else:
+                    heapq.heapreplace(heap, (fresh, gi, group, len(logs[group])))
+                continue
+            done.append(heapq.heappop(heap))
+            option = self._group(group, nodes, per, rank)
+            if option is not None:
+                found.append(option)
+                if len(found) >= keep:
+                    top = _distinct(found, keep)
+                    if len(top) >= keep:
+                        last = top[-1].key
+        done.extend(heap)
+        self.leaves[key] = done
+        return found
 
     def _restricted(self, nodes: int, per: int, rank: int, cross_leaf: bool, keep: int,
                     allowed: frozenset[str]) -> list[Option]:
@@ -295,24 +344,37 @@ class VictimIndex:
         ``per`` GPUs (fractional cover of the GPUs missing); None: the node has no option
         (it cannot hold ``per`` GPUs, or they are free). Cached until the node changes."""
         n = self.nodes[node]
-        bucket, _, reach = n.elig.get(rank) or self.eligible(node, rank)
-        key = per * 16 + bucket + 1
+        elig = n.elig.get(rank) or self.eligible(node, rank)
+        key = per * 16 + elig[0] + 1
         hit = n.low.get(key, _NO_BOUND)
         if hit is not _NO_BOUND:
             return hit
-        need = per - (self.full[node] & ~self.busy[node]).bit_count()
+        return self._lower(n, per, elig, key)
+
+    def _lower(self, n: _Node, per: int, elig: _Elig, key: int) -> _Bound | None:
+        """:meth:`lower` of node ``n`` not cached yet (``elig``: its eligible candidates,
+        ``key`` its cache key), cached now: for callers that looked the cache up already
+        (:meth:`_bound`, thousands a pass)."""
+        name = n.name
+        bucket, cands, reach = elig
+        need = per - (self.full[name] & ~self.busy[name]).bit_count()
         got: _Bound | None = None
         if need > 0 and reach.bit_count() >= per:
             parts = n.parts.get(bucket)
             if parts is None:
                 # the candidates below ``rank`` are those of a class up to the bucket not yet
                 # claimed; filtered from the node's parts sorted once a pass, they keep the
-                # order a stable sort of their own parts gives (candidates in job id order)
+                # order a stable sort of their own parts gives (candidates in job id order),
+                # and are those parts themselves while every candidate is eligible
                 pre = n.pre or self._presort(n)
-                gone = self.gone
-                first = [(cost, g) for cost, g, r, j in pre[0] if r <= bucket and j not in gone]
-                parts = n.parts[bucket] = (first, first if pre[1] is pre[0] else [
-                    (cost, g) for cost, g, r, j in pre[1] if r <= bucket and j not in gone])
+                if len(cands) == len(pre[0]):
+                    parts = pre
+                else:
+                    gone = self.gone
+                    first = [p for p in pre[0] if p[2] <= bucket and p[3] not in gone]
+                    parts = (first, first if pre[1] is pre[0] else [
+                        p for p in pre[1] if p[2] <= bucket and p[3] not in gone])
+                n.parts[bucket] = parts
             low = _cover(need, parts[0])
             got = (low, low if parts[1] is parts[0] else _cover(need, parts[1]))
         n.low[key] = got
@@ -465,9 +527,10 @@ class VictimIndex:
         else:
             # lower()'s cache read here (most bounds of a ranking are of nodes that another
             # ranking of the class or of its bucket bounded already), its computation otherwise
-            lb = n.low.get(per * 16 + elig[0] + 1, _NO_BOUND)
+            key = per * 16 + elig[0] + 1
+            lb = n.low.get(key, _NO_BOUND)
             if lb is _NO_BOUND:
-                lb = self.lower(name, per, rank)
+                lb = self._lower(n, per, elig, key)
         if lb is not None:
             r.low[name] = lb
             return (lb[0], lb[1], (), name, token, n.version, None)
@@ -480,23 +543,18 @@ class VictimIndex:
     def _ranking(self, per: int, rank: int, allowed: frozenset[str] | None) -> _Ranking:
         """A new ranking of the ``allowed`` nodes (None: all): seeded lazily with the bounds of
         a higher class's ranking (it sees more candidates, so its bounds are lower) when there
-        is one, else with those of a ranking of fewer GPUs per node, of this class or a higher
-        one (fewer GPUs missing: a cover that costs no more), else computed now.
+        is one, else computed now.
 
-        The walk goes from the highest class down, so the first ranking of each GPU count
-        has no higher class to take bounds from: computing its bounds for every node was most
-        of the rankings' setup. A node whose seeded bound reaches the top is bounded then,
-        as any node changed since its bound was made; the options found are the same (each
-        bound stays at or below the node's option), only fewer nodes are bounded."""
+        A node whose seeded bound reaches the top is bounded then, as any node changed since
+        its bound was made; the options found are the same (each bound stays at or below the
+        node's option), only fewer nodes are bounded. The bounds of a ranking of fewer GPUs
+        per node (a cover of fewer GPUs missing) were seeds too when no higher class had a
+        ranking: they were so far below the options that nearly every node reached the top
+        and was bounded there, one pop at a time, and the next class's ranking then took
+        these looser bounds as its seeds (priority/planner/README.md)."""
         r = _Ranking()
         donor = next((d for k in range(rank + 1, rank + 17)
                       if (d := self.rankings.get((per, k, allowed))) is not None), None)
-        if donor is None:
-            fewer = [(-p, k) for (p, k, a) in self.rankings
-                     if a == allowed and p < per and k >= rank]
-            if fewer:
-                p, k = min(fewer)   # the most GPUs per node, then the closest class
-                donor = self.rankings[-p, k, allowed]
         names = self.view.members(None, allowed)
         token = self.token
         # a node with no candidate left and fewer than ``per`` GPUs free cannot hold them
@@ -511,15 +569,19 @@ class VictimIndex:
             r.heap = [(b[0], b[1], (), name, live[name], -1, None) for name, b in low.items()]
             self.token = token + len(low)
         else:
+            low, live, heap, bound = r.low, r.live, r.heap, self._bound
             for name in names:
                 if name in dead:
                     continue
-                self.token += 1
-                r.low[name] = (0.0, 0.0)
-                entry = self._bound(r, name, per, rank, -self.token)
+                token += 1
+                low[name] = (0.0, 0.0)
+                entry = bound(r, name, per, rank, -token)
                 if entry is not None:
-                    r.heap.append(entry)
-                r.live[name] = -self.token if entry is not None else self.token
+                    heap.append(entry)
+                    live[name] = -token
+                else:
+                    live[name] = token
+            self.token = token
         heapq.heapify(r.heap)
         r.cursor = len(self.changes)
         return r
@@ -541,22 +603,22 @@ class VictimIndex:
                 if need > 0:
                     spread = n.parts.get(bucket + 16)
                     if spread is None:
-                        parts = []
+                        first: list[_Pre] = []
+                        second: list[_Pre] = []
                         for c in cands:
                             total = sum(m.bit_count() for m in c.masks.values())
                             on = c.masks[node].bit_count()
-                            parts.append((c.lost_work * on / total, c.cost[0] * on / total,
-                                          on))
-                        spread = n.parts[bucket + 16] = (
-                            sorted([(nb, g) for _, nb, g in parts], key=_ratio),
-                            sorted([(lw, g) for lw, _, g in parts], key=_ratio))
+                            first.append((c.cost[0] * on / total, on, c.rank, c.job_id))
+                            second.append((c.lost_work * on / total, on, c.rank, c.job_id))
+                        spread = n.parts[bucket + 16] = (sorted(first, key=_ratio),
+                                                         sorted(second, key=_ratio))
                     got = (_cover(need, spread[0]), _cover(need, spread[1]))
             n.low[key] = got
         return got
 
     def _group_bound(self, group: str, nodes: int, per: int, rank: int) -> _Bound | None:
-        """A lower bound of the greedy's option key on ``group`` (None: it has none), cached
-        until one of its nodes changes.
+        """A lower bound of the greedy's option key on ``group`` (None: it has none, now and
+        for the rest of the pass: its nodes' reach only shrinks).
 
         Each node the greedy picks gets ``per`` GPUs from the free ones and the victims
         chosen; with each victim's loss spread over all its GPUs (:meth:`_share`), the
@@ -569,22 +631,15 @@ class VictimIndex:
         multi-node search comes every few plans, and by then most leaves have had a touch or
         two, so bounding all 20 nodes of each leaf again was most of this. The smallest
         bounds are the same whatever order they are kept in."""
-        log = self.group_changes[group]
-        key = (group, nodes, per, rank)
-        hit = self.bounds.get(key)
-        if hit is not None and hit[0] == len(log):
-            return hit[1]
         lows = self._shares(group, per, rank)
-        got: _Bound | None = None
-        if len(lows) >= nodes:
-            low = sorted(lows.values())[:nodes]
-            # kept a hair low so that rounding in the sums never lifts it above (lists, not
-            # generators: cheaper for a few items; ``x if x > 0.0 else 0.0`` is max(0.0, x))
-            first = sum([b[0] for b in low]) * (1 - 1e-9) - 1e-6
-            second = sum([b[1] for b in low]) * (1 - 1e-9) - 1e-6
-            got = (first if first > 0.0 else 0.0, second if second > 0.0 else 0.0)
-        self.bounds[key] = (len(log), got)
-        return got
+        if len(lows) < nodes:
+            return None
+        low = sorted(lows.values())[:nodes]
+        # kept a hair low so that rounding in the sums never lifts it above (lists, not
+        # generators: cheaper for a few items; ``x if x > 0.0 else 0.0`` is max(0.0, x))
+        first = sum([b[0] for b in low]) * (1 - 1e-9) - 1e-6
+        second = sum([b[1] for b in low]) * (1 - 1e-9) - 1e-6
+        return (first if first > 0.0 else 0.0, second if second > 0.0 else 0.0)
 
     def _shares(self, group: str, per: int, rank: int) -> dict[str, _Bound]:
         """The share bound (:meth:`_share`) of each node of ``group`` that can reach ``per``

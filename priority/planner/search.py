@@ -301,9 +301,9 @@ class _Pass:
         base, left_out = self.base, self.left_out
         held = dict.fromkeys(view.nodes, 0)
         discount = config.borrowed_discount
-        # per class: its minimum run time, and the one urgent work sees (two method calls
-        # per job otherwise)
-        least: dict[PriorityClass, tuple[float, float]] = {}
+        # per class: its rank, its minimum run time and the one urgent work sees (a lookup
+        # and two method calls per job otherwise)
+        least: dict[PriorityClass, tuple[int, float, float]] = {}
         for h in running:
             masks = view.masks(h.gpus)
             if not isinstance(masks, dict):
@@ -323,22 +323,24 @@ class _Pass:
                 held[node] |= mask
             if masks:
                 jid, cls = h.job_id, h.effective
-                rank = RANK[cls]
+                of_class = least.get(cls)
+                if of_class is None:
+                    of_class = least[cls] = (RANK[cls], config.min_run_for(cls),
+                                             config.min_run_for(cls, True))
+                rank, least_run, urgent_run = of_class
                 lost = lost_seconds(h, config, now, len(masks)) * len(h.gpus)
                 cands[jid] = Candidate(jid, rank, h.borrowed, lost, masks, discount)
                 ran = now - h.start_time
-                mins = least.get(cls)
-                if mins is None:
-                    mins = least[cls] = (config.min_run_for(cls), config.min_run_for(cls, True))
                 # young: too young for every job (2), or except for urgent work (1)
-                young = 0 if ran >= mins[0] else 1 if ran >= mins[1] else 2
+                young = 0 if ran >= least_run else 1 if ran >= urgent_run else 2
                 if young == 2 and h.preemptible:
-                    self.ripe_at[jid] = h.start_time + mins[1]
+                    self.ripe_at[jid] = h.start_time + urgent_run
                 cat = ("not preemptible" if not h.preemptible
                        else ("protected", _PROTECTED_URGENT_YOUNG, _PROTECTED_YOUNG)[young]
                        if h.protected else (None, _URGENT_YOUNG, "too young")[young])
                 base[jid] = cat
-                left_out[rank, cat] = left_out.get((rank, cat), 0) + 1
+                key = (rank, cat)
+                left_out[key] = left_out.get(key, 0) + 1
         return held
 
     def ripens(self, nodes: int, per: int, rank: int, *, cross: bool,
