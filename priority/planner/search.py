@@ -602,6 +602,16 @@ def plan_preemptions(snapshot: PlanSnapshot, *, config: PlannerConfig,
             gc.enable()
 
 
+def may_plan(job: Waiting, config: PlannerConfig) -> bool:
+    """Whether :func:`plan_preemptions` may make a plan for ``job`` or note when to look at it
+    again (``worth_in``, ``ripe_in``): it overrides protection (urgent, or past its bound), or
+    its class weighs more than 0. Any other job's verdict is FITS, IMPOSSIBLE, NO_GPUS,
+    NO_VICTIMS or NOT_WORTH whatever the cluster, made without a victim search; a pass in which no
+    waiting job may plan makes no plan and notes no time, so a caller that reads only those
+    (the simulator) need not ask for it."""
+    return job.overrides_protection or config.class_weights.get(job.effective, 0.0) > 0
+
+
 def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
           kind: type[_Pass]) -> PlanningResult:
     """:func:`plan_preemptions` with the pass state ``kind`` (tests compare the plain search)."""
@@ -686,6 +696,15 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             if waive_protection:
                 _ripe_later(ripe_in, jid, st, derived, asked)
             continue
+        if weight <= 0 and not waive_protection:   # not may_plan(job, config)
+            # no benefit whatever its wait (class weight 0 x wait x GPUs), so no victim set is
+            # worth it: not searched (a search would also spend the pass's search limit), and
+            # final for the rest of the pass as a NO_VICTIMS verdict is
+            unweighted = (f"{lead}; {_NAME[cls]} weighs 0 ([planner.class_weights]): it "
+                          "preempts only once it has waited past its class bound (max_wait)")
+            cell[0] = ((_NOT_WORTH, unweighted), *derived[1:])
+            decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, unweighted))
+            continue
         seen = not_worth.get(nw_key)
         if seen is not None and seen[0] == version:
             benefit = weight * max(job.wait, seen[2]) * job.gpus
@@ -697,8 +716,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
                     f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"
-                    + _urgent_text(urgent_wait, seen[4])
-                    + _unweighted(weight, cls, waive_protection))))
+                    + _urgent_text(urgent_wait, seen[4]))))
                 continue
         if limited:
             text = skipped[limit]
@@ -753,8 +771,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"
-                + _urgent_text(urgent_wait, saves)
-                + _unweighted(weight, cls, waive_protection))))
+                + _urgent_text(urgent_wait, saves))))
             continue
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
@@ -823,16 +840,6 @@ def _urgent_text(wait: float, saves: bool) -> str:
                 f"urgent_benefit_wait {_dur(wait)}")
     return (f"; as urgent work it preempts once it waited urgent_no_save_wait {_dur(wait)} "
             "(a victim cannot save on request)")
-
-
-def _unweighted(weight: float, cls: PriorityClass, past_bound: bool) -> str:
-    """What a not-worth verdict adds for a job whose class weighs 0 (the middle classes'
-    default) and that has not waited past its bound (``past_bound``: it overrides protection):
-    its wait never makes a benefit, only its class bound lets it preempt."""
-    if weight > 0 or past_bound:
-        return ""
-    return (f"; {_NAME[cls]} weighs 0 ([planner.class_weights]): it preempts only once it has "
-            "waited past its class bound (max_wait)")
 
 
 def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:

@@ -62,7 +62,7 @@ from hai_slurm.priority.planner.inputs import (
     holders_from_policy,
     waiting_from_policy,
 )
-from hai_slurm.priority.planner.search import plan_preemptions
+from hai_slurm.priority.planner.search import may_plan, plan_preemptions
 from hai_slurm.priority.planner.types import Holder, PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy.state import (
     EventKind,
@@ -133,6 +133,9 @@ class HaiSlurm:
         time never goes back)."""
         self.reuse_holders = True
         """False: every pass builds its holders (for tests: the result must not change)."""
+        self.plan_every_pass = False
+        """True: the planner is asked whenever a job waits, also when none :func:`may_plan`
+        (for tests: the result must not change)."""
         self._saves: dict[int, float | None] = {}
         self._restarts: dict[int, float] = {}
         """:meth:`_charge` of each Slurm job id planned with (save, restart seconds; a job that
@@ -341,11 +344,14 @@ class HaiSlurm:
                  if eng.by_slurm[p.job_id].trace.nodes > 0}
         waiting = waiting_from_policy(waiting_jobs, result.pending, nodes=nodes,
                                       aged_preempt=self.planner.aged_preempt)
-        if not waiting and taken_at == now:
-            # Nothing to plan for: the planner would make no plan, find no job worth a later
-            # look and refuse nothing (it refuses a stale snapshot, not one of now, or an
-            # inconsistent one: two running jobs on one GPU, or a GPU outside the topology,
-            # which SimSlurm's placements never give), so it is not asked.
+        if taken_at == now and not (waiting and (
+                self.plan_every_pass or any(may_plan(w, self.planner) for w in waiting))):
+            # Nothing to plan for (no job waits, or none :func:`may_plan`: each is of a class
+            # weighing 0, LOW and the middle classes by default, and not past its bound; most
+            # passes): the planner would make no plan, find no job worth a later look and
+            # refuse nothing (it refuses a stale snapshot, not one of now, or an inconsistent
+            # one: two running jobs on one GPU, or a GPU outside the topology, which
+            # SimSlurm's placements never give), so it is not asked.
             return
         holders = self._holders_for(running, result, now)
         plans = plan_preemptions(PlanSnapshot(slurm.topology, holders, waiting, taken_at,

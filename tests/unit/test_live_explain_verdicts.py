@@ -45,8 +45,8 @@ def _full_of_low(r: Rig) -> list[int]:
 
 
 def test_each_verdict_kind_reads_in_plain_words(tmp_path: Path) -> None:
-    """FITS, IMPOSSIBLE, NO_VICTIMS (with the exclusion counts), NOT_WORTH (both sides of the
-    benefit test) and PREEMPT (with its victims), one job each."""
+    """FITS, IMPOSSIBLE, NO_VICTIMS (with the exclusion counts), NOT_WORTH (a class weighing 0,
+    and both sides of the benefit test) and PREEMPT (with its victims), one job each."""
     r = rig(tmp_path)
     r.daemon().run_once()
     fits = r.submit(HIGH, gpus=1)
@@ -60,6 +60,13 @@ def test_each_verdict_kind_reads_in_plain_words(tmp_path: Path) -> None:
     young = r.submit(PriorityClass.ABOVE_NORMAL, gpus=8)
     r.tick(60)
     text = _explain(r, young)
+    assert ("Planner: NOT_WORTH: needs 8 GPUs on one node, none free; ABOVE_NORMAL weighs 0 "
+            "([planner.class_weights]): it preempts only once it has waited past its class "
+            "bound") in text
+    # weighted, it is searched for: the LOW jobs are too young for it
+    weighted = replace(r.cfg, preempt=PreemptConfig(planner=PlannerConfig(
+        class_weights={**PlannerConfig().class_weights, PriorityClass.ABOVE_NORMAL: 5.0})))
+    text = explain_live(young, r.slurm, open_repository(weighted), weighted, now=r.clock.now)
     assert "Planner: NO_VICTIMS: needs 8 GPUs on one node, none free" in text
     assert "running jobs left out: 4 too young" in text
     urgent = r.submit(HIGH, gpus=8)   # urgent work cuts the minimum run time short

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
-from hai_slurm.priority.planner.search import lost_seconds, plan_preemptions, shape
+from hai_slurm.priority.planner.search import lost_seconds, may_plan, plan_preemptions, shape
 from hai_slurm.priority.planner.testing import NOW, gpu_cluster, snapshot
 from hai_slurm.priority.planner.types import (
     DEFAULT_WEIGHTS,
@@ -70,6 +70,12 @@ waitings = st.lists(st.builds(
     wait=st.sampled_from((0.0, 600.0, 1e7)), max_leaves=st.sampled_from((None, None, 1, 2))),
     min_size=1, max_size=4,
     unique_by=lambda w: w.job_id)
+# also urgent or past their bound (overriding protection), and of every class
+any_waitings = st.lists(st.builds(
+    Waiting, job_id=st.integers(1000, 1010), team=st.just("z"), effective=classes,
+    gpus=st.sampled_from((1, 2, 4, 8)), nodes=st.sampled_from((None, 1, 2)),
+    wait=st.sampled_from((0.0, 600.0, 1e7)), overrides_protection=st.booleans()),
+    min_size=1, max_size=5, unique_by=lambda w: w.job_id)
 
 
 def _eligible(h: Holder, cls: PriorityClass) -> bool:
@@ -158,3 +164,23 @@ def test_one_node_plans_are_the_cheapest_set(jobs: list[Holder], cls: PriorityCl
     nb = sum(v.lost_work * (CFG.borrowed_discount if v.borrowed else 1.0) for v in plan.victims)
     assert abs(nb - best[0]) < 1e-6 * max(1.0, nb) and abs(plan.lost_work - best[1]) < 1e-6 * max(
         1.0, plan.lost_work)
+
+
+@settings(max_examples=300, deadline=None)
+@given(running(), any_waitings, st.sampled_from((CFG, PlannerConfig())))
+def test_a_job_that_may_not_plan_gets_no_plan_and_no_time(jobs: list[Holder],
+                                                          pending: list[Waiting],
+                                                          config: PlannerConfig) -> None:
+    """``may_plan`` False (not overriding protection, class weight 0): no plan for the job,
+    no ``worth_in`` or ``ripe_in`` time, and a verdict without a victim search; so a pass in
+    which no job may plan makes no plan and notes no time (the simulator skips it)."""
+    result = plan_preemptions(snapshot(TOPO, jobs, pending), config=config, now=NOW)
+    for w in pending:
+        if may_plan(w, config):
+            continue
+        assert result.plan_for(w.job_id) is None
+        assert w.job_id not in result.worth_in and w.job_id not in result.ripe_in
+        assert result.decisions[w.job_id].outcome in (Outcome.FITS, Outcome.IMPOSSIBLE,
+                                                      Outcome.NO_VICTIMS, Outcome.NOT_WORTH)
+    if not any(may_plan(w, config) for w in pending):
+        assert not result.plans and not result.worth_in and not result.ripe_in

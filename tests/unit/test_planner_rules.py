@@ -420,7 +420,7 @@ def test_lower_classes_are_walked_after_higher_ones_whatever_the_input_order() -
     topo = gpu_cluster(1, 1)
     result = _plan(snapshot(topo, [], [waiting(1, NORMAL, 8), waiting(2, HIGH, 8)]))
     assert result.decisions[2].outcome is Outcome.FITS
-    assert result.decisions[1].outcome is Outcome.NO_VICTIMS
+    assert result.decisions[1].outcome is Outcome.NOT_WORTH   # NORMAL weighs 0: no search
 
 
 def test_shapes_impossible_and_gpu_less_jobs() -> None:
@@ -537,7 +537,7 @@ def test_an_urgent_job_refused_for_want_of_victims_learns_when_young_ones_are_ol
     normal, low = waiting(8, NORMAL, 8), waiting(7, LOW, 8, overrides_protection=True)
     result = _plan(snapshot(topo, [young], [normal, high, low]))
     assert {j: d.outcome for j, d in result.decisions.items()} == {
-        7: Outcome.NO_VICTIMS, 8: Outcome.NO_VICTIMS, 9: Outcome.NO_VICTIMS}
+        7: Outcome.NO_VICTIMS, 8: Outcome.NOT_WORTH, 9: Outcome.NO_VICTIMS}
     assert result.ripe_in == {9: pytest.approx(30.0)}
     guarded = _plan(snapshot(topo, [replace(young, protected=True)], [high]))
     assert guarded.ripe_in == {9: pytest.approx(30.0)}

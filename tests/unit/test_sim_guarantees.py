@@ -276,7 +276,8 @@ def test_a_job_aged_into_a_class_preempts_as_the_class_it_asked_for() -> None:
 def test_an_aged_job_does_not_preempt_the_class_it_overtook() -> None:
     """One 8-GPU node held by an ABOVE_NORMAL job (8 GPUs, past min_run_time); a NORMAL job
     aged into HIGH waits for 8 GPUs: no plan (NORMAL may not preempt ABOVE_NORMAL); with
-    planner.aged_preempt it preempts as HIGH."""
+    planner.aged_preempt it preempts as HIGH. NORMAL is given a weight, so that its verdict
+    comes from a search (weighing 0, it is not searched for: NOT_WORTH)."""
     holder = running_job(10, P.ABOVE_NORMAL, start=NOW - 3600, gpus=8)
     rd = {10: RunningDecision(10, "t1", P.ABOVE_NORMAL, False, False, False, True)}
     topo = gpu_cluster(1, 1)
@@ -284,7 +285,8 @@ def test_an_aged_job_does_not_preempt_the_class_it_overtook() -> None:
     job = pending_job(1, P.NORMAL, gpus=8)
     d = {1: _waiting_decision(1, P.NORMAL, P.HIGH)}
     for aged_preempt, plans in ((False, 0), (True, 1)):
-        cfg = PlannerConfig(aged_preempt=aged_preempt)
+        cfg = PlannerConfig(aged_preempt=aged_preempt, class_weights={
+            **PlannerConfig().class_weights, P.NORMAL: 2.0})
         ws = waiting_from_policy([job], d, aged_preempt=cfg.aged_preempt)
         got = plan_preemptions(PlanSnapshot(topo, hs, ws, NOW), config=cfg, now=NOW)
         assert len(got.plans) == plans

@@ -78,6 +78,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, reuse: bool, fair: FairnessConfig | No
             intervals=replace(config.intervals, cycle=600.0))
     policy = ours.HaiSlurm(config, config.preempt.planner)
     policy.reuse_holders = reuse
+    policy.plan_every_pass = True   # holders in every pass where a job waits, as before the skip
     # periodic checkpoints every 5 min in the first run, every hour (the default) in the
     # second: there the kept holders outlive a plan's signals and decisions' changes
     engine = Engine(trace, topo, policy, costs=COSTS if fair is None else CostModel()).run()
@@ -181,3 +182,30 @@ def test_kept_holders_follow_each_of_their_inputs() -> None:
     before = policy._holders_for(running, result, T0 + 999)
     after = policy._holders_for(running, result, T0 + 1000)
     assert before[0].last_checkpoint is None and after[0].last_checkpoint == T0 + 1000
+
+
+@pytest.mark.parametrize("fair", [None, PROTECTING], ids=["defaults", "protecting"])
+def test_passes_where_no_job_may_plan_are_not_planned(monkeypatch: pytest.MonkeyPatch,
+                                                     fair: FairnessConfig | None) -> None:
+    """The simulator does not ask the planner when no waiting job may plan (``may_plan``: every
+    one is LOW, or of a class weighing 0 and not past its bound): the run ends as one that asks
+    in every pass where a job waits, and most passes are not asked for."""
+    results: dict[bool, dict[str, Any]] = {}
+    passes: Counter[bool] = Counter()
+    for every in (False, True):
+        def counting(snap: PlanSnapshot, every: bool = every, **kw: Any) -> PlanningResult:
+            passes[every] += 1
+            return PLAN(snap, **kw)
+
+        monkeypatch.setattr(ours, "plan_preemptions", counting)
+        trace, topo = matrix.workload(SCENARIO), matrix.cluster(SCENARIO)
+        config = with_quotas(matrix.quotas(Setup().config, SCENARIO), trace.teams, 48)
+        if fair is not None:
+            config = replace(config, policy=replace(config.policy, fairness=fair))
+        policy = ours.HaiSlurm(config, config.preempt.planner)
+        policy.plan_every_pass = every
+        engine = Engine(trace, topo, policy, costs=COSTS).run()
+        results[every] = summarize(engine, bounds={}, quotas={})
+        assert policy.counts["plans"] > 10
+    assert results[False] == results[True]
+    assert passes[True] > 2 * passes[False] > 100
