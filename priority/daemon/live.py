@@ -3,8 +3,8 @@
 The explanation is computed exactly as the daemon's next cycle would: one snapshot, the stored
 jobs, fairness events and policy state, :func:`~hai_slurm.priority.daemon.cycle.decide` with
 ``now``, then the planner on that view (its verdict: PREEMPT with the victims, NOT_WORTH with
-both sides of the benefit test, NO_VICTIMS with a count per exclusion reason, IMPOSSIBLE, FITS,
-...; for a running job, whether it may be a victim now).
+both sides of the benefit test or that the job's class weighs 0, NO_VICTIMS with a count per
+exclusion reason, IMPOSSIBLE, FITS, ...; for a running job, whether it may be a victim now).
 Nothing is written, neither to Slurm nor to the database.
 """
 

@@ -184,8 +184,8 @@ class PreemptionExecutor:
         """Plan -> monotonic time its reservation was last looked up (:meth:`step`)."""
         self._resent: dict[int, set[int]] = {}
         """Plan -> victims asked a second time (:meth:`_resend_if_unheard`)."""
-        self._anchors: dict[tuple[int, str], tuple[float, float]] = {}
-        """(plan, what) -> (a wall time stored in its context, the monotonic time it stands
+        self._anchors: dict[int, dict[str, tuple[float, float]]] = {}
+        """Plan -> what -> (a wall time stored in its context, the monotonic time it stands
         for in this process) (:meth:`_elapsed`)."""
         self._swept = False
         self._open = True  # unknown until the first reconcile: look once
@@ -220,7 +220,7 @@ class PreemptionExecutor:
             if ctx is None or ctx.undo is not None:
                 continue
             asked_at = ctx.asked_at or plan.created_at
-            reports = [self._report(ctx, asked_at, jid) for jid in asked]
+            reports = [self._report(plan.plan_id, ctx, asked_at, jid) for jid in asked]
             if all(r is not None and r.ack is not None for r in reports):
                 return True
         return False
@@ -297,7 +297,7 @@ class PreemptionExecutor:
         clock. So each is anchored once, when this process first looks at it
         (:meth:`_anchor`; at once for the times it stores itself), and from then on only the
         monotonic clock counts."""
-        anchor = self._anchors.get((plan_id, what))
+        anchor = self._anchors.get(plan_id, {}).get(what)
         if anchor is None or anchor[0] != at:
             anchor = self._anchor(plan_id, what, at)
         return self.clock.monotonic() - anchor[1]
@@ -308,8 +308,17 @@ class PreemptionExecutor:
         just now, and never less than nothing (a time ahead of the wall clock, which stepped
         back since, counts from now)."""
         anchor = (at, self.clock.monotonic() - max(0.0, self._now() - at))
-        self._anchors[(plan_id, what)] = anchor
+        self._anchors.setdefault(plan_id, {})[what] = anchor
         return anchor
+
+    def _heard_since(self, plan_id: int, asked_at: float) -> float:
+        """The earliest time a victim's records may bear and still count as written after
+        the request (stored at ``asked_at``): the request's time on the wall clock as it reads
+        now (:meth:`_elapsed` ago), less ``clock_skew``. After a step back, the victims'
+        clocks, stepped with the daemon's, date what they write before the stored time: an
+        acknowledgement would be refused as stale and a saving victim asked again."""
+        now = self._now() - self._elapsed(plan_id, "asked", asked_at)
+        return min(asked_at, now) - self.settings.clock_skew
 
     def _sleep(self, seconds: float) -> None:
         self.clock.wait(self.stop, seconds)
@@ -327,12 +336,13 @@ class PreemptionExecutor:
         raw = self.repo.get_value(context_key(plan_id))
         return PlanContext.from_json(raw) if isinstance(raw, dict) else None
 
-    def _report(self, ctx: PlanContext, asked_at: float, jid: int) -> JobReport | None:
+    def _report(self, plan_id: int, ctx: PlanContext, asked_at: float, jid: int
+                ) -> JobReport | None:
         v = ctx.victim(jid)
         if v.control_dir is None:
             return None
         return self.reader(v.control_dir, str(jid), v.uid, restart_count=v.restart_count,
-                           not_before=asked_at - self.settings.clock_skew)
+                           not_before=self._heard_since(plan_id, asked_at))
 
     # ---------------------------------------------------------- shunned (missed) victims
     def _missed(self) -> dict[int, int]:
@@ -752,7 +762,7 @@ class PreemptionExecutor:
         now = self._now()
         waited = self._elapsed(plan_id, "asked", asked_at)
         for jid in sorted(waiting):
-            report = self._report(ctx, asked_at, jid)
+            report = self._report(plan_id, ctx, asked_at, jid)
             if report is not None and report.ack is not None:
                 self._acked(plan_id, asked_at, jid, report.ack, now)
                 waiting.discard(jid)
@@ -815,7 +825,7 @@ class PreemptionExecutor:
         after = min(self.settings.resend_after, v.deadline / 2)
         resent = self._resent.setdefault(plan_id, set())
         if (v.control_dir is None or after <= 0 or waited < after
-                or v.job_id in resent or _heard(report, asked_at - self.settings.clock_skew)):
+                or v.job_id in resent or _heard(report, self._heard_since(plan_id, asked_at))):
             return
         resent.add(v.job_id)
         try:
@@ -836,7 +846,7 @@ class PreemptionExecutor:
         changed = False
         for v in plan.victims:
             if v.state is VictimState.ENDED:
-                report = self._report(ctx, asked_at, v.job_id)
+                report = self._report(plan.plan_id, ctx, asked_at, v.job_id)
                 if report is not None and report.ack is not None:
                     self._acked(plan.plan_id, asked_at, v.job_id, report.ack, self._now())
                     changed = True
@@ -1046,7 +1056,7 @@ class PreemptionExecutor:
         self._next_states.pop(plan_id, None)
         self._verified.pop(plan_id, None)
         self._resent.pop(plan_id, None)
-        self._anchors = {k: a for k, a in self._anchors.items() if k[0] != plan_id}
+        self._anchors.pop(plan_id, None)
 
     def _result(self, plan_id: int, note: str, started: bool,
                 ctx: PlanContext | None = None) -> ExecutionResult:

@@ -696,7 +696,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             if waive_protection:
                 _ripe_later(ripe_in, jid, st, derived, asked)
             continue
-        if weight <= 0 and not waive_protection:   # not may_plan(job, config)
+        if not may_plan(job, config):
             # no benefit whatever its wait (class weight 0 x wait x GPUs), so no victim set is
             # worth it: not searched (a search would also spend the pass's search limit), and
             # final for the rest of the pass as a NO_VICTIMS verdict is

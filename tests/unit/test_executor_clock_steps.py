@@ -82,18 +82,22 @@ def step_until(world: World, ex: PreemptionExecutor, done: Callable[[], bool], *
         ex.reconcile(world.fake.snapshot())
 
 
-def test_a_step_forward_does_not_make_a_saving_victim_miss(world: World) -> None:
-    """The wall clock jumps 600 s ahead 1 s after the request; the victim saves from 30 s and
-    acknowledges after 100 s of its 120 s deadline: it is acked, the plan all_acked and done,
-    the victim requeued once. (Before: it missed at the next look and was requeued without
-    its acknowledgement.)"""
+@pytest.mark.parametrize("seconds", [600.0, -600.0], ids=["forward", "back"])
+def test_a_step_does_not_cost_a_saving_victim_its_acknowledgement(world: World,
+                                                                  seconds: float) -> None:
+    """The wall clock (the victims' too) steps 600 s either way 1 s after the request; the
+    victim saves from 30 s and acknowledges after 100 s of its 120 s deadline: it is acked, the
+    plan all_acked and done, the victim requeued once. (Before: forward, it missed at the next
+    look and was requeued without its acknowledgement; back, what it wrote bore times before
+    the stored request, so its acknowledgement was refused as stale: recorded ended, the plan
+    forced.)"""
     v, bene, req = one_victim(world, Behaviour(ack_after=100.0, saving_from=30.0))
     ex = world.executor()
     phase1 = Phase1(world, ex)
     asked = world.clock.monotonic()
     plan_id = ex.start(req, world.fake.snapshot())
     step_until(world, ex, lambda: world.clock.monotonic() - asked >= 1.0)
-    step_wall(world, 600.0)
+    step_wall(world, seconds)
     step_until(world, ex, phase1.done, every=0.25)
     assert phase1.states == {v: VictimState.ACKED}
     assert phase1.at is not None and phase1.at - asked == pytest.approx(100.0, abs=0.6)
@@ -101,7 +105,8 @@ def test_a_step_forward_does_not_make_a_saving_victim_miss(world: World) -> None
     assert steps(world, plan_id) == ["planned", "signalled", "all_acked", "requeued", "done"]
     assert world.repo.get_plan(plan_id).state is PlanState.DONE
     assert world.fake.jobs[v].restart_count == 1
-    assert world.fake.jobs[bene].state is JobState.RUNNING
+    if seconds > 0:   # back: Slurm's clock too, so the job it submitted then may not begin yet
+        assert world.fake.jobs[bene].state is JobState.RUNNING
 
 
 def test_a_step_back_does_not_lengthen_the_deadline(world: World) -> None:
@@ -164,10 +169,8 @@ def test_the_second_request_is_sent_on_time_across_a_step(world: World,
 
     step_until(world, ex, lambda: requests() == 2, limit=DEADLINE)
     assert world.clock.monotonic() - asked == pytest.approx(5.0, abs=0.15)
-    if seconds > 0:   # (after a step back, the victim's ack bears a time before the request)
-        step_until(world, ex, lambda: not ex.has_open_plans())
-        assert steps(world, plan_id) == ["planned", "signalled", "all_acked", "requeued",
-                                         "done"]
+    step_until(world, ex, lambda: not ex.has_open_plans())
+    assert steps(world, plan_id) == ["planned", "signalled", "all_acked", "requeued", "done"]
 
 
 def test_a_step_back_does_not_stall_the_state_polls(world: World) -> None:
@@ -185,3 +188,29 @@ def test_a_step_back_does_not_stall_the_state_polls(world: World) -> None:
     step_until(world, ex, phase1.done, limit=DEADLINE + 10.0)
     assert phase1.states == {v: VictimState.ENDED}
     assert phase1.at is not None and phase1.at - asked == pytest.approx(4.0, abs=0.6)
+
+
+
+def test_the_start_timeout_is_measured_across_a_step_back(world: World) -> None:
+    """The victim acknowledges at 10 s (and runs until it is requeued); right after the
+    requeue the wall clock (Slurm's too) goes back 600 s, so the beneficiary, submitted "in the
+    future" now, cannot begin. The guard is released ``start_timeout`` (60 s) after the requeue
+    on the monotonic clock, not 660 s later, and the plan ends done, saying the beneficiary did
+    not start."""
+    v, _bene, req = one_victim(world, Behaviour(ack_after=10.0, exits=False))
+    ex = world.executor()
+    requeued: list[float] = []
+
+    def hook(point: str, _plan_id: int) -> None:
+        if point == "requeued":
+            requeued.append(world.clock.monotonic())
+            step_wall(world, -600.0)
+
+    ex.hook = hook
+    plan_id = ex.start(req, world.fake.snapshot())
+    step_until(world, ex, lambda: not ex.has_open_plans(), limit=200.0)
+    assert requeued and world.clock.monotonic() - requeued[0] == pytest.approx(
+        ex.settings.start_timeout, abs=0.5)
+    plan = world.repo.get_plan(plan_id)
+    assert plan.state is PlanState.DONE and "did not start" in plan.steps[-1].note
+    assert world.fake.jobs[v].restart_count == 1

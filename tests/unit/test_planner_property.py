@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from itertools import combinations
+from typing import Any
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import GpuRef, Level, Topology
+from hai_slurm.priority.planner import search
 from hai_slurm.priority.planner.search import lost_seconds, may_plan, plan_preemptions, shape
 from hai_slurm.priority.planner.testing import NOW, gpu_cluster, snapshot
 from hai_slurm.priority.planner.types import (
@@ -173,8 +176,19 @@ def test_a_job_that_may_not_plan_gets_no_plan_and_no_time(jobs: list[Holder],
                                                           config: PlannerConfig) -> None:
     """``may_plan`` False (not overriding protection, class weight 0): no plan for the job,
     no ``worth_in`` or ``ripe_in`` time, and a verdict without a victim search; so a pass in
-    which no job may plan makes no plan and notes no time (the simulator skips it)."""
-    result = plan_preemptions(snapshot(TOPO, jobs, pending), config=config, now=NOW)
+    which no job may plan makes no plan and notes no time (the simulator skips it). Each
+    victim search is for a job that may plan."""
+    searches = 0
+    search_options = search._Pass.options
+
+    def counted(self: search._Pass, *args: Any, **kwargs: Any) -> Any:
+        nonlocal searches
+        searches += 1
+        return search_options(self, *args, **kwargs)
+
+    with patch.object(search._Pass, "options", counted):
+        result = plan_preemptions(snapshot(TOPO, jobs, pending), config=config, now=NOW)
+    assert searches <= sum(may_plan(w, config) for w in pending)
     for w in pending:
         if may_plan(w, config):
             continue

@@ -147,6 +147,23 @@ def test_a_middle_class_job_preempts_only_past_its_bound_by_default() -> None:
     assert plan is not None and plan.victim_ids == (1,)
 
 
+def test_a_class_weighing_0_does_not_spend_the_search_limit() -> None:
+    """A job of a class weighing 0, not past its bound, gets its NOT_WORTH verdict without a
+    victim search, so with a limit of one search a pass the NORMAL job past its bound walked
+    after it is still searched for, and takes the LOW job (before, the ABOVE_NORMAL job's
+    search spent the limit and the NORMAL job was SKIPPED)."""
+    topo = gpu_cluster(1, 1)
+    low = holder(1, LOW, gpus("n1", *ALL8), can_ack=True)
+    pend = [waiting(10, PriorityClass.ABOVE_NORMAL, 8, wait=600),
+            waiting(11, NORMAL, 8, wait=86400, overrides_protection=True)]
+    result = _plan(snapshot(topo, [low], pend),
+                   replace(CFG, max_searches=1, plans_per_pending=0.0))
+    assert result.decisions[10].outcome is Outcome.NOT_WORTH
+    assert "ABOVE_NORMAL weighs 0" in result.decisions[10].reason
+    plan = result.plan_for(11)
+    assert plan is not None and plan.victim_ids == (1,)
+
+
 def test_borrowed_jobs_give_way_first_within_the_discount() -> None:
     """A borrowed job gives way before a within-quota one that would lose less, as long as its
     loss x ``borrowed_discount`` (default 0.5) is the smaller: 2x the within-quota loss minus a
