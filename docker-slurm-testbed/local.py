@@ -19,7 +19,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
@@ -217,8 +219,8 @@ def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports
     require_root()
     bins = find_programs(shape)
     state_dir = _usable_dir(state_dir)
-    with _locked(state_dir), _signals_interrupt():
-        return _up(shape, state_dir, ports, bins, echo)
+    with _locked(state_dir), _signals_interrupt() as interrupts:
+        return _up(shape, state_dir, ports, bins, echo, interrupts.held)
 
 
 def _usable_dir(state_dir: Path) -> Path:
@@ -252,30 +254,66 @@ def _locked(state_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP (a CI job's timeout) raise :class:`TestbedError` while ``up`` runs
-    (in the main thread), so its clean-up stops what it started, as it does on Ctrl-C."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class _Interrupts:
+    """SIGTERM and SIGHUP (a CI job's timeout) raise :class:`TestbedError` while ``up`` runs,
+    and SIGINT raises KeyboardInterrupt, so its clean-up stops what it started.
 
-    def interrupt(signum: int, _frame: object) -> None:
+    Inside :meth:`held` (a daemon being started and recorded) a signal waits until the block
+    ends: raised between the fork and the record, it left a daemon that the clean-up could not
+    know of running on its port."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending: int | None = None
+
+    def handle(self, signum: int, _frame: object) -> None:
+        if self._depth:
+            self._pending = self._pending or signum
+            return
+        self._raise(signum)
+
+    @staticmethod
+    def _raise(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise TestbedError(f"interrupted by {signal.Signals(signum).name}; stopped what was "
                            "started")
 
-    # a signal set to be ignored stays ignored (``nohup hai-slurm testbed up &``)
-    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)
-              if signal.getsignal(sig) is not signal.SIG_IGN}
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold signals for the block; one that came meanwhile is raised when it ends."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if not self._depth and self._pending is not None:
+            signum, self._pending = self._pending, None
+            self._raise(signum)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[_Interrupts]:
+    """Install :class:`_Interrupts` (in the main thread only) and put the old handlers back."""
+    interrupts = _Interrupts()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupts
+        return
+    # a signal set to be ignored stays ignored (``nohup hai-slurm testbed up &``); SIGINT only
+    # where Python's own handler would raise KeyboardInterrupt
+    before = {sig: signal.signal(sig, interrupts.handle)
+              for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+              if signal.getsignal(sig) is not signal.SIG_IGN
+              and (sig != signal.SIGINT or signal.getsignal(sig) is signal.default_int_handler)}
     try:
-        yield
+        yield interrupts
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
 
 
 def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[str, str],
-        echo: Echo) -> bool:
+        echo: Echo, held: Callable[[], AbstractContextManager[None]]) -> bool:
     old = load_state(state_dir)
     if old is not None:
         why = problem(old)
@@ -305,8 +343,10 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
     started: list[procs.ProcRecord] = []
     t0 = time.monotonic()
 
-    def launch(rec: procs.ProcRecord) -> procs.ProcRecord:
-        started.append(rec)
+    def launch(start: Callable[[], procs.ProcRecord]) -> procs.ProcRecord:
+        with held():  # started and recorded before a signal may stop `up`
+            rec = start()
+            started.append(rec)
         _save(state_dir, TestbedState(shape, ports, layout.slurm_conf, tuple(started), False))
         return rec
 
@@ -314,9 +354,12 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
         echo(f"{time.monotonic() - t0:6.2f} s  {msg}")
 
     try:
-        redis = launch(services.start_redis(ctx))
-        munge = launch(services.start_munge(ctx))
-        db = launch(services.start_mariadb(ctx)) if shape.accounting else None
+        redis = launch(partial(services.start_redis, ctx))
+        munge = launch(partial(services.start_munge, ctx))
+        db = None
+        if shape.accounting:
+            services.init_mariadb(ctx)
+            db = launch(partial(services.start_mariadb, ctx))
         services.wait_ready(munge, lambda: services.munge_ready(ctx), timeout=15,
                             what="munge socket", logs=[ctx.log("munged")])
         step("munged ready")
@@ -325,19 +368,19 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
                                 what="mariadb ping", logs=[ctx.path("log", "mariadb.log")])
             services.setup_database(ctx)
             step("mariadb ready")
-            dbd = launch(services.start_slurmdbd(ctx))
+            dbd = launch(partial(services.start_slurmdbd, ctx))
             services.wait_ready(dbd, lambda: services.slurmdbd_ready(ctx), timeout=90,
                                 what="sacctmgr show cluster",
                                 logs=[layout.slurmdbd_log_file, ctx.log("slurmdbd")])
             changes = services.setup_accounting(ctx)
             step(f"slurmdbd ready; accounting set up ({changes} change(s))")
-        ctld = launch(services.start_slurmctld(ctx))
+        ctld = launch(partial(services.start_slurmctld, ctx))
         services.wait_ready(ctld, lambda: services.slurmctld_ready(ctx), timeout=30,
                             what="scontrol ping", logs=[layout.slurmctld_log_file,
                                                         ctx.log("slurmctld")])
         step("slurmctld ready")
         for node in shape.node_names:
-            launch(services.start_slurmd(ctx, node))
+            launch(partial(services.start_slurmd, ctx, node))
         slurmd_logs = [ctx.path("log", f"slurmd-{n}.log") for n in shape.node_names]
 
         def node_logs() -> list[str]:
@@ -352,8 +395,9 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
                                          timeout=60, logs=node_logs)
         step(f"GPU job done: {'; '.join(lines)}")
     except BaseException:
-        _stop_records(started)
-        (state_dir / STATE_FILE).unlink(missing_ok=True)
+        with held():  # a second SIGTERM does not cut the clean-up short
+            _stop_records(started)
+            (state_dir / STATE_FILE).unlink(missing_ok=True)
         raise
     _save(state_dir, TestbedState(shape, ports, layout.slurm_conf, tuple(started), True))
     return True

@@ -204,8 +204,8 @@ _MARIADB_SIZES = ("--innodb-buffer-pool-size=64M", "--innodb-log-file-size=8M")
 """Small buffers: a throwaway accounting DB (the default redo log alone is 96 MB on disk)."""
 
 
-def start_mariadb(ctx: Ctx) -> procs.ProcRecord:
-    """mariadbd on its own datadir (created once, then reused), socket and port."""
+def init_mariadb(ctx: Ctx) -> None:
+    """Create mariadbd's datadir if there is none (once per state dir, then reused)."""
     data = ctx.path("mariadb", "data")
     if not (data / "mysql").is_dir():
         data.mkdir(parents=True, exist_ok=True)
@@ -215,6 +215,11 @@ def start_mariadb(ctx: Ctx) -> procs.ProcRecord:
         if res.returncode != 0:
             raise TestbedError(f"mariadb-install-db failed in {data}",
                                log_lines=(res.stdout + res.stderr).splitlines()[-12:])
+
+
+def start_mariadb(ctx: Ctx) -> procs.ProcRecord:
+    """mariadbd on its datadir (:func:`init_mariadb`), its own socket and port."""
+    data = ctx.path("mariadb", "data")
     argv = [ctx.bins["mariadbd"], "--no-defaults", "--user=root", f"--datadir={data}",
             f"--socket={_mariadb_socket(ctx)}", f"--pid-file={ctx.path('run', 'mariadbd.pid')}",
             f"--port={ctx.ports.mariadb}", "--bind-address=127.0.0.1", "--skip-name-resolve",

@@ -22,12 +22,14 @@ from hai_slurm.testbed.shape import ClusterShape
 from hai_slurm.testbed.waiting import LocalRunner, check, wait_for
 
 
-def _stepd_pids(state_dir: Path) -> set[int]:
+def _marked_pids(state_dir: Path, comm: str | None = None) -> set[int]:
+    """Live processes started for the testbed in ``state_dir`` (its daemons and their job
+    processes carry ``HAI_TESTBED_STATE_DIR``), only those named ``comm`` if given."""
     out = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "comm").read_text().strip() != "slurmstepd":
+                if comm is not None and (entry / "comm").read_text().strip() != comm:
                     continue
                 env = (entry / "environ").read_bytes()
             except OSError:
@@ -58,7 +60,7 @@ def test_down_leaves_no_process_and_up_works_again(tmp_path, slot):
         run = LocalRunner(state.slurm_conf)
         job = Submitter(run, tmp_path)(wrap="sleep 300", args=["--nodes=2", "--gres=gpu:1"])
         Submitter(run, tmp_path).wait(job, "RUNNING", timeout=30)
-        stepds = _stepd_pids(STATE_DIR.resolve())
+        stepds = _marked_pids(STATE_DIR.resolve(), "slurmstepd")
         assert stepds, "the running job should have slurmstepd processes"
 
         stopped = local.down(STATE_DIR)
@@ -153,6 +155,31 @@ def test_sigterm_during_up_stops_what_it_started(slot):
     assert proc.returncode == 1 and "interrupted by SIGTERM" in out, out
     assert [p.name for p in started.processes if procs.is_alive(p)] == []
     assert local.load_state(state_dir.resolve()) is None
+
+
+def test_a_sigterm_as_a_daemon_starts_stops_that_daemon_as_well(slot, monkeypatch):
+    """A SIGTERM between a daemon's start and its record (here: just as slurmd n2 started)
+    waits until the record is made, so the clean-up stops n2 too. It had been raised there:
+    n2 was never recorded, kept running on its port, and the next `up` failed on that port."""
+    state_dir, ports = slot
+    start = procs.start
+
+    def start_then_sigterm(name, *args, **kwargs):
+        rec = start(name, *args, **kwargs)
+        if name == "slurmd-n2":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return rec
+
+    monkeypatch.setattr(procs, "start", start_then_sigterm)
+    try:
+        with pytest.raises(TestbedError, match="interrupted by SIGTERM"):
+            local.up(SMALL, state_dir=state_dir, ports=ports)
+        left = _marked_pids(state_dir.resolve())
+    finally:
+        procs.stop(dict.fromkeys(_marked_pids(state_dir.resolve())))
+    assert left == set()
+    assert local.load_state(state_dir.resolve()) is None
+    assert not procs.port_in_use(ports.slurmd_base + 1)
 
 
 def test_a_second_up_or_down_on_a_busy_state_dir_waits_its_turn(slot, tmp_path):

@@ -156,6 +156,31 @@ def test_up_turns_sigterm_into_a_clean_stop_but_leaves_an_ignored_sighup_ignored
         signal.signal(signal.SIGHUP, before)
 
 
+def test_a_signal_while_a_daemon_is_started_waits_until_it_is_recorded():
+    """Inside ``held`` (fork, then record) SIGTERM and SIGINT are raised only when the block
+    ends, so the record is kept and the clean-up stops that daemon; outside, at once."""
+    import os
+    import signal
+
+    int_before = signal.getsignal(signal.SIGINT)
+    with local._signals_interrupt() as interrupts:
+        recorded: list[str] = []
+        with pytest.raises(TestbedError, match="interrupted by SIGTERM"), interrupts.held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            recorded.append("slurmd-n2")   # reached: the signal waited
+        assert recorded == ["slurmd-n2"]
+        # nested: raised where the outer one ends
+        with pytest.raises(KeyboardInterrupt), interrupts.held(), interrupts.held():
+            os.kill(os.getpid(), signal.SIGINT)
+            recorded.append("slurmd-n3")
+        assert recorded == ["slurmd-n2", "slurmd-n3"]
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        with interrupts.held():   # nothing pending any more
+            recorded.append("slurmd-n4")
+    assert signal.getsignal(signal.SIGINT) is int_before
+
+
 def test_a_slurmd_port_range_past_65535_is_named_before_anything_starts():
     """The base is checked alone; node 3 of 4 would listen on 65536 (an OverflowError
     traceback when the port was tried)."""
