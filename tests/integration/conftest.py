@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from pathlib import Path
 import pytest
 from mariadb_support import mariadb_server, mariadb_url  # noqa: F401  (fixtures for every module)
 
-from hai_slurm.testbed import local
+from hai_slurm.testbed import health, local, procs
 from hai_slurm.testbed.layout import Ports
 from hai_slurm.testbed.shape import ClusterShape
 from hai_slurm.testbed.waiting import (
@@ -130,6 +131,80 @@ def testbed() -> Iterator[Testbed]:
             yield from _with_slurm_conf(bed)
         finally:
             local.down(bed.state_dir)
+
+
+@pytest.fixture(autouse=True)
+def _testbed_left_usable(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on the session testbed (its other fixtures torn down, its jobs ended),
+    every node must still take jobs. If one cannot (drained after a kill that failed, its
+    slurmd gone) for 30 s, the test errors with Slurm's reason and the nodes' log tails, and
+    the testbed is repaired (nodes resumed, a dead daemon's testbed restarted), so one broken
+    node costs one test, not every later test that needs the whole cluster."""
+    yield
+    if "testbed" not in request.fixturenames:
+        return
+    bed: Testbed = request.getfixturevalue("testbed")
+    why = wait_for_usable(bed, timeout=30)
+    if why is None:
+        return
+    nodes = unusable_nodes(bed)
+    evidence = testbed_evidence(bed, nodes)
+    repaired = repair(bed, nodes)
+    pytest.fail(f"this test left the testbed unable to take jobs: {why}\n{evidence}\n"
+                f"repaired for the tests after it: {repaired}", pytrace=False)
+
+
+def wait_for_usable(bed: Testbed, *, timeout: float) -> str | None:
+    """None once the testbed can take jobs, else its problem after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        state = local.load_state(bed.state_dir)
+        why = local.problem(state) if state is not None else "its record is gone"
+        if why is None or time.monotonic() >= end:
+            return why
+        time.sleep(1)
+
+
+def unusable_nodes(bed: Testbed) -> list[str]:
+    """The nodes that cannot take jobs now (all of them if slurmctld does not answer)."""
+    res = bed.run(health.SINFO_NODES, timeout=10)
+    if res.returncode != 0:
+        return list(bed.shape.node_names)
+    lines = res.stdout.splitlines()
+    return [n for n in bed.shape.node_names
+            if health.node_problem("\n".join(x for x in lines if x.split()[:1] == [n]), (n,))]
+
+
+def testbed_evidence(bed: Testbed, nodes: Sequence[str]) -> str:
+    """Slurm's view of the nodes and the end of the logs of slurmctld, of ``nodes``' slurmd
+    and of any daemon that died, for a failure message."""
+    lines = [bed.run(["sinfo", "-N", "-o", "%N %T %E %H"], timeout=10).stdout.strip()]
+    state = local.load_state(bed.state_dir)
+    dead = [Path(p.log) for p in state.processes if not procs.is_alive(p)] if state else []
+    logs = [bed.state_dir / "log" / f"{name}.log"
+            for name in ["slurmctld", *(f"slurmd-{n}" for n in nodes)]]
+    for log in dict.fromkeys([*logs, *dead]):
+        tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []
+        lines += [f"--- {log.name} (last {len(tail)} lines)", *tail]
+    return "\n".join(lines)
+
+
+def repair(bed: Testbed, nodes: Sequence[str]) -> str:
+    """Make the testbed take jobs again (``nodes`` resumed; failing that, or with a daemon
+    dead, one this session started is started afresh on its ports); say what was done."""
+    state = local.load_state(bed.state_dir)
+    done = []
+    if state is not None and all(procs.is_alive(p) for p in state.processes):
+        for node in nodes:
+            bed.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], timeout=10)
+        done.append(f"resumed {', '.join(nodes) or 'no node'}")
+        if wait_for_usable(bed, timeout=30) is None:
+            return "; ".join(done)
+    if not bed.started_here:
+        return "; ".join([*done, "not restarted: this session did not start it"])
+    local.down(bed.state_dir)
+    local.up(bed.shape, state_dir=bed.state_dir, ports=bed.ports)
+    return "; ".join([*done, "the testbed was started afresh on its ports"])
 
 
 def _with_slurm_conf(bed: Testbed) -> Iterator[Testbed]:
