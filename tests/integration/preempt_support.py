@@ -99,10 +99,14 @@ class Bed:
         (a victim that exited 75 as a plan stopped) can come back pending and start again:
         whatever is still active is cancelled again every 2 s.
 
-        Running jobs' steps are SIGKILLed instead of cancelled at first (the others are
+        Running jobs' steps get SIGHUP at first instead of a cancel (the others are
         cancelled): a cancel sends the toy's step SIGTERM, on which it saves (20 s with
-        ``--save-seconds 20``) before the job ends, while a killed step ends its job within a
-        second (FAILED). (A job's SIGKILL is a cancel to Slurm, so the steps are signalled.)"""
+        ``--save-seconds 20``) before the job ends, while SIGHUP, which the toy does not catch,
+        ends its job within a second (FAILED). Not SIGKILL: Slurm turns a step's SIGKILL into
+        a terminate request from slurmctld and a second one from the step's srun some
+        milliseconds later, and a 22.05 slurmstepd that gets the second just as its task exits
+        hangs until UnkillableStepTimeout (60 s), then drains the node "Kill task failed"
+        (CI, twice: every later test that needed the node failed)."""
         for r in self.slurm.reservations("hai-plan-"):
             self.slurm.end_reservation(r.name)
         if not self.jobs:
@@ -114,7 +118,7 @@ class Bed:
         steps = ([s for s in listed.stdout.split() if s.partition(".")[2].isdigit()]
                  if listed is not None else [])
         if steps:
-            self.run(["scancel", "--signal=KILL", *steps])
+            self.run(["scancel", "--signal=HUP", *steps])
         # (an array task's step reads JOB_TASK.STEP: that task is cancelled as well)
         killed = {int(job) for s in steps if (job := s.partition(".")[0]).isdigit()}
         others = [j for j in self.jobs if j not in killed]
