@@ -177,7 +177,7 @@ class PreemptionExecutor:
         self.heartbeat = heartbeat
         self.reader = reader
         self.hook = hook or (lambda _point, _plan: None)
-        self._last_beat = time.monotonic()
+        self._last_beat = self.clock.monotonic()
         self._next_states: dict[int, float] = {}
         """Plan -> monotonic time of its next Slurm state query (:meth:`_look`)."""
         self._verified: dict[int, float] = {}
@@ -322,8 +322,8 @@ class PreemptionExecutor:
 
     def _sleep(self, seconds: float) -> None:
         self.clock.wait(self.stop, seconds)
-        if self.heartbeat is not None and time.monotonic() - self._last_beat > 5.0:
-            self._last_beat = time.monotonic()
+        if self.heartbeat is not None and self.clock.monotonic() - self._last_beat > 5.0:
+            self._last_beat = self.clock.monotonic()
             if not self.heartbeat():
                 raise StateError("lost the leader lease while executing a plan; the new leader "
                                  "finishes it (recover)")

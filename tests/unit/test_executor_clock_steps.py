@@ -8,6 +8,7 @@ difference.)"""
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,34 @@ def test_the_start_timeout_is_measured_across_a_step_back(world: World) -> None:
     plan = world.repo.get_plan(plan_id)
     assert plan.state is PlanState.DONE and "did not start" in plan.steps[-1].note
     assert world.fake.jobs[v].restart_count == 1
+
+
+def test_a_blocking_run_renews_the_lease_on_the_executors_clock(world: World) -> None:
+    """``run`` (scripts, ``recover``) renews the leader lease every 5 s of the executor's clock
+    while a victim saves for 20 s; a lease lost meanwhile stops the plan with an error that
+    says the new leader finishes it, and the plan stays open for it. (Before: the heartbeat
+    read the process's own monotonic clock, so under any other clock it never came.)"""
+    from hai_slurm.errors import StateError
+
+    beats: list[float] = []
+
+    def beat() -> bool:
+        beats.append(world.clock.monotonic())
+        return True
+
+    _v, _bene, req = one_victim(world, Behaviour(ack_after=20.0))
+    ex = PreemptionExecutor(world.fake, world.repo, clock=world.clock, heartbeat=beat)
+    asked = world.clock.monotonic()
+    result = ex.run(req, world.fake.snapshot())
+    assert result.state is PlanState.DONE
+    assert len(beats) >= 3 and all(b - asked <= 25.0 for b in beats), beats
+    assert all(later - earlier > 5.0 for earlier, later in pairwise(beats)), beats
+
+    (world.tmp / "lost").mkdir()
+    other = make_world(world.tmp / "lost")
+    v2, _bene2, req2 = one_victim(other, Behaviour(ack_after=20.0))
+    lost = PreemptionExecutor(other.fake, other.repo, clock=other.clock, heartbeat=lambda: False)
+    with pytest.raises(StateError, match=r"lost the leader lease.*new leader finishes it"):
+        lost.run(req2, other.fake.snapshot())
+    assert [p.state for p in other.repo.unfinished_plans()] == [PlanState.SIGNALLED]
+    assert other.fake.jobs[v2].restart_count == 0
