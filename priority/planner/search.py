@@ -39,6 +39,7 @@ from typing import NamedTuple, overload
 from hai_slurm.classes import PriorityClass
 from hai_slurm.conf.topology import Level
 from hai_slurm.priority.planner.index import VictimIndex
+from hai_slurm.priority.planner.inputs import overrides_protection, preempt_class
 from hai_slurm.priority.planner.placement import (
     ClusterView,
     Placement,
@@ -59,6 +60,7 @@ from hai_slurm.priority.planner.types import (
 )
 from hai_slurm.priority.planner.victims import Candidate, Option
 from hai_slurm.priority.policy.ladder import LADDER, RANK
+from hai_slurm.priority.policy.state import PendingDecision
 
 _NAME: dict[PriorityClass | Level, str] = {**{c: c.name for c in PriorityClass},
                                            **{lv: lv.name for lv in Level}}
@@ -610,6 +612,15 @@ def may_plan(job: Waiting, config: PlannerConfig) -> bool:
     waiting job may plan makes no plan and notes no time, so a caller that reads only those
     (the simulator) need not ask for it."""
     return job.overrides_protection or config.class_weights.get(job.effective, 0.0) > 0
+
+
+def may_plan_pending(decision: PendingDecision, config: PlannerConfig) -> bool:
+    """:func:`may_plan` of the :class:`Waiting` that
+    :func:`~hai_slurm.priority.planner.inputs.waiting_from_policy` makes of ``decision`` (with
+    ``config.aged_preempt``), without making it: a caller that asks the planner only when a
+    job may plan need not build a pass's waiting jobs when none may."""
+    return overrides_protection(decision) or config.class_weights.get(
+        preempt_class(decision, aged_preempt=config.aged_preempt), 0.0) > 0
 
 
 def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,

@@ -62,7 +62,7 @@ from hai_slurm.priority.planner.inputs import (
     holders_from_policy,
     waiting_from_policy,
 )
-from hai_slurm.priority.planner.search import may_plan, plan_preemptions
+from hai_slurm.priority.planner.search import may_plan, may_plan_pending, plan_preemptions
 from hai_slurm.priority.planner.types import Holder, PlannerConfig, PlanSnapshot
 from hai_slurm.priority.policy.state import (
     EventKind,
@@ -333,6 +333,9 @@ class HaiSlurm:
         self.inflight = {b: t for b, t in self.inflight.items() if t > now}
         if not pending:
             return
+        if (not self.plan_every_pass and snap.time == now
+                and not any(may_plan_pending(d, self.planner) for d in result.pending.values())):
+            return   # no job may plan: see below (checked before the waiting jobs are built)
         # as the daemon's planner: no plan for a job Slurm holds or keeps back (a requeued
         # victim's begin time, its requeue delay away, is soon enough)
         taken_at, listed, soon = float(snap.time), snap.job, self.planner.save_cost
