@@ -19,7 +19,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from importlib import resources
@@ -220,7 +219,7 @@ def up(shape: ClusterShape, *, state_dir: Path = DEFAULT_STATE_DIR, ports: Ports
     bins = find_programs(shape)
     state_dir = _usable_dir(state_dir)
     with _locked(state_dir), _signals_interrupt() as interrupts:
-        return _up(shape, state_dir, ports, bins, echo, interrupts.held)
+        return _up(shape, state_dir, ports, bins, echo, interrupts)
 
 
 def _usable_dir(state_dir: Path) -> Path:
@@ -280,15 +279,22 @@ class _Interrupts:
                            "started")
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Hold signals for the block; one that came meanwhile is raised when it ends."""
+    def held(self, *, drop: bool = False) -> Iterator[None]:
+        """Hold signals for the block. One that came meanwhile is raised where the outermost
+        block ends, unless that block raised (its error goes on: it says why ``up`` stopped,
+        and the clean-up runs anyway) or ``drop`` (the clean-up's own block, run while an
+        error is already on its way out)."""
         self._depth += 1
+        signum: int | None = None
+        ended = False
         try:
             yield
+            ended = True
         finally:
             self._depth -= 1
-        if not self._depth and self._pending is not None:
-            signum, self._pending = self._pending, None
+            if not self._depth:
+                signum, self._pending = self._pending, None
+        if ended and not drop and signum is not None:
             self._raise(signum)
 
 
@@ -313,7 +319,7 @@ def _signals_interrupt() -> Iterator[_Interrupts]:
 
 
 def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[str, str],
-        echo: Echo, held: Callable[[], AbstractContextManager[None]]) -> bool:
+        echo: Echo, interrupts: _Interrupts) -> bool:
     old = load_state(state_dir)
     if old is not None:
         why = problem(old)
@@ -344,7 +350,7 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
     t0 = time.monotonic()
 
     def launch(start: Callable[[], procs.ProcRecord]) -> procs.ProcRecord:
-        with held():  # started and recorded before a signal may stop `up`
+        with interrupts.held():  # started and recorded before a signal may stop `up`
             rec = start()
             started.append(rec)
         _save(state_dir, TestbedState(shape, ports, layout.slurm_conf, tuple(started), False))
@@ -395,7 +401,7 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
                                          timeout=60, logs=node_logs)
         step(f"GPU job done: {'; '.join(lines)}")
     except BaseException:
-        with held():  # a second SIGTERM does not cut the clean-up short
+        with interrupts.held(drop=True):  # a SIGTERM neither cuts it short nor hides why
             _stop_records(started)
             (state_dir / STATE_FILE).unlink(missing_ok=True)
         raise

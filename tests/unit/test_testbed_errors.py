@@ -169,16 +169,43 @@ def test_a_signal_while_a_daemon_is_started_waits_until_it_is_recorded():
             os.kill(os.getpid(), signal.SIGTERM)
             recorded.append("slurmd-n2")   # reached: the signal waited
         assert recorded == ["slurmd-n2"]
-        # nested: raised where the outer one ends
-        with pytest.raises(KeyboardInterrupt), interrupts.held(), interrupts.held():
-            os.kill(os.getpid(), signal.SIGINT)
-            recorded.append("slurmd-n3")
+        with pytest.raises(KeyboardInterrupt), interrupts.held():
+            with interrupts.held():
+                os.kill(os.getpid(), signal.SIGINT)
+            recorded.append("slurmd-n3")   # nested: raised where the outer one ends
         assert recorded == ["slurmd-n2", "slurmd-n3"]
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
         with interrupts.held():   # nothing pending any more
             recorded.append("slurmd-n4")
     assert signal.getsignal(signal.SIGINT) is int_before
+
+
+def test_a_signal_during_a_failed_start_or_the_clean_up_does_not_hide_the_error():
+    """A block that raised keeps its error (the signal held meanwhile is dropped, not raised
+    at the next block's end), and the clean-up's block (``drop``) lets the error that stopped
+    `up` go on: the user reads why it failed, not "interrupted by SIGTERM"."""
+    import os
+    import signal
+
+    with local._signals_interrupt() as interrupts:
+        with pytest.raises(TestbedError, match="cannot start slurmd-n2"), interrupts.held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise TestbedError("cannot start slurmd-n2 (slurmd): No such file")
+        with interrupts.held():   # the signal was dropped with that error
+            pass
+        cleaned = []
+        with pytest.raises(TestbedError, match="slurmctld did not answer"):
+            try:
+                raise TestbedError("slurmctld did not answer scontrol ping within 30 s")
+            except TestbedError:
+                with interrupts.held(drop=True):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    cleaned.append("stopped")
+                raise
+        assert cleaned == ["stopped"]
+
+
 
 
 def test_a_slurmd_port_range_past_65535_is_named_before_anything_starts():
