@@ -106,7 +106,7 @@ class Bed:
         a terminate request from slurmctld and a second one from the step's srun some
         milliseconds later, and a 22.05 slurmstepd that gets the second just as its task exits
         hangs until UnkillableStepTimeout (60 s), then drains the node "Kill task failed"
-        (CI, twice: every later test that needed the node failed)."""
+        (once in CI, where every later test that needed the node failed, and twice here)."""
         for r in self.slurm.reservations("hai-plan-"):
             self.slurm.end_reservation(r.name)
         if not self.jobs:
