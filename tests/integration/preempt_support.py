@@ -102,9 +102,9 @@ class Bed:
         Running jobs' steps get SIGHUP at first instead of a cancel (the others are
         cancelled): a cancel sends the toy's step SIGTERM, on which it saves (20 s with
         ``--save-seconds 20``) before the job ends, while SIGHUP, which the toy does not catch,
-        ends its job within a second (FAILED). Not SIGKILL: Slurm turns a step's SIGKILL into
-        a terminate request from slurmctld and a second one from the step's srun some
-        milliseconds later, and a 22.05 slurmstepd that gets the second just as its task exits
+        ends its job within a second (FAILED). Not SIGKILL: a step's SIGKILL can bring its
+        slurmstepd a second terminate request some milliseconds after slurmctld's (by its
+        timing, the step's srun's), and a 22.05 slurmstepd that gets it just as its task exits
         hangs until UnkillableStepTimeout (60 s), then drains the node "Kill task failed"
         (once in CI, where every later test that needed the node failed, and twice here)."""
         for r in self.slurm.reservations("hai-plan-"):
