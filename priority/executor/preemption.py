@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -489,13 +488,13 @@ class PreemptionExecutor:
         ended: undoing would requeue them all the same) is raised, and the next
         :meth:`reconcile` or :meth:`recover` finishes the plan.
         """
-        started = time.monotonic()
+        started = self.clock.monotonic()
         plan_id = self.start(request, snap, victims)
         while True:
             plan = self.repo.get_plan(plan_id)
             if plan.state in FINAL_PLAN_STATES:
                 final = self._result(plan_id, plan.steps[-1].note if plan.steps else "", False)
-                return replace(final, seconds=time.monotonic() - started)
+                return replace(final, seconds=self.clock.monotonic() - started)
             result: ExecutionResult | None
             try:
                 result = self.step(plan)
@@ -510,7 +509,7 @@ class PreemptionExecutor:
                                           f"Slurm failed during the plan: {err}",
                                           PlanState.ROLLED_BACK)
             if result is not None:
-                return replace(result, seconds=time.monotonic() - started)
+                return replace(result, seconds=self.clock.monotonic() - started)
             self._sleep(self.settings.poll)
 
     # ------------------------------------------------------------------ the reconcile step

@@ -221,7 +221,8 @@ def test_a_blocking_run_renews_the_lease_on_the_executors_clock(world: World) ->
     """``run`` (scripts, ``recover``) renews the leader lease every 5 s of the executor's clock
     while a victim saves for 20 s; a lease lost meanwhile stops the plan with an error that
     says the new leader finishes it, and the plan stays open for it. (Before: the heartbeat
-    read the process's own monotonic clock, so under any other clock it never came.)"""
+    read the process's own monotonic clock, so under any other clock it never came; the
+    result's ``seconds`` did too.)"""
     from hai_slurm.errors import StateError
 
     beats: list[float] = []
@@ -235,6 +236,8 @@ def test_a_blocking_run_renews_the_lease_on_the_executors_clock(world: World) ->
     asked = world.clock.monotonic()
     result = ex.run(req, world.fake.snapshot())
     assert result.state is PlanState.DONE
+    # its duration too is on the executor's clock (the process's own saw no time pass)
+    assert 20.0 <= result.seconds <= world.clock.monotonic() - asked, result.seconds
     assert len(beats) >= 3 and all(b - asked <= 25.0 for b in beats), beats
     assert all(later - earlier > 5.0 for earlier, later in pairwise(beats)), beats
 
