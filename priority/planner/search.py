@@ -611,7 +611,7 @@ def may_plan(job: Waiting, config: PlannerConfig) -> bool:
     NO_VICTIMS or NOT_WORTH whatever the cluster, made without a victim search; a pass in which no
     waiting job may plan makes no plan and notes no time, so a caller that reads only those
     (the simulator) need not ask for it."""
-    return job.overrides_protection or config.class_weights.get(job.effective, 0.0) > 0
+    return _may_plan(job.overrides_protection, job.effective, config)
 
 
 def may_plan_pending(decision: PendingDecision, config: PlannerConfig) -> bool:
@@ -619,8 +619,14 @@ def may_plan_pending(decision: PendingDecision, config: PlannerConfig) -> bool:
     :func:`~hai_slurm.priority.planner.inputs.waiting_from_policy` makes of ``decision`` (with
     ``config.aged_preempt``), without making it: a caller that asks the planner only when a
     job may plan need not build a pass's waiting jobs when none may."""
-    return overrides_protection(decision) or config.class_weights.get(
-        preempt_class(decision, aged_preempt=config.aged_preempt), 0.0) > 0
+    return _may_plan(overrides_protection(decision),
+                     preempt_class(decision, aged_preempt=config.aged_preempt), config)
+
+
+def _may_plan(overrides: bool, cls: PriorityClass, config: PlannerConfig) -> bool:
+    """The rule of :func:`may_plan` on a job's protection override and the class it is
+    planned as."""
+    return overrides or config.class_weights.get(cls, 0.0) > 0
 
 
 def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,

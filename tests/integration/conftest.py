@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from hai_slurm.testbed.waiting import (
     Runner,
     check,
     show_job,
+    wait_for,
     wait_job_gone,
     wait_job_state,
 )
@@ -168,13 +168,19 @@ _UNREPAIRED: list[str] = []
 
 def wait_for_usable(bed: Testbed, *, timeout: float) -> str | None:
     """None once the testbed can take jobs, else its problem after ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while True:
+    why: str | None = None
+
+    def usable() -> bool:
+        nonlocal why
         state = local.load_state(bed.state_dir)
         why = local.problem(state) if state is not None else "its record is gone"
-        if why is None or time.monotonic() >= end:
-            return why
-        time.sleep(1)
+        return why is None
+
+    try:
+        wait_for(usable, timeout=timeout, interval=1.0, describe=lambda: why or "")
+    except TimeoutError:
+        return why
+    return None
 
 
 def unusable_nodes(bed: Testbed) -> list[str]:
