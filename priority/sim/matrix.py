@@ -178,13 +178,13 @@ def top_past_bound(result: Mapping[str, Any]) -> int:
 
 
 def figures(result: Mapping[str, Any]) -> dict[str, float]:
-    """The five figures the targets compare, and the service index (no target: see
-    :mod:`~hai_slurm.priority.sim.metrics`)."""
+    """The five figures the targets compare, and the service index and useful allocation (no
+    target: see :mod:`~hai_slurm.priority.sim.metrics`)."""
     t = result["totals"]
     return {"p95": float(t["top_classes_queue_delay_s"]["p95"]),
             "past": float(top_past_bound(result)), "lost": float(t["gpu_hours_lost"]),
             "alloc": float(t["allocation_mean"]), "jain": float(t["jain_index"]),
-            "service": float(t["service_index"])}
+            "service": float(t["service_index"]), "useful": float(t["useful_allocation"])}
 
 
 def targets(ours: Mapping[str, float], mf: Mapping[str, float],

@@ -9,6 +9,10 @@ Definitions (all times seconds unless the key says ``_h`` for hours):
 * allocation rate: GPUs in use / GPUs of the cluster, time-weighted from the first submit until
   the last job has started (arrivals and the queue draining; a few months-long jobs would
   otherwise stretch the average over an idle tail); the series averages ``bins`` equal slices;
+* useful allocation: the same mean over the same window, of GPUs doing useful work (progress
+  kept): work later lost to a kill, checkpoint writing and restarts count as allocated but
+  not as useful. With the same window, a policy that loses more work has a higher allocation
+  for the same useful work (``priority/sim/README.md``);
 * fragmentation: starts of multi-GPU jobs whose GPUs span a higher level than the smallest cell
   of the cluster that could hold them (e.g. 2 GPUs over two PCIe switches, a multi-node job over
   two leaf switches);
@@ -128,7 +132,10 @@ def summarize(engine: Engine, *, bounds: Mapping[PriorityClass, float],
     end = max((j.end or engine.now for j in jobs), default=start)
     busy_until = max([T0 + j.trace.submit for j in jobs]
                      + [j.first_start for j in jobs if j.first_start is not None], default=start)
-    mean_alloc, series = allocation_series(engine, start, max(busy_until, start + 1), bins)
+    window_end = max(busy_until, start + 1)
+    mean_alloc, series = allocation_series(engine, start, window_end, bins)
+    useful_alloc = sum(useful_by(j, window_end) for j in jobs) / (
+        (window_end - start) * engine.slurm.total_gpus)
     min_level = engine.slurm.min_level
     multi = [(lv, j) for j in jobs if j.gpus > 1 for lv in j.levels]
     fragmented = sum(lv > (min_level[j.per_node] if j.nodes == 1 else 4) for lv, j in multi)
@@ -179,7 +186,8 @@ def summarize(engine: Engine, *, bounds: Mapping[PriorityClass, float],
             "preemptions": len(engine.preemptions),
             "gpu_hours_used": r(sum(j.held_gpu_s for j in jobs) / 3600),
             "gpu_hours_lost": r(all_lost / 3600),
-            "allocation_mean": r(mean_alloc), "makespan_h": r((end - start) / 3600),
+            "allocation_mean": r(mean_alloc), "useful_allocation": r(useful_alloc),
+            "makespan_h": r((end - start) / 3600),
             "multi_gpu_starts": len(multi), "fragmented_starts": fragmented,
             "fragmentation": r(fragmented / len(multi) if multi else 0.0),
             "jain_index": r(jain(used, {t: float(quotas.get(t, 0)) for t in teams})),

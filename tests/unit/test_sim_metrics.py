@@ -1,4 +1,5 @@
-"""Metric helpers: percentiles, Jain's index, lost GPU time, allocation, fragmentation."""
+"""Metric helpers: percentiles, Jain's index, lost GPU time, allocation (all and useful),
+fragmentation."""
 
 from __future__ import annotations
 
@@ -62,6 +63,24 @@ def test_service_index_counts_useful_work_done_while_jobs_arrive() -> None:
     got_hp = summarize(hp, bounds=BOUNDS, quotas=quotas)["totals"]["service_index"]
     assert got_hp == pytest.approx(jain({"t1": 10080.0, "t2": 800.0}, quotas), rel=1e-5)
     assert summarize(mf, bounds=BOUNDS, quotas=quotas)["totals"]["service_index"] == 0.5
+
+
+def test_useful_allocation_counts_only_progress_kept() -> None:
+    """The same three jobs. Both policies hold the node's 8 GPUs all the time until the last
+    job starts, so both allocate 1.0. Useful: under hai-platform, by C's start (1580), A kept
+    1010 s and 260 s (1250-1510) and B did 100 s: 1370 of 1580 s; under slurm-multifactor
+    A's killed runs kept nothing and B did 100 s by C's start (1620): 100 of 1620 s."""
+    jobs = (TraceJob(1, 0, 5000, 8, "t1", P.LOW, 0, "t1"),
+            TraceJob(2, 1000, 100, 8, "t2", P.HIGH, 0, "t2"),
+            TraceJob(3, 1500, 100, 8, "t2", P.NORMAL, 0, "t2"))
+    quotas = {"t1": 4, "t2": 4}
+    got = {}
+    for policy in (HaiPlatform(), SlurmMultifactor()):
+        engine = Engine(Trace(jobs, "t"), gpu_cluster(1, 1), policy).run()
+        got[type(policy).__name__] = summarize(engine, bounds=BOUNDS, quotas=quotas)["totals"]
+    assert [t["allocation_mean"] for t in got.values()] == [1.0, 1.0]
+    assert got["HaiPlatform"]["useful_allocation"] == pytest.approx(1370 / 1580, rel=1e-5)
+    assert got["SlurmMultifactor"]["useful_allocation"] == pytest.approx(100 / 1620, rel=1e-5)
 
 
 def test_fragmentation_counts_jobs_split_over_pcie_switches() -> None:
