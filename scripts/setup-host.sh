@@ -68,6 +68,18 @@ else
       fi
       WHEELS=build/pyslurm/wheels
       WHEEL=$(ls "$WHEELS"/pyslurm-"${BRANCH%.x}".*.whl 2>/dev/null | head -n 1 || true)
+      # The wheel is kept per user, like pip's cache, under the archive, the exact Slurm and the
+      # Python it was built for: a fresh clone on this machine takes it instead of building
+      # again (about 5 minutes of 2 cores). HAI_CACHE_DIR moves the cache; a missing or
+      # unwritable one only means a build.
+      KEY="$(basename "$ARCHIVE" .tar.gz)-slurm$(dpkg-query -W -f='${Version}' libslurm-dev)-$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
+      CACHED=${HAI_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hai-slurm}/pyslurm/$KEY
+      if { [ -z "$WHEEL" ] || [ "$ARCHIVE" -nt "$WHEEL" ]; } && ls "$CACHED"/pyslurm-*.whl >/dev/null 2>&1 \
+          && [ ! "$ARCHIVE" -nt "$(ls "$CACHED"/pyslurm-*.whl | head -n 1)" ]; then
+        rm -rf "$WHEELS"; mkdir -p "$WHEELS"; cp "$CACHED"/pyslurm-*.whl "$WHEELS"/
+        WHEEL=$(ls "$WHEELS"/pyslurm-*.whl | head -n 1)
+        echo "pyslurm: taking $(basename "$WHEEL") built before from $CACHED"
+      fi
       if [ -z "$WHEEL" ] || [ "$ARCHIVE" -nt "$WHEEL" ]; then
         echo "pyslurm: building $BRANCH from $(basename "$ARCHIVE") (a few minutes)"
         rm -rf build/pyslurm/venv "$WHEELS"; mkdir -p "$WHEELS"
@@ -79,6 +91,8 @@ else
           --no-deps -w "$WHEELS" "$ARCHIVE" 2> >(grep -v "is ignored: it is neither" >&2)
         rm -rf build/pyslurm/venv
         WHEEL=$(ls "$WHEELS"/pyslurm-*.whl | head -n 1)
+        { mkdir -p "$CACHED" && cp "$WHEEL" "$CACHED"/; } 2>/dev/null \
+          || echo "pyslurm: could not keep the wheel in $CACHED (it will be built again next time)"
       fi
       .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall "$WHEEL"
       echo "pyslurm: installed $(basename "$WHEEL") into .venv"
