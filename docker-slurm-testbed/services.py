@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import time
@@ -205,16 +206,25 @@ _MARIADB_SIZES = ("--innodb-buffer-pool-size=64M", "--innodb-log-file-size=8M")
 
 
 def init_mariadb(ctx: Ctx) -> None:
-    """Create mariadbd's datadir if there is none (once per state dir, then reused)."""
+    """Create mariadbd's datadir if there is none (once per state dir, then reused).
+
+    It is made in ``data.new`` and renamed to ``data`` only once complete: an install stopped
+    half-way (Ctrl-C, a failure) leaves no ``data`` that the next ``up`` would take as made;
+    the next call starts it afresh."""
     data = ctx.path("mariadb", "data")
-    if not (data / "mysql").is_dir():
-        data.mkdir(parents=True, exist_ok=True)
-        res = _quiet([ctx.bins["mariadb-install-db"], "--no-defaults", "--user=root",
-                      f"--datadir={data}", "--auth-root-authentication-method=socket",
-                      "--skip-test-db", *_MARIADB_SIZES], timeout=180)
-        if res.returncode != 0:
-            raise TestbedError(f"mariadb-install-db failed in {data}",
-                               log_lines=(res.stdout + res.stderr).splitlines()[-12:])
+    if (data / "mysql").is_dir():
+        return
+    fresh = data.with_name("data.new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    res = _quiet([ctx.bins["mariadb-install-db"], "--no-defaults", "--user=root",
+                  f"--datadir={fresh}", "--auth-root-authentication-method=socket",
+                  "--skip-test-db", *_MARIADB_SIZES], timeout=180)
+    if res.returncode != 0 or not (fresh / "mysql").is_dir():
+        raise TestbedError(f"mariadb-install-db failed in {fresh}",
+                           log_lines=(res.stdout + res.stderr).splitlines()[-12:])
+    shutil.rmtree(data, ignore_errors=True)   # a datadir without its tables: not made
+    fresh.rename(data)
 
 
 def start_mariadb(ctx: Ctx) -> procs.ProcRecord:

@@ -231,3 +231,43 @@ def test_down_as_another_user_and_an_unusable_state_dir_are_clear_errors(tmp_pat
     (tmp_path / "afile").write_text("")
     with pytest.raises(TestbedError, match=r"--state-dir .*afile/tb: cannot make it"):
         local._usable_dir(tmp_path / "afile" / "tb")
+
+
+def _mariadb_ctx(tmp_path, install: str):
+    """A testbed context whose ``mariadb-install-db`` is the shell script ``install`` (its
+    ``--datadir=`` argument is ``$dir``)."""
+    from hai_slurm.testbed import services
+    from hai_slurm.testbed.layout import local_layout
+
+    script = tmp_path / "install-db"
+    script.write_text("#!/bin/sh\nfor a; do case $a in --datadir=*) dir=${a#--datadir=};; "
+                      f"esac; done\n{install}\n")
+    script.chmod(0o755)
+    shape = ClusterShape()
+    layout = local_layout(shape, Ports(), tmp_path, "host1", "pw")
+    return services.Ctx(tmp_path / "state", shape, Ports(), layout, {},
+                        {"mariadb-install-db": str(script)})
+
+
+def test_a_mariadb_datadir_made_half_way_is_not_taken_as_made(tmp_path):
+    """An install that fails (or is interrupted) after writing ``mysql/`` leaves no ``data``
+    that the next ``up`` would start mariadbd on; the next install starts afresh and its
+    complete datadir is kept from then on. (Before: the half-made ``data/mysql`` was taken as
+    made, and mariadbd failed on it at every later ``up``.)"""
+    from hai_slurm.testbed import services
+
+    half = _mariadb_ctx(tmp_path, 'mkdir -p "$dir/mysql" && echo partial > "$dir/ibdata1"; '
+                                  "echo 'killed' >&2; exit 137")
+    with pytest.raises(TestbedError, match="mariadb-install-db failed"):
+        services.init_mariadb(half)
+    data = half.path("mariadb", "data")
+    assert not data.exists()
+
+    good = _mariadb_ctx(tmp_path, 'mkdir -p "$dir/mysql" && echo whole > "$dir/ibdata1"')
+    services.init_mariadb(good)
+    assert (data / "ibdata1").read_text() == "whole\n"
+    assert not data.with_name("data.new").exists()
+
+    again = _mariadb_ctx(tmp_path, "echo 'must not run' >&2; exit 1")
+    services.init_mariadb(again)   # made: reused as it is
+    assert (data / "ibdata1").read_text() == "whole\n"
