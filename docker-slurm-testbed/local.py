@@ -264,6 +264,8 @@ class _Interrupts:
     def __init__(self) -> None:
         self._depth = 0
         self._pending: int | None = None
+        self.came_up = False
+        """Set once the testbed is up and recorded: a signal then stops only ``up`` itself."""
 
     def handle(self, signum: int, _frame: object) -> None:
         if self._depth:
@@ -271,8 +273,10 @@ class _Interrupts:
             return
         self._raise(signum)
 
-    @staticmethod
-    def _raise(signum: int) -> None:
+    def _raise(self, signum: int) -> None:
+        if self.came_up:
+            raise TestbedError(f"interrupted by {signal.Signals(signum).name} after the testbed "
+                               "came up; it runs (`hai-slurm testbed down` stops it)")
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise TestbedError(f"interrupted by {signal.Signals(signum).name}; stopped what was "
@@ -400,12 +404,14 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
         lines = health.run_gpu_smoke_job(ctx.run, shape, f"{layout.log_dir}/smoke-%j.out",
                                          timeout=60, logs=node_logs)
         step(f"GPU job done: {'; '.join(lines)}")
+        with interrupts.held():   # recorded as ready before a signal may stop `up`
+            _save(state_dir, TestbedState(shape, ports, layout.slurm_conf, tuple(started), True))
     except BaseException:
         with interrupts.held(drop=True):  # a SIGTERM neither cuts it short nor hides why
             _stop_records(started)
             (state_dir / STATE_FILE).unlink(missing_ok=True)
         raise
-    _save(state_dir, TestbedState(shape, ports, layout.slurm_conf, tuple(started), True))
+    interrupts.came_up = True
     return True
 
 

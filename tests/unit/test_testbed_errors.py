@@ -208,6 +208,20 @@ def test_a_signal_during_a_failed_start_or_the_clean_up_does_not_hide_the_error(
 
 
 
+def test_a_signal_after_the_testbed_came_up_does_not_say_it_was_stopped():
+    """Once `up` recorded the testbed as ready, a signal before `up` returns (its handlers are
+    still in place) says that the testbed runs and how to stop it; before, it said "stopped
+    what was started" of a testbed that nothing stopped."""
+    import os
+    import signal
+
+    with local._signals_interrupt() as interrupts:
+        interrupts.came_up = True
+        with pytest.raises(TestbedError, match=r"after the testbed came up; it runs "
+                                               r"\(`hai-slurm testbed down` stops it\)"):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def test_a_slurmd_port_range_past_65535_is_named_before_anything_starts():
     """The base is checked alone; node 3 of 4 would listen on 65536 (an OverflowError
     traceback when the port was tried)."""
