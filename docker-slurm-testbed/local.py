@@ -434,26 +434,10 @@ def _stop_records(records: list[procs.ProcRecord] | tuple[procs.ProcRecord, ...]
 
 def _job_leftovers(records: list[procs.ProcRecord] | tuple[procs.ProcRecord, ...]) -> set[int]:
     """slurmstepd processes of this testbed's slurmd (and their children), found by /proc."""
-    slurmd_pids = {r.pid for r in records if r.name.startswith("slurmd-")}
-    out: set[int] = set()
-    if not slurmd_pids:
-        return out
-    conf_dirs = {str(Path(r.log).parent.parent) for r in records}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm = (entry / "comm").read_text().strip()
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if comm != "slurmstepd":
-            continue
-        marks = {e.decode(errors="replace").partition("=")[2] for e in environ
-                 if e.startswith(b"HAI_TESTBED_STATE_DIR=")}
-        if marks & conf_dirs:
-            out.add(int(entry.name))
-    return out | procs.descendants(out)
+    if not any(r.name.startswith("slurmd-") for r in records):
+        return set()
+    stepds = procs.marked({str(Path(r.log).parent.parent) for r in records}, "slurmstepd")
+    return stepds | procs.descendants(stepds)
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR, *, echo: Echo = lambda _msg: None) -> list[str]:

@@ -119,6 +119,32 @@ def descendants(pids: Iterable[int]) -> set[int]:
     return out
 
 
+MARK = "HAI_TESTBED_STATE_DIR"
+"""The environment variable that names a testbed's state dir in every process it starts
+(its daemons and, through slurmd, their job processes)."""
+
+
+def marked(state_dirs: Iterable[str], comm: str | None = None) -> set[int]:
+    """PIDs of the processes marked (:data:`MARK`) with one of ``state_dirs``, only those named
+    ``comm`` if given; read from /proc (a process that ends meanwhile is left out)."""
+    wanted = {f"{MARK}={d}".encode() for d in state_dirs}
+    out: set[int] = set()
+    if not wanted:
+        return out
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if comm is not None and (entry / "comm").read_text().strip() != comm:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not wanted.isdisjoint(environ):
+            out.add(int(entry.name))
+    return out
+
+
 def stop(targets: Mapping[int, int | None], *, timeout: float = 10.0) -> list[int]:
     """SIGTERM each ``pid -> start ticks`` still alive, wait, then SIGKILL; return survivors."""
     live = {pid: t for pid, t in targets.items() if pid_alive(pid, t)}

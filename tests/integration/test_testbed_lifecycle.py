@@ -25,19 +25,7 @@ from hai_slurm.testbed.waiting import LocalRunner, check, wait_for
 def _marked_pids(state_dir: Path, comm: str | None = None) -> set[int]:
     """Live processes started for the testbed in ``state_dir`` (its daemons and their job
     processes carry ``HAI_TESTBED_STATE_DIR``), only those named ``comm`` if given."""
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if comm is not None and (entry / "comm").read_text().strip() != comm:
-                    continue
-                env = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if f"HAI_TESTBED_STATE_DIR={state_dir}\0".encode() in env and procs.pid_alive(
-                    int(entry.name)):
-                out.add(int(entry.name))
-    return out
+    return {pid for pid in procs.marked([str(state_dir)], comm) if procs.pid_alive(pid)}
 
 
 @pytest.fixture
