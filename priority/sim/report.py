@@ -39,7 +39,8 @@ def table(results: Sequence[Mapping[str, Any]]) -> str:
         lines.append(
             f"== {res['policy']}: {t['jobs']} jobs ({t['ended']} ended, {t['rejected']} "
             f"rejected), {res['cluster']['gpus']} GPUs, allocation {100 * t['allocation_mean']:.1f}"
-            f" %, preemptions {t['preemptions']}, lost {t['gpu_hours_lost']:.1f} GPU-h, "
+            f" % (useful {100 * t['useful_allocation']:.1f} %), preemptions {t['preemptions']}, "
+            f"lost {t['gpu_hours_lost']:.1f} GPU-h, "
             f"Jain {t['jain_index']:.3f} (service {t['service_index']:.3f}), fragmented "
             f"{100 * t['fragmentation']:.1f} % of {t['multi_gpu_starts']} multi-GPU starts")
         lines.append(f"{'class':<13}{'jobs':>6}{'p50':>8}{'p95':>8}{'p99':>8}{'max':>8}"
