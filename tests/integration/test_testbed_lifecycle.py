@@ -173,6 +173,30 @@ def test_a_sigterm_as_a_daemon_starts_stops_that_daemon_as_well(slot, monkeypatc
     assert not procs.port_in_use(ports.slurmd_base + 1)
 
 
+def test_a_sigterm_as_up_records_the_testbed_ready_stops_it_as_it_says(slot, monkeypatch):
+    """A SIGTERM while `up` writes its last record (the testbed ready) is held until the
+    record is written, then stops everything, as its message says. Before, that record was
+    written outside the clean-up's reach: `up` said "stopped what was started" and left
+    every daemon running."""
+    state_dir, ports = slot
+    save = local._save
+
+    def save_then_sigterm(where, state):
+        save(where, state)
+        if state.ready:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(local, "_save", save_then_sigterm)
+    try:
+        with pytest.raises(TestbedError, match="interrupted by SIGTERM; stopped what was started"):
+            local.up(SMALL, state_dir=state_dir, ports=ports)
+        left = _marked_pids(state_dir.resolve())
+    finally:
+        procs.stop(dict.fromkeys(_marked_pids(state_dir.resolve())))
+    assert left == set()
+    assert local.load_state(state_dir.resolve()) is None
+
+
 def test_a_second_up_or_down_on_a_busy_state_dir_waits_its_turn(slot, tmp_path):
     """While one `up` or `down` works on a state dir, another is refused at once (it took the
     first's half-started daemons for a broken testbed and stopped them); a state dir Slurm's
