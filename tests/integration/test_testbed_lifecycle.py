@@ -18,6 +18,7 @@ from conftest import Submitter, claim_slot
 from hai_slurm.cli import cli
 from hai_slurm.errors import TestbedError
 from hai_slurm.testbed import local, procs
+from hai_slurm.testbed.layout import Ports
 from hai_slurm.testbed.shape import ClusterShape
 from hai_slurm.testbed.waiting import LocalRunner, check, wait_for
 
@@ -162,13 +163,7 @@ def test_a_sigterm_as_a_daemon_starts_stops_that_daemon_as_well(slot, monkeypatc
         return rec
 
     monkeypatch.setattr(procs, "start", start_then_sigterm)
-    try:
-        with pytest.raises(TestbedError, match="interrupted by SIGTERM"):
-            local.up(SMALL, state_dir=state_dir, ports=ports)
-        left = _marked_pids(state_dir.resolve())
-    finally:
-        procs.stop(dict.fromkeys(_marked_pids(state_dir.resolve())))
-    assert left == set()
+    assert _left_by_a_sigterm(state_dir, ports) == set()
     assert local.load_state(state_dir.resolve()) is None
     assert not procs.port_in_use(ports.slurmd_base + 1)
 
@@ -187,14 +182,19 @@ def test_a_sigterm_as_up_records_the_testbed_ready_stops_it_as_it_says(slot, mon
             os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(local, "_save", save_then_sigterm)
+    assert _left_by_a_sigterm(state_dir, ports) == set()
+    assert local.load_state(state_dir.resolve()) is None
+
+
+def _left_by_a_sigterm(state_dir: Path, ports: Ports) -> set[int]:
+    """Run `up` (a patched step sends SIGTERM); it must fail saying it stopped what it
+    started. Returns the testbed's processes left then (stopped afterwards in any case)."""
     try:
         with pytest.raises(TestbedError, match="interrupted by SIGTERM; stopped what was started"):
             local.up(SMALL, state_dir=state_dir, ports=ports)
-        left = _marked_pids(state_dir.resolve())
+        return _marked_pids(state_dir.resolve())
     finally:
         procs.stop(dict.fromkeys(_marked_pids(state_dir.resolve())))
-    assert left == set()
-    assert local.load_state(state_dir.resolve()) is None
 
 
 def test_a_second_up_or_down_on_a_busy_state_dir_waits_its_turn(slot, tmp_path):
