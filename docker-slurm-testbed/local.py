@@ -347,7 +347,7 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
     layout = local_layout(shape, ports, state_dir, socket.gethostname(),
                           services.storage_password(state_dir) if shape.accounting else "",
                           services.slurm_version(bins["slurmctld"]))
-    env = dict(os.environ, SLURM_CONF=layout.slurm_conf, HAI_TESTBED_STATE_DIR=str(state_dir))
+    env = {**os.environ, "SLURM_CONF": layout.slurm_conf, procs.MARK: str(state_dir)}
     ctx = services.Ctx(state_dir, shape, ports, layout, env, bins)
     _prepare(state_dir, shape, ctx)
     started: list[procs.ProcRecord] = []
@@ -520,7 +520,7 @@ def start_component(state_dir: Path, name: str, *, timeout: float = 30.0) -> pro
         raise TestbedError(f"the testbed in {state_dir} has no component {name!r}")
     if procs.is_alive(old):
         return old
-    env = dict(os.environ, SLURM_CONF=state.slurm_conf, HAI_TESTBED_STATE_DIR=str(state_dir))
+    env = {**os.environ, "SLURM_CONF": state.slurm_conf, procs.MARK: str(state_dir)}
     rec = procs.start(name, old.argv, Path(old.log), env=env, cwd=state_dir)
     _save(state_dir, TestbedState(state.shape, state.ports, state.slurm_conf,
                                   tuple(rec if p.name == name else p for p in state.processes),

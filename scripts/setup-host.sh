@@ -49,7 +49,8 @@ fi
 # project venv's setuptools (and `pip install -e`) stay as they are. Skipped, saying why, without
 # an archive; nothing to do when the matching pyslurm is already installed in .venv.
 ARCHIVES=${PYSLURM_ARCHIVES:-$(cd .. && pwd)/shared/third_party}
-SLURM_SERIES=$(dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null | sed -nE 's/^([0-9]+)\.([0-9]+).*/\1 \2/p')
+SLURM_PKG=$(dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null || true)
+SLURM_SERIES=$(sed -nE 's/^([0-9]+)\.([0-9]+).*/\1 \2/p' <<<"$SLURM_PKG")
 if [ -z "$SLURM_SERIES" ]; then
   echo "pyslurm: skipped (libslurm-dev is not installed, so there is no Slurm to build against)"
 else
@@ -72,7 +73,7 @@ else
       # Python it was built for: a fresh clone on this machine takes it instead of building
       # again (about 5 minutes of 2 cores). HAI_CACHE_DIR moves the cache; a missing or
       # unwritable one only means a build.
-      KEY="$(basename "$ARCHIVE" .tar.gz)-slurm$(dpkg-query -W -f='${Version}' libslurm-dev)-$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
+      KEY="$(basename "$ARCHIVE" .tar.gz)-slurm$SLURM_PKG-$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
       CACHED=${HAI_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hai-slurm}/pyslurm/$KEY
       if { [ -z "$WHEEL" ] || [ "$ARCHIVE" -nt "$WHEEL" ]; } && ls "$CACHED"/pyslurm-*.whl >/dev/null 2>&1 \
           && [ ! "$ARCHIVE" -nt "$(ls "$CACHED"/pyslurm-*.whl | head -n 1)" ]; then
