@@ -98,9 +98,13 @@ def _urgent_summary(cfg: DaemonConfig) -> str:
     pl = cfg.preempt.planner
     no_save = ("the benefit test decides" if pl.urgent_no_save_wait is None
                else format_duration(pl.urgent_no_save_wait))
+    bound = ("never takes a victim that cannot save" if pl.bound_no_save_wait is None else
+             "takes a victim that cannot save once it waited "
+             + format_duration(pl.bound_no_save_wait))
     waits = (f"; urgent work preempts whatever the benefit once it waited "
              f"{format_duration(pl.urgent_benefit_wait)} (victims that save on request), "
-             f"{no_save} (a victim that cannot)")
+             f"{no_save} (a victim that cannot); a job below {URGENT_FROM.value} past its "
+             f"bound {bound}")
     if poll <= 0:
         return ("urgent path: off ([intervals] urgent_poll = 0): new jobs are planned at the "
                 "next cycle" + waits)

@@ -73,6 +73,9 @@ def read_preempt(root: Table, redis_url: str | None) -> PreemptConfig:
         urgent_no_save_wait=pl.get("urgent_no_save_wait", d.urgent_no_save_wait,
                                    _duration_or_off, f"{_DURATION}, or 'off' (never: the "
                                    "benefit test decides)"),
+        bound_no_save_wait=pl.get("bound_no_save_wait", d.bound_no_save_wait,
+                                  _duration_or_off, f"{_DURATION}, or 'off' (never, the "
+                                  "default: a job past its bound takes victims that save)"),
         borrowed_discount=pl.get("borrowed_discount", d.borrowed_discount, number(0.0, 1.0),
                                  "a number from 0 to 1 (a borrowed victim's loss counts x this "
                                  "against jobs within quota)"),

@@ -145,8 +145,8 @@ and a job refused for want of victims would get a look at each."""
 def due_in(worth_in: Mapping[int, float], ripe_in: Mapping[int, float], *,
            cycle: float | None = None, ripe_gap: float = RIPE_GAP) -> dict[int, float]:
     """Per job a pass refused, seconds from the pass until a look may find what it lacked:
-    the benefit test passing or urgent_benefit_wait (urgent_no_save_wait, when a victim
-    cannot save) reached (``worth_in``, see
+    the benefit test passing or urgent_benefit_wait (urgent_no_save_wait or
+    bound_no_save_wait, when a victim cannot save) reached (``worth_in``, see
     :attr:`~hai_slurm.priority.planner.types.PlanningResult.worth_in`) or a victim too young
     for it old enough (``ripe_in``, at least ``ripe_gap`` away; see
     :attr:`~hai_slurm.priority.planner.types.PlanningResult.ripe_in`); the sooner of the two."""

@@ -59,7 +59,7 @@ from hai_slurm.priority.planner.types import (
     Waiting,
 )
 from hai_slurm.priority.planner.victims import Candidate, Option
-from hai_slurm.priority.policy.ladder import LADDER, RANK
+from hai_slurm.priority.policy.ladder import LADDER, RANK, URGENT_FROM
 from hai_slurm.priority.policy.state import PendingDecision
 
 _NAME: dict[PriorityClass | Level, str] = {**{c: c.name for c in PriorityClass},
@@ -733,7 +733,8 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                 decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                     f"{lead}; the best victim set loses {_gs(seen[1])}; benefit "
                     f"{benefit:,.0f} is not more than {config.benefit_threshold:g} x that"
-                    + _urgent_text(urgent_wait, seen[4]))))
+                    + _urgent_text(urgent_wait, seen[4], waive_protection
+                                   and rank < _URGENT_RANK))))
                 continue
         if limited:
             text = skipped[limit]
@@ -775,11 +776,12 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
         worth = benefit > config.benefit_threshold * loss
         # urgent work preempts once it waited urgent_benefit_wait when its victims all save on
         # request (each loses its save and restart, not hours of work), urgent_no_save_wait
-        # when one cannot, whatever the benefit
-        saves, urgent_wait = False, math.inf
+        # when one cannot (bound_no_save_wait below HIGH: a job past its bound), whatever the
+        # benefit
+        saves, urgent_wait, top = False, math.inf, True
         if not worth and waive_protection:
-            saves = st.all_save(best.victims)
-            urgent_wait = config.urgent_wait(saves)
+            saves, top = st.all_save(best.victims), rank >= _URGENT_RANK
+            urgent_wait = config.urgent_wait(saves, top)
         if not worth and job.wait < urgent_wait:
             not_worth[(rank, *vkey)] = (version, loss, floor, urgent_wait, saves)
             _worth_later(worth_in, job, weight, config.benefit_threshold * loss)
@@ -788,7 +790,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
             decisions[jid] = _decision(Decision, (jid, _NOT_WORTH, (
                 f"{lead}; the best victims ({_victim_list(best)}) would lose {_gs(loss)}; "
                 f"{weighed} is not more than {config.benefit_threshold:g} x that"
-                + _urgent_text(urgent_wait, saves))))
+                + _urgent_text(urgent_wait, saves, not top))))
             continue
         ids = sorted(best.victims)
         victims = tuple([st.victim(v) for v in ids])
@@ -808,7 +810,7 @@ def _plan(snapshot: PlanSnapshot, config: PlannerConfig, now: float,
                      f"waited {_dur(job.wait)} >= "
                      + (f"urgent_benefit_wait {_dur(urgent_wait)} and every victim saves on "
                         "request" if saves else
-                        f"urgent_no_save_wait {_dur(urgent_wait)}")))
+                        f"{_NO_SAVE_WAIT[top]} {_dur(urgent_wait)}")))
         plans.append(PreemptionPlan(
             beneficiary=jid, beneficiary_class=job.effective, team=job.team, victims=victims,
             placement=best.placement.gpus(view), nodes=chosen,
@@ -847,16 +849,27 @@ def _urgent_later(worth_in: dict[int, float], job: Waiting, wait: float) -> None
         worth_in[job.job_id] = secs
 
 
-def _urgent_text(wait: float, saves: bool) -> str:
+def _urgent_text(wait: float, saves: bool, bound: bool = False) -> str:
     """What a not-worth verdict adds for urgent work that preempts once it waited ``wait``
-    (none when it never does: infinite)."""
+    (infinite: never; ``bound``: a job below HIGH that overrides protection only as it is
+    past its bound)."""
     if wait == math.inf:
+        if bound and not saves:
+            return ("; past its bound it takes only victims that save on request "
+                    "(bound_no_save_wait off), and one here cannot")
         return ""
     if saves:
         return (f"; as urgent work whose victims save on request it preempts once it waited "
                 f"urgent_benefit_wait {_dur(wait)}")
-    return (f"; as urgent work it preempts once it waited urgent_no_save_wait {_dur(wait)} "
-            "(a victim cannot save on request)")
+    return (f"; as urgent work it preempts once it waited {_NO_SAVE_WAIT[not bound]} "
+            f"{_dur(wait)} (a victim cannot save on request)")
+
+
+_NO_SAVE_WAIT = {True: "urgent_no_save_wait", False: "bound_no_save_wait"}
+"""The setting that says when a job that overrides protection takes a victim that cannot save
+on request, by whether the job is of HIGH or above."""
+
+_URGENT_RANK = RANK[URGENT_FROM]
 
 
 def _worth_later(worth_in: dict[int, float], job: Waiting, weight: float, bar: float) -> None:

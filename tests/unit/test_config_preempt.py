@@ -163,6 +163,24 @@ def test_urgent_no_save_wait_is_read_checked_and_summarised() -> None:
         parse_config('[planner]\nurgent_no_save_wait = "-5s"\n')
 
 
+def test_bound_no_save_wait_is_read_checked_and_summarised() -> None:
+    """``[planner] bound_no_save_wait`` is off by default (a job past its bound takes only
+    victims that save) and takes a duration; ``config check`` says which; a negative one is
+    refused with the key named, here and by PlannerConfig itself (the simulator's --set)."""
+    assert PlannerConfig().bound_no_save_wait is None
+    assert "past its bound never takes a victim that cannot save" in "\n".join(
+        summary(parse_config("")))
+    cfg = parse_config('[planner]\nbound_no_save_wait = "2h"\n')
+    assert cfg.preempt.planner.bound_no_save_wait == 7200
+    assert "takes a victim that cannot save once it waited 2h" in "\n".join(summary(cfg))
+    assert parse_config('[planner]\nbound_no_save_wait = "off"\n'
+                        ).preempt.planner.bound_no_save_wait is None
+    with pytest.raises(ConfigError, match=r"bound_no_save_wait = '-5s'.*or 'off'"):
+        parse_config('[planner]\nbound_no_save_wait = "-5s"\n')
+    with pytest.raises(ConfigError, match="bound_no_save_wait"):
+        PlannerConfig(bound_no_save_wait=-1.0)
+
+
 def test_borrowed_discount_is_read_and_summarised() -> None:
     """``[planner] borrowed_discount`` reaches the planner's settings and ``config check``
     prints it; PlannerConfig itself refuses a weight outside 0..1 (the simulator's --set path)."""

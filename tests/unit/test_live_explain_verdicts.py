@@ -77,16 +77,19 @@ def test_each_verdict_kind_reads_in_plain_words(tmp_path: Path) -> None:
 
     r.tick(3600)  # the LOW jobs are old enough now; the ABOVE_NORMAL job is past its bound
     r.daemon().run_once()
+    # but they cannot save on request (no checkpoint directory): both sides of the benefit
+    # test, and why a job past its bound does not take them anyway
     text = _explain(r, young)
+    assert "Planner: NOT_WORTH:" in text and "would lose" in text, text
+    assert "benefit 0 = class weight 0 x wait" in text and "is not more than 1 x that" in text
+    assert ("past its bound it takes only victims that save on request (bound_no_save_wait "
+            "off), and one here cannot") in text
+    taking = replace(r.cfg, preempt=PreemptConfig(planner=PlannerConfig(
+        bound_no_save_wait=0.0)))
+    text = explain_live(young, r.slurm, open_repository(taking), taking, now=r.clock.now)
     assert "Planner: PREEMPT: job" in text and "preempts 1 job(s)" in text
     assert "  victim job" in text and "loses" in text
-
-    # the benefit test alone (its victims cannot save, and urgent_no_save_wait is off)
-    strict = replace(r.cfg, preempt=PreemptConfig(planner=PlannerConfig(
-        benefit_threshold=1e9, urgent_no_save_wait=None)))
-    text = explain_live(young, r.slurm, open_repository(strict), strict, now=r.clock.now)
-    assert "Planner: NOT_WORTH:" in text and "is not more than 1e+09 x that" in text
-    assert "benefit" in text and "would lose" in text
+    assert "urgent work that waited 1h01m >= bound_no_save_wait 0s" in text, text
 
 
 def test_a_running_job_says_whether_it_may_be_a_victim(tmp_path: Path) -> None:

@@ -623,3 +623,36 @@ def test_urgent_work_preempts_a_victim_that_cannot_save_after_urgent_no_save_wai
     off = _plan(snapshot(topo, [lone], [ben]), config=replace(CFG, urgent_no_save_wait=None))
     assert off.decisions[9].outcome is Outcome.NOT_WORTH
     assert off.worth_in == {9: pytest.approx((3600 + 120) * 8 / 30 - 8)}
+
+
+def test_a_job_past_its_bound_takes_victims_that_save_unless_bound_no_save_wait() -> None:
+    """A NORMAL job past its bound (it overrides protection only for that) takes an 8-GPU LOW
+    job that saves on request, as urgent work does. Facing one that cannot save (an hour's
+    work since its last save), it is refused by default (bound_no_save_wait off), and the
+    verdict says why; a HIGH job takes the same victim after urgent_no_save_wait. With
+    bound_no_save_wait 0 the NORMAL job takes it too, and the plan names that setting; with
+    3 h it waits until it has waited 3 h in all (worth_in says when)."""
+    topo = gpu_cluster(1, 1)
+    saves = holder(1, LOW, gpus("n1", *ALL8), can_ack=True)
+    lone = holder(1, LOW, gpus("n1", *ALL8), start=NOW - 3600, checkpoint=NOW - 3600,
+                  can_ack=False)
+    past = waiting(9, NORMAL, 8, wait=7300, overrides_protection=True)
+    plan = _plan(snapshot(topo, [saves], [past])).plan_for(9)
+    assert plan is not None and plan.victim_ids == (1,)
+    refused = _plan(snapshot(topo, [lone], [past]))
+    assert refused.plans == () and refused.decisions[9].outcome is Outcome.NOT_WORTH
+    assert ("past its bound it takes only victims that save on request (bound_no_save_wait "
+            "off), and one here cannot") in refused.decisions[9].reason
+    assert 9 not in refused.worth_in
+    high = _plan(snapshot(topo, [lone], [waiting(9, HIGH, 8, wait=8,
+                                                 overrides_protection=True)])).plan_for(9)
+    assert high is not None and high.victim_ids == (1,)
+    at_bound = _plan(snapshot(topo, [lone], [past]),
+                     config=replace(CFG, bound_no_save_wait=0.0)).plan_for(9)
+    assert at_bound is not None and at_bound.victim_ids == (1,)
+    assert "urgent work that waited 2h01m >= bound_no_save_wait 0s" in at_bound.reason
+    later = _plan(snapshot(topo, [lone], [past]),
+                  config=replace(CFG, bound_no_save_wait=3 * 3600.0))
+    assert later.decisions[9].outcome is Outcome.NOT_WORTH
+    assert later.worth_in == {9: pytest.approx(3 * 3600.0 - 7300)}
+    assert "preempts once it waited bound_no_save_wait 3h" in later.decisions[9].reason

@@ -312,3 +312,25 @@ def test_hai_slurm_weighs_all_the_work_of_a_victim_that_cannot_save() -> None:
     assert [(p.time - T0, p.victim, p.beneficiary) for p in off.preemptions] == [
         (1037, 1, 2)]
     assert runs(off) == {1: (0, 6209, 1), 2: (1039, 1139, 0)}
+
+
+def test_a_job_past_its_bound_takes_a_victim_that_cannot_save_only_by_bound_no_save_wait(
+        ) -> None:
+    """A (LOW, 0-5000) cannot save on request; B (ABOVE_NORMAL, weight 0) comes at 100. A
+    victim that saves gave way at B's bound (the cycle of 1920, above). This one is not taken
+    by default: B waits for A's end and runs 5000-5100, and nothing is lost. With
+    bound_no_save_wait 0 B takes A at 1920 (no periodic save yet: A loses all its work, held
+    1920 + 2 + 70 s more x 8 GPUs, and restarts after B: 2022 + 70 + 5000). With 1 h, at the
+    cycle of 3720, once B waited an hour: A saved periodically at 3600 and loses only the
+    120 s since, + 2 + 70."""
+    pair = [TraceJob(1, 0, 5000, 8, "t1", P.LOW, 0, "t1", saves=False),
+            job(2, 100, 100, 8, "t2", P.ABOVE_NORMAL)]
+    engine = run("hai-slurm", pair)
+    assert engine.preemptions == []
+    assert runs(engine) == {1: (0, 5000, 0), 2: (5000, 5100, 0)}
+    for wait, at, a_end, lost in (("0s", 1920, 7092, 1992), ("1h", 3720, 5292, 192)):
+        engine = run("hai-slurm", pair, f"[planner]\nbound_no_save_wait = '{wait}'\n")
+        assert [(p.time - T0, p.victim, p.beneficiary) for p in engine.preemptions] == [
+            (at, 1, 2)], wait
+        assert runs(engine) == {1: (0, a_end, 1), 2: (at + 2, at + 102, 0)}, wait
+        assert engine.jobs[1].held_gpu_s - 8 * 5000 == lost * 8, wait

@@ -231,7 +231,8 @@ def test_config_check_says_how_the_urgent_path_runs() -> None:
     assert on == ["urgent path: pending jobs polled every 1s between cycles; a new job of HIGH "
                   "or above is planned 0, 2, 5, 10, 15, 20 s after it is first seen; urgent "
                   "work preempts whatever the benefit once it waited 7s (victims that save on "
-                  "request), 7s (a victim that cannot)"]
+                  "request), 7s (a victim that cannot); a job below HIGH past its bound never "
+                  "takes a victim that cannot save"]
     off = summary(parse_config('[intervals]\nurgent_poll = 0\n'))
     assert any(line.startswith("urgent path: off") for line in off)
     (fair,) = [line for line in summary(parse_config("")) if line.startswith("fairness")]
