@@ -9,7 +9,12 @@ from pathlib import Path
 import click
 
 from hai_slurm.errors import ConfigError, HaiSlurmError
-from hai_slurm.priority.config.loader import DaemonConfig, check_cycle, load_config
+from hai_slurm.priority.config.loader import (
+    DaemonConfig,
+    check_cycle,
+    lease_outlasts,
+    load_config,
+)
 from hai_slurm.priority.daemon.factory import build_daemon, describe_preemption, tune_gc
 from hai_slurm.priority.daemon.loop import Outcome
 from hai_slurm.priority.daemon.metrics import DaemonMetrics
@@ -35,7 +40,7 @@ def daemon_config(config_path: str | None, state_dir: str | None,
             check_cycle(interval)
         except ValueError as err:
             raise ConfigError(str(err), key="--interval", value=interval) from None
-        if interval >= cfg.intervals.lock_ttl:
+        if not lease_outlasts(interval, cfg.intervals.lock_ttl):
             raise ConfigError(f"must be shorter than intervals.lock_ttl "
                               f"({cfg.intervals.lock_ttl:g} s), or the leader lease expires "
                               "between two cycles", key="--interval", value=interval)

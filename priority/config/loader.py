@@ -171,7 +171,7 @@ def parse_config(text: str, *, source: str = "<string>",
                                 "a whole number of priority writes, 0 for no limit"),
     )
     iv.finish()
-    if intervals.lock_ttl <= intervals.cycle:
+    if not lease_outlasts(intervals.cycle, intervals.lock_ttl):
         raise iv.error("lock_ttl", f"must be longer than intervals.cycle ({intervals.cycle:g}s), "
                        "or the lock expires between two heartbeats", intervals.lock_ttl)
 
@@ -315,6 +315,13 @@ def check_cycle(seconds: float) -> float:
         raise ValueError(f"a cycle is at least {MIN_CYCLE:g} s (each one reads every job from "
                          "slurmctld)")
     return seconds
+
+
+def lease_outlasts(cycle: float, lock_ttl: float) -> bool:
+    """Whether a leader lock of ``lock_ttl`` s outlasts a cycle of ``cycle`` s: the leader
+    renews it once a cycle, so a shorter one expires between two renewals (checked for the
+    file's ``[intervals]`` and for ``daemon --interval``)."""
+    return lock_ttl > cycle
 
 
 def _cycle(value: object) -> float:
