@@ -133,18 +133,28 @@ def testbed() -> Iterator[Testbed]:
             local.down(bed.state_dir)
 
 
+_SESSION_BED: list[Testbed] = []
+"""The session testbed while it is up (set by :func:`_with_slurm_conf`): the guard checks it
+after every test from then on, also those that reach it through a module fixture's
+``request.getfixturevalue("testbed")`` (not in their fixture closure)."""
+
+
 @pytest.fixture(autouse=True)
 def _testbed_left_usable(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After each test on the session testbed (its other fixtures torn down, its jobs ended),
-    every node must still take jobs. If one cannot (drained after a kill that failed, its
-    slurmd gone) for 30 s, the test errors with Slurm's reason and the nodes' log tails, and
-    the testbed is repaired (nodes resumed, a dead daemon's testbed restarted), so one broken
+    """After each test once the session testbed is up (the test's other fixtures torn down, its
+    jobs ended), no node may still be completing a job (within 2 min), and every node must
+    still take jobs. If one cannot (drained after a kill that failed, its slurmd gone) for
+    30 s, the test errors with Slurm's reason and the nodes' log tails, and the testbed is
+    repaired (nodes resumed, a dead daemon's testbed restarted), so one broken
     node costs one test, not every later test that needs the whole cluster."""
     yield
-    if "testbed" not in request.fixturenames or _UNREPAIRED:
+    if not _SESSION_BED or _UNREPAIRED:
         return
-    bed: Testbed = request.getfixturevalue("testbed")
-    why = wait_for_usable(bed, timeout=30)
+    bed = _SESSION_BED[0]
+    # a node still completing this test's jobs is settled first: one that never completes is
+    # drained by Slurm (UnkillableStepTimeout), which the check below then sees, here and not
+    # in the middle of the next test
+    why = wait_for_settled(bed, timeout=SETTLE_SECONDS) or wait_for_usable(bed, timeout=30)
     if why is None:
         return
     nodes = unusable_nodes(bed)
@@ -180,6 +190,30 @@ def wait_for_usable(bed: Testbed, *, timeout: float) -> str | None:
         wait_for(usable, timeout=timeout, interval=1.0, describe=lambda: why or "")
     except TimeoutError:
         return why
+    return None
+
+
+SETTLE_SECONDS = 120.0
+"""How long the guard waits for nodes completing jobs: Slurm's KillWait (30 s) and
+UnkillableStepTimeout (60 s, after which it drains the node) with room to spare."""
+
+
+def wait_for_settled(bed: Testbed, *, timeout: float) -> str | None:
+    """None once no node of the testbed is completing a job (or slurmctld does not answer:
+    :func:`wait_for_usable` says so), else which nodes still are after ``timeout`` seconds."""
+    busy: list[str] = []
+
+    def settled() -> bool:
+        res = bed.run(health.SINFO_NODES, timeout=10)
+        busy[:] = [] if res.returncode != 0 else [
+            parts[0] for parts in map(str.split, res.stdout.splitlines())
+            if len(parts) >= 2 and parts[1].rstrip("*~#!%$@^-") == "comp"]
+        return not busy
+
+    try:
+        wait_for(settled, timeout=timeout, interval=1.0, describe=lambda: ", ".join(busy))
+    except TimeoutError:
+        return f"node(s) {', '.join(busy)} still completing a job after {timeout:g} s"
     return None
 
 
@@ -230,9 +264,11 @@ def repair(bed: Testbed, nodes: Sequence[str]) -> str:
 def _with_slurm_conf(bed: Testbed) -> Iterator[Testbed]:
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = bed.slurm_conf
+    _SESSION_BED.append(bed)
     try:
         yield bed
     finally:
+        _SESSION_BED.clear()
         if old is None:
             os.environ.pop("SLURM_CONF", None)
         else:
