@@ -406,12 +406,16 @@ def _up(shape: ClusterShape, state_dir: Path, ports: Ports | None, bins: dict[st
         step(f"GPU job done: {'; '.join(lines)}")
         with interrupts.held():   # recorded as ready before a signal may stop `up`
             _save(state_dir, TestbedState(shape, ports, layout.slurm_conf, tuple(started), True))
+        # within the clean-up's reach: a signal before this line stops everything, as its
+        # message says; one after it says the testbed runs, and it is left running
+        interrupts.came_up = True
     except BaseException:
+        if interrupts.came_up:
+            raise
         with interrupts.held(drop=True):  # a SIGTERM neither cuts it short nor hides why
             _stop_records(started)
             (state_dir / STATE_FILE).unlink(missing_ok=True)
         raise
-    interrupts.came_up = True
     return True
 
 
