@@ -5,12 +5,14 @@ three-node job with ``--switches=1`` wait. After one ``hai-slurm daemon --once``
 (read-only) is asked with daemon files that differ only in the planner's settings, so the same
 queue gives NO_VICTIMS (victims too young), NOT_WORTH (benefit below the threshold), PREEMPT
 (with its victims), IMPOSSIBLE (no leaf has three nodes), and for a running job whether it may
-be a victim now.
+be a victim now. A second queue of LOW jobs without a checkpoint directory shows a job past its
+bound refused them (``bound_no_save_wait``).
 """
 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,3 +74,44 @@ def test_explain_gives_every_verdict_kind(bed: Bed, tmp_path: Path) -> None:
     assert "Planner: not a victim now: too young" in _explain(lows[0].job_id, young)
     assert "Planner: may give way now to a job of a class higher than LOW" in _explain(
         lows[0].job_id, eager)
+
+
+def test_a_job_past_its_bound_takes_only_victims_that_save(bed: Bed, tmp_path: Path) -> None:
+    """Four LOW jobs without ``#HAI --checkpoint-dir`` (they cannot save on request) fill the
+    testbed; an ABOVE_NORMAL job waits past its bound (5 s here). It overrides protection, but
+    takes only victims that save: NOT_WORTH, saying so. With ``bound_no_save_wait = "0s"`` it
+    takes one of them (PREEMPT), as a HIGH job does after ``urgent_no_save_wait``."""
+    script = bed.workdir / "nosave.sh"
+    script.write_text("#!/bin/bash\n#HAI --priority=LOW --team=team-a\nsleep 600\n")
+    lows = []
+    for i in range(4):
+        jid = bed.slurm.submit_script(script, [f"--job-name=nosave{i}", "--account=team-a",
+                                               "-N1", "--gres=gpu:8",
+                                               f"--output={bed.workdir / f'nosave{i}.out'}"])
+        bed.jobs.append(jid)
+        lows.append(jid)
+    for jid in lows:
+        bed.wait(jid, "RUNNING", timeout=60)
+    waiting = bed.workdir / "bound.sh"
+    waiting.write_text("#!/bin/bash\n#HAI --priority=ABOVE_NORMAL --team=team-b\nsleep 5\n")
+    submitted = time.monotonic()
+    above = bed.slurm.submit_script(waiting, ["--job-name=bound", "--account=team-b", "-N1",
+                                              "--gres=gpu:8",
+                                              f"--output={bed.workdir / 'bound.out'}"])
+    bed.jobs.append(above)
+    bound = '[classes.ABOVE_NORMAL]\nmax_wait = "5s"\n'
+    kept = _config(tmp_path, "kept", 'min_run_time = "0s"\n' + bound)
+    res = subprocess.run([HAI_SLURM, "daemon", "--config", str(kept), "--once",
+                          "--no-preempt"], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    time.sleep(max(0.0, 8.0 - (time.monotonic() - submitted)))   # past its 5-s bound
+    text = _explain(above, kept)
+    assert "Planner: NOT_WORTH:" in text, text
+    assert ("past its bound it takes only victims that save on request (bound_no_save_wait "
+            "off), and one here cannot") in text, text
+    taking = _config(tmp_path, "taking",
+                     'min_run_time = "0s"\nbound_no_save_wait = "0s"\n' + bound)
+    text = _explain(above, taking)
+    assert f"Planner: PREEMPT: job {above} (ABOVE_NORMAL" in text, text
+    assert ">= bound_no_save_wait 0s" in text and "  victim job" in text, text
