@@ -457,8 +457,8 @@ class PlanningResult:
     wait alone outweighs the loss of the best victim set found, or, for urgent work, it has
     waited ``urgent_benefit_wait`` (its best victims all save on request) or
     ``urgent_no_save_wait`` (one cannot; ``bound_no_save_wait`` below HIGH), the sooner, if
-    nothing else changes (the daemon's
-    urgent path looks at it again then, rather than at its next fixed look)."""
+    nothing else changes (the daemon's urgent path looks at it again then, rather than at its
+    next fixed look)."""
     ripe_in: Mapping[int, float] = field(default_factory=dict)
     """For each job that overrides protection and was refused for want of victims: seconds
     from ``now`` until the victims of some set that would make room for it, counting jobs now
