@@ -69,14 +69,14 @@ else
       fi
       WHEELS=build/pyslurm/wheels
       WHEEL=$(ls "$WHEELS"/pyslurm-"${BRANCH%.x}".*.whl 2>/dev/null | head -n 1 || true)
-      # The wheel is kept per user, like pip's cache, under the archive, the exact Slurm and the
-      # Python it was built for: a fresh clone on this machine takes it instead of building
-      # again (about 5 minutes of 2 cores). HAI_CACHE_DIR moves the cache; a missing or
-      # unwritable one only means a build.
-      KEY="$(basename "$ARCHIVE" .tar.gz)-slurm$SLURM_PKG-$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
+      # The wheel is kept per user, like pip's cache, under the archive (its name and the start
+      # of its SHA-256: the same archive copied again, newer on disk, still matches), the exact
+      # Slurm and the Python it was built for: a fresh clone on this machine takes it instead
+      # of building again (about 5 minutes of 2 cores). HAI_CACHE_DIR moves the cache; a
+      # missing or unwritable one only means a build.
+      KEY="$(basename "$ARCHIVE" .tar.gz)-$(sha256sum "$ARCHIVE" | cut -c1-16)-slurm$SLURM_PKG-$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
       CACHED=${HAI_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hai-slurm}/pyslurm/$KEY
-      if { [ -z "$WHEEL" ] || [ "$ARCHIVE" -nt "$WHEEL" ]; } && ls "$CACHED"/pyslurm-*.whl >/dev/null 2>&1 \
-          && [ ! "$ARCHIVE" -nt "$(ls "$CACHED"/pyslurm-*.whl | head -n 1)" ]; then
+      if { [ -z "$WHEEL" ] || [ "$ARCHIVE" -nt "$WHEEL" ]; } && ls "$CACHED"/pyslurm-*.whl >/dev/null 2>&1; then
         rm -rf "$WHEELS"; mkdir -p "$WHEELS"; cp "$CACHED"/pyslurm-*.whl "$WHEELS"/
         WHEEL=$(ls "$WHEELS"/pyslurm-*.whl | head -n 1)
         echo "pyslurm: taking $(basename "$WHEEL") built before from $CACHED"
