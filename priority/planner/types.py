@@ -145,7 +145,7 @@ class PlannerConfig:
       test decides, and the middle classes weigh 0), so a job that cannot save gives way to
       urgent work only, and the bound is kept by victims that save. On the scenario matrix
       with jobs that cannot save, taking them at the bound (0) lost 28 % more work over the
-      generated parts (2 seeds), while off left 3 more of 178 runs with a middle-class wait
+      generated parts (2 seeds), while off left 3 more of 50 runs with a middle-class wait
       over 3x its bound (``priority/sim/README.md``, "A job past its bound takes victims that
       save").
     * ``borrowed_discount``: victim sets are compared first by their lost work with a borrowed
