@@ -145,8 +145,8 @@ def _testbed_left_usable(request: pytest.FixtureRequest) -> Iterator[None]:
     jobs ended), no node may still be completing a job (within 2 min), and every node must
     still take jobs. If one cannot (drained after a kill that failed, its slurmd gone) for
     30 s, the test errors with Slurm's reason and the nodes' log tails, and the testbed is
-    repaired (nodes resumed, a dead daemon's testbed restarted), so one broken
-    node costs one test, not every later test that needs the whole cluster."""
+    repaired (nodes resumed, a dead daemon's testbed restarted), so one broken node costs one
+    test, not every later test that needs the whole cluster."""
     yield
     if not _SESSION_BED or _UNREPAIRED:
         return
