@@ -25,6 +25,11 @@ SINFO_NODES = ["sinfo", "-h", "-N", "-o", "%N %t %E"]
 """The node listing :func:`node_problem` reads (name, compact state, Slurm's reason)."""
 
 
+def base_state(compact: str) -> str:
+    """A compact ``sinfo %t`` state without its flag suffixes: ``drain*`` -> ``drain``."""
+    return compact.rstrip("*~#!%$@^-")
+
+
 def nodes_problem(run: Runner, expected: tuple[str, ...]) -> str | None:
     """Why the nodes cannot run jobs (:func:`node_problem` of one ``sinfo`` through ``run``,
     or that slurmctld did not answer it), or None: the check of ``up``, ``status`` and the
@@ -51,7 +56,7 @@ def node_problem(sinfo_out: str, expected: tuple[str, ...]) -> str | None:
             reason = parts[2].strip() if len(parts) == 3 else ""
             states[parts[0]] = (parts[1], "" if reason == "none" else reason)
     bad = {name: st for name, st in states.items()
-           if "*" in st[0] or st[0].rstrip("*~#!%$@^-") in _UNUSABLE}
+           if "*" in st[0] or base_state(st[0]) in _UNUSABLE}
     missing = [name for name in expected if name not in states]
     if not bad and not missing:
         return None

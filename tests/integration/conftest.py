@@ -207,7 +207,7 @@ def wait_for_settled(bed: Testbed, *, timeout: float) -> str | None:
         res = bed.run(health.SINFO_NODES, timeout=10)
         busy[:] = [] if res.returncode != 0 else [
             parts[0] for parts in map(str.split, res.stdout.splitlines())
-            if len(parts) >= 2 and parts[1].rstrip("*~#!%$@^-") == "comp"]
+            if len(parts) >= 2 and health.base_state(parts[1]) == "comp"]
         return not busy
 
     try:
